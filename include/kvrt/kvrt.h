@@ -1,0 +1,442 @@
+/*
+ * kvrt.h: the C ABI of kvrt, a Vulkan compute runtime that owns an LLM's
+ * key/value cache on the GPU and runs the cache's kernels.
+ *
+ * This header needs no Vulkan header. Interop with an application's own Vulkan
+ * objects lives in kvrt_vulkan.h.
+ *
+ * Conventions
+ * -----------
+ * - Every function that can fail returns a kvrt_result: KVRT_SUCCESS (0) or a
+ *   negative error. After an error, kvrt_last_error_message() gives a sentence
+ *   that says what was wrong, for the calling thread.
+ * - Out-parameters come last. A function that creates an object writes NULL to
+ *   its out-handle on failure.
+ * - Destroy functions accept NULL and do nothing.
+ * - Descriptor structs start with (type, next); a zeroed field means "default".
+ *   Initialize them with their KVRT_*_INIT macro; fields are only ever appended.
+ * - No function aborts, prints or lets an exception escape. Bad input (NULL,
+ *   destroyed or foreign handles, sizes or offsets out of range, arithmetic
+ *   overflow) is reported as an error and changes nothing.
+ *
+ * Threading
+ * ---------
+ * Like Vulkan, objects are externally synchronized per handle: two threads may
+ * call kvrt at the same time as long as they do not use the same handle (or a
+ * handle and an object created from it, such as a buffer and its context)
+ * concurrently, unless a function's comment says "Thread-safety: Safe".
+ * kvrt_result_string, kvrt_last_error_message, kvrt_version and
+ * kvrt_version_string are always safe. Submissions from different streams of
+ * one context are serialized internally on the context's queue.
+ *
+ * Log messages reach the application only through the callback it gives at
+ * context creation; the library itself never writes to stdout or stderr.
+ */
+#ifndef KVRT_H
+#define KVRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvrt/kvrt_version.h"
+
+#if defined(_WIN32) && !defined(KVRT_STATIC)
+#  if defined(KVRT_BUILDING_LIBRARY)
+#    define KVRT_API __declspec(dllexport)
+#  else
+#    define KVRT_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) || defined(__clang__)
+#  define KVRT_API __attribute__((visibility("default")))
+#else
+#  define KVRT_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ========================================================================== */
+/* Results                                                                    */
+/* ========================================================================== */
+
+/* Result codes. Their values are pinned forever; new codes only get new values. */
+typedef enum kvrt_result {
+    KVRT_SUCCESS = 0,
+    /* An argument is NULL where it may not be, out of range, or inconsistent. */
+    KVRT_ERROR_INVALID_ARGUMENT = -1,
+    /* A handle is NULL, already destroyed, or not of the expected kind. */
+    KVRT_ERROR_INVALID_HANDLE = -2,
+    /* A host allocation failed. */
+    KVRT_ERROR_OUT_OF_HOST_MEMORY = -3,
+    /* A device allocation failed, or the request exceeds what the device has. */
+    KVRT_ERROR_OUT_OF_DEVICE_MEMORY = -4,
+    /* The Vulkan device was lost; the context must be destroyed. */
+    KVRT_ERROR_DEVICE_LOST = -5,
+    /* A wait ran past its timeout. The work may still complete later. */
+    KVRT_ERROR_TIMEOUT = -6,
+    /* The cache has no room for the request; nothing was changed. */
+    KVRT_ERROR_CACHE_FULL = -7,
+    /* The device, driver or build lacks something the request needs. */
+    KVRT_ERROR_UNSUPPORTED = -8,
+    /* Saved state is malformed, truncated or fails its checksum. */
+    KVRT_ERROR_CORRUPT_STATE = -9,
+    /* A file could not be read or written. */
+    KVRT_ERROR_IO = -10,
+    /* The object is not in a state that allows the call (for example, submitting
+     * a stream that is not recording). */
+    KVRT_ERROR_INVALID_STATE = -11,
+    /* An unexpected internal failure; the detail message says where. */
+    KVRT_ERROR_INTERNAL = -12,
+    KVRT_RESULT_MAX_ENUM = 0x7FFFFFFF
+} kvrt_result;
+
+/* A short, static, English name for a result ("KVRT_ERROR_TIMEOUT: ..."); never
+ * NULL, also for unknown values. Thread-safety: Safe. */
+KVRT_API const char* kvrt_result_string(kvrt_result result);
+
+/* The detail message of the most recent failed kvrt call on the calling thread,
+ * or "" if none failed yet. The pointer stays valid until the next kvrt call on
+ * this thread. Thread-safety: Safe (the message is thread-local). */
+KVRT_API const char* kvrt_last_error_message(void);
+
+/* ========================================================================== */
+/* Version                                                                    */
+/* ========================================================================== */
+
+/* The version of the loaded library, packed by KVRT_MAKE_VERSION.
+ * Thread-safety: Safe. */
+KVRT_API uint32_t kvrt_version(void);
+
+/* The version of the loaded library as "MAJOR.MINOR.PATCH"; static storage.
+ * Thread-safety: Safe. */
+KVRT_API const char* kvrt_version_string(void);
+
+/* ========================================================================== */
+/* Common types                                                               */
+/* ========================================================================== */
+
+typedef uint32_t kvrt_flags;
+
+/* Identifies each descriptor struct, so that `next` chains can be checked. */
+typedef enum kvrt_struct_type {
+    KVRT_STRUCT_TYPE_UNDEFINED = 0,
+    KVRT_STRUCT_TYPE_CONTEXT_DESC = 1,
+    KVRT_STRUCT_TYPE_DEVICE_INFO = 2,
+    KVRT_STRUCT_TYPE_BUFFER_DESC = 3,
+    KVRT_STRUCT_TYPE_STREAM_DESC = 4,
+    KVRT_STRUCT_TYPE_CONTEXT_STATS = 5,
+    KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
+    KVRT_STRUCT_TYPE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_struct_type;
+
+typedef enum kvrt_log_level {
+    KVRT_LOG_LEVEL_DEFAULT = 0, /* as a threshold: KVRT_LOG_LEVEL_WARN */
+    KVRT_LOG_LEVEL_DEBUG = 1,
+    KVRT_LOG_LEVEL_INFO = 2,
+    KVRT_LOG_LEVEL_WARN = 3,
+    KVRT_LOG_LEVEL_ERROR = 4,
+    KVRT_LOG_LEVEL_NONE = 5,    /* as a threshold: deliver nothing */
+    KVRT_LOG_LEVEL_MAX_ENUM = 0x7FFFFFFF
+} kvrt_log_level;
+
+/* Receives log messages of a context. `message` is valid only during the call
+ * and has no trailing newline. The callback may be called from any thread that
+ * calls into the context, and from the driver's threads for validation
+ * messages; it must not call back into kvrt. */
+typedef void (*kvrt_log_fn)(void* user_data, kvrt_log_level level, const char* message);
+
+typedef struct kvrt_context_T* kvrt_context;
+typedef struct kvrt_buffer_T* kvrt_buffer;
+typedef struct kvrt_stream_T* kvrt_stream;
+
+/* ========================================================================== */
+/* Devices and contexts                                                       */
+/* ========================================================================== */
+
+typedef enum kvrt_device_type {
+    KVRT_DEVICE_TYPE_OTHER = 0,
+    KVRT_DEVICE_TYPE_INTEGRATED_GPU = 1,
+    KVRT_DEVICE_TYPE_DISCRETE_GPU = 2,
+    KVRT_DEVICE_TYPE_VIRTUAL_GPU = 3,
+    KVRT_DEVICE_TYPE_CPU = 4,
+    KVRT_DEVICE_TYPE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_device_type;
+
+/* Device features kvrt cares about (kvrt_device_info.features). For a context,
+ * a bit is set only when the feature is both supported and enabled on its
+ * VkDevice; kvrt picks kernel variants from these bits. */
+typedef enum kvrt_device_feature_bits {
+    KVRT_DEVICE_FEATURE_SHADER_FLOAT16 = 0x00000001, /* 16-bit float arithmetic */
+    KVRT_DEVICE_FEATURE_SHADER_INT8 = 0x00000002,    /* 8-bit integer arithmetic */
+    KVRT_DEVICE_FEATURE_SHADER_INT16 = 0x00000004,   /* 16-bit integer arithmetic */
+    KVRT_DEVICE_FEATURE_STORAGE_16BIT = 0x00000008,  /* 16-bit storage buffer access */
+    KVRT_DEVICE_FEATURE_STORAGE_8BIT = 0x00000010,   /* 8-bit storage buffer access */
+    KVRT_DEVICE_FEATURE_TIMESTAMPS = 0x00000020,     /* compute queue timestamps */
+    KVRT_DEVICE_FEATURE_UNIFIED_MEMORY = 0x00000040, /* device-local memory is host-visible */
+    KVRT_DEVICE_FEATURE_SHADER_INT64 = 0x00000080,   /* 64-bit integer arithmetic */
+    KVRT_DEVICE_FEATURE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_device_feature_bits;
+
+/* Subgroup operations supported in compute shaders (same bits as Vulkan's
+ * VkSubgroupFeatureFlagBits). */
+typedef enum kvrt_subgroup_op_bits {
+    KVRT_SUBGROUP_OP_BASIC = 0x001,
+    KVRT_SUBGROUP_OP_VOTE = 0x002,
+    KVRT_SUBGROUP_OP_ARITHMETIC = 0x004,
+    KVRT_SUBGROUP_OP_BALLOT = 0x008,
+    KVRT_SUBGROUP_OP_SHUFFLE = 0x010,
+    KVRT_SUBGROUP_OP_SHUFFLE_RELATIVE = 0x020,
+    KVRT_SUBGROUP_OP_CLUSTERED = 0x040,
+    KVRT_SUBGROUP_OP_QUAD = 0x080,
+    KVRT_SUBGROUP_OP_MAX_ENUM = 0x7FFFFFFF
+} kvrt_subgroup_op_bits;
+
+/* What a device is and what it can do. Set `type` (KVRT_DEVICE_INFO_INIT)
+ * before passing it to a query. */
+typedef struct kvrt_device_info {
+    kvrt_struct_type type;
+    const void* next;
+    uint32_t index;                  /* index in kvrt_enumerate_devices order */
+    kvrt_device_type device_type;
+    char name[256];                  /* e.g. "llvmpipe (LLVM 15.0.6, 256 bits)" */
+    char driver_name[256];           /* e.g. "llvmpipe"; "" if unknown */
+    char driver_info[256];           /* e.g. "Mesa 22.3.6"; "" if unknown */
+    uint32_t vendor_id;
+    uint32_t device_id;
+    uint32_t api_version;            /* Vulkan version, VK_MAKE_API_VERSION packing */
+    uint32_t driver_version;
+    kvrt_flags features;             /* kvrt_device_feature_bits */
+    kvrt_flags subgroup_ops;         /* kvrt_subgroup_op_bits, compute stage */
+    uint32_t subgroup_size;
+    uint32_t max_shared_memory_bytes;
+    uint32_t max_workgroup_invocations;
+    uint32_t max_push_constants_bytes;
+    uint64_t max_storage_buffer_range; /* largest storage-buffer binding, bytes */
+    uint64_t max_memory_allocation_size;
+    uint64_t device_local_bytes;     /* size of the largest device-local heap */
+    float timestamp_period_ns;       /* nanoseconds per timestamp tick */
+} kvrt_device_info;
+
+#define KVRT_DEVICE_INFO_INIT                                                   \
+    {                                                                           \
+        KVRT_STRUCT_TYPE_DEVICE_INFO, NULL, 0, KVRT_DEVICE_TYPE_OTHER, {0}, {0}, \
+            {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f                    \
+    }
+
+/* Options of kvrt_context_create and kvrt_context_import. */
+typedef enum kvrt_context_flag_bits {
+    /* Enable the Khronos validation layer (core and synchronization checks) and
+     * route its messages to the log callback. Also enabled when the environment
+     * variable KVRT_VALIDATION is set to 1. Creation fails with
+     * KVRT_ERROR_UNSUPPORTED if the layer is not installed. Ignored by
+     * kvrt_context_import (the application owns the instance). */
+    KVRT_CONTEXT_VALIDATION = 0x00000001,
+    /* Never map device memory: all uploads and downloads go through staging
+     * buffers, as on GPUs whose device-local memory is not host-visible. Meant
+     * for testing that path on unified-memory devices. */
+    KVRT_CONTEXT_FORCE_STAGING = 0x00000002,
+    /* Use the fallback kernels that need neither 16-bit arithmetic nor
+     * subgroup operations, whatever the device supports. */
+    KVRT_CONTEXT_PORTABLE_KERNELS = 0x00000004,
+    KVRT_CONTEXT_FLAG_MAX_ENUM = 0x7FFFFFFF
+} kvrt_context_flag_bits;
+
+typedef struct kvrt_context_desc {
+    kvrt_struct_type type;
+    const void* next;
+    kvrt_flags flags;           /* kvrt_context_flag_bits */
+    /* Which device kvrt_context_create picks: NULL or "" for the default
+     * (discrete > integrated > virtual > CPU, first of each), a decimal index in
+     * kvrt_enumerate_devices order, or a case-insensitive substring of the
+     * device name. The environment variable KVRT_DEVICE, when set, overrides it. */
+    const char* device;
+    kvrt_log_fn log_callback;   /* NULL: messages are dropped */
+    void* log_user_data;
+    kvrt_log_level log_level;   /* lowest level delivered; 0 = WARN */
+    /* Limit for waits the library does on its own (uploads, downloads,
+     * destruction); 0 = 60 s. A wait past it fails with KVRT_ERROR_TIMEOUT. */
+    uint64_t wait_timeout_ns;
+    /* Largest single storage-buffer binding kvrt will use, in bytes; 0 = the
+     * device's maxStorageBufferRange. A smaller value splits arenas into more,
+     * smaller pieces (useful to emulate small-limit mobile GPUs). */
+    uint64_t max_binding_bytes;
+} kvrt_context_desc;
+
+#define KVRT_CONTEXT_DESC_INIT \
+    { KVRT_STRUCT_TYPE_CONTEXT_DESC, NULL, 0, NULL, NULL, NULL, KVRT_LOG_LEVEL_DEFAULT, 0, 0 }
+
+/* Counters of a context (kvrt_context_get_stats). */
+typedef struct kvrt_context_stats {
+    kvrt_struct_type type;
+    const void* next;
+    uint64_t validation_errors;   /* validation-layer errors seen so far */
+    uint64_t validation_warnings;
+    uint64_t device_bytes;        /* device memory held by kvrt now */
+    uint64_t peak_device_bytes;   /* most device memory held at once */
+    uint64_t submissions;         /* queue submissions made so far */
+} kvrt_context_stats;
+
+#define KVRT_CONTEXT_STATS_INIT { KVRT_STRUCT_TYPE_CONTEXT_STATS, NULL, 0, 0, 0, 0, 0 }
+
+/* Lists the Vulkan devices kvrt can use. With `infos` NULL, writes the count to
+ * *count. Otherwise fills up to *count entries (each must have `type` set),
+ * writes the number filled to *count, and returns KVRT_ERROR_INVALID_ARGUMENT
+ * with the detail "array too small" if there were more. Fails with
+ * KVRT_ERROR_UNSUPPORTED when no Vulkan loader or no device is present.
+ * Thread-safety: Safe. */
+KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* count);
+
+/* Creates a context: its own Vulkan instance and device on the device chosen by
+ * desc->device (or KVRT_DEVICE), with one compute queue. `desc` may be NULL for
+ * all defaults. Fails with KVRT_ERROR_UNSUPPORTED when there is no Vulkan
+ * loader, no matching device, or a requested layer is missing.
+ * Thread-safety: Safe. */
+KVRT_API kvrt_result kvrt_context_create(const kvrt_context_desc* desc, kvrt_context* out_context);
+
+/* Waits for all work of the context (up to its wait timeout), then destroys it
+ * together with every buffer and stream created from it; their handles become
+ * invalid. NULL is a no-op. Thread-safety: Unsafe. */
+KVRT_API void kvrt_context_destroy(kvrt_context context);
+
+/* Describes the context's device. Fails with KVRT_ERROR_INVALID_HANDLE or
+ * KVRT_ERROR_INVALID_ARGUMENT (NULL `info` or wrong `info->type`).
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_context_get_device_info(kvrt_context context, kvrt_device_info* info);
+
+/* Reads the context's counters. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_context_get_stats(kvrt_context context, kvrt_context_stats* stats);
+
+/* ========================================================================== */
+/* Buffers                                                                    */
+/* ========================================================================== */
+
+/* A buffer is device memory of any size up to the device's free memory. It is
+ * split internally into pieces no larger than the device's largest binding, so a
+ * 1 GiB buffer works on a device whose maxStorageBufferRange is 128 MiB. New
+ * buffers are zeroed. */
+typedef struct kvrt_buffer_desc {
+    kvrt_struct_type type;
+    const void* next;
+    uint64_t size;       /* bytes, > 0 */
+    kvrt_flags flags;    /* reserved, must be 0 */
+    const char* label;   /* debug name for Vulkan tools; may be NULL */
+} kvrt_buffer_desc;
+
+#define KVRT_BUFFER_DESC_INIT { KVRT_STRUCT_TYPE_BUFFER_DESC, NULL, 0, 0, NULL }
+
+/* Creates a zeroed device buffer. Fails with KVRT_ERROR_INVALID_ARGUMENT for size
+ * 0 or nonzero flags, KVRT_ERROR_OUT_OF_DEVICE_MEMORY when the device cannot
+ * hold it (nothing stays allocated). Thread-safety: Unsafe (on the context). */
+KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_desc* desc,
+                                        kvrt_buffer* out_buffer);
+
+/* Destroys a buffer. Memory still in use by submitted work is released once that
+ * work completes. A stream that recorded commands on the buffer and has not
+ * submitted them yet can no longer be submitted. NULL is a no-op.
+ * Thread-safety: Unsafe (on the buffer and its context). */
+KVRT_API void kvrt_buffer_destroy(kvrt_buffer buffer);
+
+/* The buffer's size in bytes. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_buffer_get_size(kvrt_buffer buffer, uint64_t* out_size);
+
+/* Copies `size` bytes from host memory into the buffer at `offset`. First waits
+ * (up to the context's wait timeout) for submitted work that uses the buffer, so
+ * the write is ordered after it. Fails with KVRT_ERROR_INVALID_ARGUMENT when
+ * [offset, offset + size) is outside the buffer or `data` is NULL with size > 0;
+ * on failure the buffer is unchanged unless the error is a device error.
+ * Thread-safety: Unsafe (on the buffer and its context). */
+KVRT_API kvrt_result kvrt_buffer_upload(kvrt_buffer buffer, uint64_t offset, const void* data,
+                                        uint64_t size);
+
+/* Copies `size` bytes of the buffer at `offset` into host memory, after waiting
+ * for submitted work that uses the buffer. Same errors as kvrt_buffer_upload.
+ * Thread-safety: Unsafe (on the buffer and its context). */
+KVRT_API kvrt_result kvrt_buffer_download(kvrt_buffer buffer, uint64_t offset, void* data,
+                                          uint64_t size);
+
+/* ========================================================================== */
+/* Streams                                                                    */
+/* ========================================================================== */
+
+/* A stream records kvrt operations into a command buffer, submits them to the
+ * context's queue and waits for them:
+ *
+ *     kvrt_stream_begin(s);  kvrt_cmd_...(s, ...);  kvrt_stream_submit(s);
+ *     kvrt_stream_wait(s, timeout_ns);
+ *
+ * Memory barriers between operations are inserted by kvrt from what each
+ * operation reads and writes. */
+typedef enum kvrt_stream_flag_bits {
+    /* Record a pair of GPU timestamps around every operation, readable with
+     * kvrt_stream_get_timings after the wait. Fails at creation with
+     * KVRT_ERROR_UNSUPPORTED if the queue has no timestamps. */
+    KVRT_STREAM_TIMESTAMPS = 0x00000001,
+    KVRT_STREAM_FLAG_MAX_ENUM = 0x7FFFFFFF
+} kvrt_stream_flag_bits;
+
+typedef struct kvrt_stream_desc {
+    kvrt_struct_type type;
+    const void* next;
+    kvrt_flags flags;         /* kvrt_stream_flag_bits */
+    uint32_t max_timings;     /* operations timed per submission; 0 = 256 */
+    const char* label;        /* debug name; may be NULL */
+} kvrt_stream_desc;
+
+#define KVRT_STREAM_DESC_INIT { KVRT_STRUCT_TYPE_STREAM_DESC, NULL, 0, 0, NULL }
+
+/* The GPU time of one recorded operation. */
+typedef struct kvrt_timing {
+    const char* label;  /* static string naming the operation, e.g. "fill" */
+    uint64_t ns;        /* time between the operation's start and end stamps */
+} kvrt_timing;
+
+/* Creates a stream. Thread-safety: Unsafe (on the context). */
+KVRT_API kvrt_result kvrt_stream_create(kvrt_context context, const kvrt_stream_desc* desc,
+                                        kvrt_stream* out_stream);
+
+/* Destroys a stream; submitted work finishes on its own and its resources are
+ * released afterwards. NULL is a no-op. Thread-safety: Unsafe. */
+KVRT_API void kvrt_stream_destroy(kvrt_stream stream);
+
+/* Starts recording. Fails with KVRT_ERROR_INVALID_STATE if the stream is already
+ * recording, or submitted and not yet waited for. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_stream_begin(kvrt_stream stream);
+
+/* Ends recording and submits. Fails with KVRT_ERROR_INVALID_STATE if the stream
+ * is not recording or a buffer it uses was destroyed meanwhile (the recording is
+ * then dropped and the stream is idle again). Thread-safety: Unsafe (on the
+ * stream; submissions of a context are serialized internally). */
+KVRT_API kvrt_result kvrt_stream_submit(kvrt_stream stream);
+
+/* Waits up to `timeout_ns` nanoseconds for the last submission. Returns
+ * KVRT_SUCCESS when it completed (also when nothing was submitted),
+ * KVRT_ERROR_TIMEOUT when it did not complete in time (wait again later), or
+ * KVRT_ERROR_DEVICE_LOST. A timeout of 0 polls. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_stream_wait(kvrt_stream stream, uint64_t timeout_ns);
+
+/* After a successful wait on a stream created with KVRT_STREAM_TIMESTAMPS,
+ * copies the timing of each operation of the last submission, in recording
+ * order. With `timings` NULL writes the count to *count; otherwise fills up to
+ * *count entries and writes the number filled. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_stream_get_timings(kvrt_stream stream, kvrt_timing* timings,
+                                             uint32_t* count);
+
+/* Records a compute kernel that writes the 32-bit `value` over `size` bytes of
+ * `buffer` from `offset`. `offset` and `size` must be multiples of 4 and inside
+ * the buffer. Thread-safety: Unsafe (on the stream). */
+KVRT_API kvrt_result kvrt_cmd_fill(kvrt_stream stream, kvrt_buffer buffer, uint64_t offset,
+                                   uint64_t size, uint32_t value);
+
+/* Records a compute kernel that copies `size` bytes from `src` at `src_offset`
+ * to `dst` at `dst_offset`. Offsets and size must be multiples of 4 and inside
+ * the buffers; if src and dst are the same buffer, the ranges must not overlap.
+ * Thread-safety: Unsafe (on the stream). */
+KVRT_API kvrt_result kvrt_cmd_copy(kvrt_stream stream, kvrt_buffer src, uint64_t src_offset,
+                                   kvrt_buffer dst, uint64_t dst_offset, uint64_t size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVRT_H */

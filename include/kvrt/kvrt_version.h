@@ -1,0 +1,27 @@
+/*
+ * kvrt_version.h: the library's version.
+ *
+ * This header is the single source of truth for the version: the build reads
+ * these three macros to name the shared library (SONAME libkvrt.so.<MAJOR>) and
+ * to write kvrt.pc and kvrt-config-version.cmake. Bump them here only.
+ *
+ * Compatibility: within one MAJOR version the C ABI only grows (new functions,
+ * new enum values, fields appended to descriptor structs); nothing is removed or
+ * renumbered.
+ */
+#ifndef KVRT_VERSION_H
+#define KVRT_VERSION_H
+
+#define KVRT_VERSION_MAJOR 0
+#define KVRT_VERSION_MINOR 1
+#define KVRT_VERSION_PATCH 0
+
+/* Packs a version the way Vulkan does: 10 bits major, 10 bits minor, 12 bits patch. */
+#define KVRT_MAKE_VERSION(major, minor, patch) \
+    ((((unsigned long)(major)) << 22) | (((unsigned long)(minor)) << 12) | ((unsigned long)(patch)))
+
+/* The version of the headers the application was compiled against. Compare with
+ * kvrt_version() to detect a mismatch with the library loaded at run time. */
+#define KVRT_VERSION KVRT_MAKE_VERSION(KVRT_VERSION_MAJOR, KVRT_VERSION_MINOR, KVRT_VERSION_PATCH)
+
+#endif /* KVRT_VERSION_H */

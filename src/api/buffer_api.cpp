@@ -1,0 +1,106 @@
+// Buffers.
+#include "kvrt/kvrt.h"
+#include "kvrt/kvrt_vulkan.h"
+
+#include "api/handles.hpp"
+#include "core/checked.hpp"
+
+using namespace kvrt;
+using namespace kvrt::api;
+
+namespace {
+
+void destroy_buffer(void* h) {
+    auto* b = static_cast<kvrt_buffer_T*>(h);
+    unregister_handle(b);
+    delete b;
+}
+
+Result check_range(const kvrt_buffer_T* b, uint64_t offset, uint64_t size, const void* data) {
+    if (!data && size > 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "data is NULL");
+    if (!range_inside(offset, size, b->buffer->size()))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "range [%llu, +%llu) is outside the buffer of %llu bytes",
+                    static_cast<unsigned long long>(offset), static_cast<unsigned long long>(size),
+                    static_cast<unsigned long long>(b->buffer->size()));
+    return KVRT_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_desc* desc, kvrt_buffer* out_buffer) {
+    return guarded([&]() -> Result {
+        if (!out_buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_buffer is NULL");
+        *out_buffer = nullptr;
+        KVRT_TRY(check_context(context, "context"));
+        KVRT_TRY(check_struct(desc, desc ? desc->type : KVRT_STRUCT_TYPE_UNDEFINED, KVRT_STRUCT_TYPE_BUFFER_DESC, "desc"));
+        if (desc->size == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->size is 0");
+        if (desc->flags != 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->flags must be 0");
+        auto handle = std::make_unique<kvrt_buffer_T>();
+        handle->owner = context;
+        KVRT_TRY(vk::Buffer::create(*context->ctx, desc->size, 0, desc->label, &handle->buffer));
+        context->children.add(handle.get(), &destroy_buffer);
+        register_handle(handle.get(), Kind::Buffer);
+        *out_buffer = handle.release();
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API void kvrt_buffer_destroy(kvrt_buffer buffer) {
+    guarded_void([&]() {
+        if (!buffer || !is_live(buffer, Kind::Buffer)) return;
+        buffer->owner->children.remove(buffer);
+        destroy_buffer(buffer);
+    });
+}
+
+KVRT_API kvrt_result kvrt_buffer_get_size(kvrt_buffer buffer, uint64_t* out_size) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
+        if (!out_size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_size is NULL");
+        *out_size = buffer->buffer->size();
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API kvrt_result kvrt_buffer_upload(kvrt_buffer buffer, uint64_t offset, const void* data, uint64_t size) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
+        KVRT_TRY(check_context(buffer->owner, "the buffer's context"));
+        KVRT_TRY(check_range(buffer, offset, size, data));
+        return buffer->buffer->upload(offset, data, size);
+    });
+}
+
+KVRT_API kvrt_result kvrt_buffer_download(kvrt_buffer buffer, uint64_t offset, void* data, uint64_t size) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
+        KVRT_TRY(check_context(buffer->owner, "the buffer's context"));
+        KVRT_TRY(check_range(buffer, offset, size, data));
+        return buffer->buffer->download(offset, data, size);
+    });
+}
+
+KVRT_API kvrt_result kvrt_buffer_get_vulkan(kvrt_buffer buffer, uint64_t offset, VkBuffer* out_buffer,
+                                            VkDeviceSize* out_offset, VkDeviceSize* out_contiguous_bytes) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
+        if (!out_buffer || !out_offset || !out_contiguous_bytes)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "an out-parameter is NULL");
+        const vk::Buffer& b = *buffer->buffer;
+        if (offset >= b.size())
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "offset %llu is outside the buffer of %llu bytes",
+                        static_cast<unsigned long long>(offset), static_cast<unsigned long long>(b.size()));
+        size_t piece;
+        uint64_t in;
+        b.locate(offset, &piece, &in);
+        const uint64_t piece_end = std::min<uint64_t>(b.size() - (offset - in), b.piece(piece).size);
+        *out_buffer = b.piece(piece).buffer;
+        *out_offset = in;
+        *out_contiguous_bytes = piece_end - in;
+        return KVRT_SUCCESS;
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,38 @@
+// Results and version: the entry points that need no object.
+#include "kvrt/kvrt.h"
+
+#include "core/result.hpp"
+
+#define KVRT_STR2(x) #x
+#define KVRT_STR(x) KVRT_STR2(x)
+
+extern "C" {
+
+KVRT_API const char* kvrt_result_string(kvrt_result result) {
+    switch (result) {
+        case KVRT_SUCCESS: return "KVRT_SUCCESS: success";
+        case KVRT_ERROR_INVALID_ARGUMENT: return "KVRT_ERROR_INVALID_ARGUMENT: an argument is invalid";
+        case KVRT_ERROR_INVALID_HANDLE: return "KVRT_ERROR_INVALID_HANDLE: a handle is NULL, destroyed or of another kind";
+        case KVRT_ERROR_OUT_OF_HOST_MEMORY: return "KVRT_ERROR_OUT_OF_HOST_MEMORY: out of host memory";
+        case KVRT_ERROR_OUT_OF_DEVICE_MEMORY: return "KVRT_ERROR_OUT_OF_DEVICE_MEMORY: out of device memory";
+        case KVRT_ERROR_DEVICE_LOST: return "KVRT_ERROR_DEVICE_LOST: the device was lost";
+        case KVRT_ERROR_TIMEOUT: return "KVRT_ERROR_TIMEOUT: a wait timed out";
+        case KVRT_ERROR_CACHE_FULL: return "KVRT_ERROR_CACHE_FULL: the cache has no room";
+        case KVRT_ERROR_UNSUPPORTED: return "KVRT_ERROR_UNSUPPORTED: not supported by the device or build";
+        case KVRT_ERROR_CORRUPT_STATE: return "KVRT_ERROR_CORRUPT_STATE: saved state is malformed";
+        case KVRT_ERROR_IO: return "KVRT_ERROR_IO: a file could not be read or written";
+        case KVRT_ERROR_INVALID_STATE: return "KVRT_ERROR_INVALID_STATE: the object's state does not allow the call";
+        case KVRT_ERROR_INTERNAL: return "KVRT_ERROR_INTERNAL: internal error";
+        default: return "KVRT_ERROR_UNKNOWN: unknown result code";
+    }
+}
+
+KVRT_API const char* kvrt_last_error_message(void) { return kvrt::last_error_message(); }
+
+KVRT_API uint32_t kvrt_version(void) { return static_cast<uint32_t>(KVRT_VERSION); }
+
+KVRT_API const char* kvrt_version_string(void) {
+    return KVRT_STR(KVRT_VERSION_MAJOR) "." KVRT_STR(KVRT_VERSION_MINOR) "." KVRT_STR(KVRT_VERSION_PATCH);
+}
+
+}  // extern "C"

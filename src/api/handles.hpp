@@ -1,0 +1,100 @@
+// Public handles and their validation. Every handle the library gives out is
+// registered with its kind; an entry point accepts a handle only if it is
+// registered with the expected kind, so NULL, destroyed, foreign and mixed-up
+// handles are reported instead of dereferenced.
+#pragma once
+
+#include <memory>
+#include <new>
+#include <exception>
+#include <vector>
+
+#include "core/result.hpp"
+#include "vk/buffer.hpp"
+#include "vk/context.hpp"
+#include "vk/stream.hpp"
+
+namespace kvrt::api {
+
+enum class Kind : uint8_t { Context = 1, Buffer, Stream, Cache, Memory };
+
+void register_handle(const void* handle, Kind kind);
+void unregister_handle(const void* handle);
+bool is_live(const void* handle, Kind kind);
+
+const char* kind_name(Kind kind);
+
+// Registers `child` as an object owned by `owner`; destroying the owner destroys
+// its children first. The destroy callback must unregister the child.
+struct ChildList {
+    struct Entry {
+        void* handle;
+        void (*destroy)(void*);
+    };
+    std::vector<Entry> entries;
+    void add(void* handle, void (*destroy)(void*)) { entries.push_back({handle, destroy}); }
+    void remove(void* handle);
+    void destroy_all();
+};
+
+}  // namespace kvrt::api
+
+struct kvrt_context_T {
+    std::unique_ptr<kvrt::vk::Context> ctx;
+    kvrt::api::ChildList children;
+};
+
+struct kvrt_buffer_T {
+    kvrt_context_T* owner = nullptr;
+    std::unique_ptr<kvrt::vk::Buffer> buffer;
+};
+
+struct kvrt_stream_T {
+    kvrt_context_T* owner = nullptr;
+    std::unique_ptr<kvrt::vk::Stream> stream;
+};
+
+namespace kvrt::api {
+
+// Checks a handle; on failure records which argument was bad.
+template <class T>
+Result check_handle(T* handle, Kind kind, const char* arg) {
+    if (!handle) return fail(KVRT_ERROR_INVALID_HANDLE, "%s is NULL", arg);
+    if (!is_live(handle, kind))
+        return fail(KVRT_ERROR_INVALID_HANDLE, "%s is not a live %s handle (destroyed, or of another kind)", arg,
+                    kind_name(kind));
+    return KVRT_SUCCESS;
+}
+
+// Context handles also fail once the device is lost.
+Result check_context(kvrt_context_T* ctx, const char* arg);
+
+// Checks a descriptor's type field.
+Result check_struct(const void* desc, kvrt_struct_type actual, kvrt_struct_type expected, const char* name);
+
+// Runs an entry point's body: clears the thread's detail message and turns any
+// exception into a result, so none crosses the C boundary.
+template <class F>
+kvrt_result guarded(F&& body) noexcept {
+    clear_error_message();
+    try {
+        return body();
+    } catch (const std::bad_alloc&) {
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory");
+    } catch (const std::exception& e) {
+        return fail(KVRT_ERROR_INTERNAL, "internal error: %s", e.what());
+    } catch (...) {
+        return fail(KVRT_ERROR_INTERNAL, "internal error: unknown exception");
+    }
+}
+
+// For entry points that return nothing (destroy functions).
+template <class F>
+void guarded_void(F&& body) noexcept {
+    (void)guarded([&]() {
+        body();
+        return KVRT_SUCCESS;
+    });
+}
+
+}  // namespace kvrt::api

@@ -1,0 +1,33 @@
+// Logging through the application's callback only; the library never prints.
+#pragma once
+
+#include <cstdarg>
+
+#include "kvrt/kvrt.h"
+
+namespace kvrt {
+
+class Logger {
+public:
+    Logger() = default;
+    Logger(kvrt_log_fn fn, void* user, kvrt_log_level min_level);
+
+    // Formats and delivers a message when `level` reaches the threshold and a
+    // callback is set. Thread-safety: Safe (the callback decides the rest).
+    void log(kvrt_log_level level, const char* fmt, ...) const
+#if defined(__GNUC__)
+        __attribute__((format(printf, 3, 4)))
+#endif
+        ;
+
+    void vlog(kvrt_log_level level, const char* fmt, va_list args) const;
+
+    bool enabled(kvrt_log_level level) const { return fn_ && level >= min_level_; }
+
+private:
+    kvrt_log_fn fn_ = nullptr;
+    void* user_ = nullptr;
+    kvrt_log_level min_level_ = KVRT_LOG_LEVEL_WARN;
+};
+
+}  // namespace kvrt

@@ -1,0 +1,252 @@
+#include "vk/buffer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/checked.hpp"
+#include "vk/stream.hpp"
+
+namespace kvrt::vk {
+
+namespace {
+// Staging transfers move at most this much per one-off submission.
+constexpr uint64_t kStagingChunk = 16ull << 20;
+}  // namespace
+
+Result Buffer::create(Context& ctx, uint64_t size, uint64_t piece_bytes, const char* label,
+                      std::unique_ptr<Buffer>* out) {
+    if (size == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "buffer size is 0");
+    if (piece_bytes == 0) piece_bytes = ctx.max_binding_bytes();
+    if (piece_bytes % 256 != 0 || piece_bytes > ctx.max_binding_bytes())
+        return fail(KVRT_ERROR_INTERNAL, "bad piece size %llu", static_cast<unsigned long long>(piece_bytes));
+    uint64_t padded = 0;
+    if (!checked_align_up(size, 16, &padded))
+        return fail(KVRT_ERROR_OUT_OF_DEVICE_MEMORY, "buffer size %llu overflows",
+                    static_cast<unsigned long long>(size));
+    // A request larger than the device's memory is an error here, before the
+    // driver is asked: some drivers (lavapipe among them) would otherwise hand
+    // out overcommitted host memory and fail later, when it is touched.
+    const uint64_t heap = ctx.info().device_local_bytes;
+    if (heap && padded > heap)
+        return fail(KVRT_ERROR_OUT_OF_DEVICE_MEMORY,
+                    "buffer of %llu bytes exceeds the device's %llu bytes of memory",
+                    static_cast<unsigned long long>(size), static_cast<unsigned long long>(heap));
+
+    std::unique_ptr<Buffer> buf(new Buffer(ctx));
+    buf->size_ = size;
+    buf->piece_bytes_ = piece_bytes;
+    const uint64_t n_pieces = (padded + piece_bytes - 1) / piece_bytes;
+    buf->pieces_.reserve(static_cast<size_t>(n_pieces));
+    for (uint64_t i = 0; i < n_pieces; ++i) {
+        const uint64_t bytes = std::min(piece_bytes, padded - i * piece_bytes);
+        KVRT_TRY(buf->alloc_piece(bytes, label, static_cast<size_t>(i)));
+    }
+    KVRT_TRY(buf->zero());
+    *out = std::move(buf);
+    return KVRT_SUCCESS;
+}
+
+Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index) {
+    const DeviceFns& fn = ctx_.fn();
+    VkDevice dev = ctx_.device();
+    Piece p;
+    p.size = size;
+    VkBufferCreateInfo bci{};
+    bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+    bci.size = size;
+    bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    KVRT_TRY(ctx_.check(fn.vkCreateBuffer(dev, &bci, nullptr, &p.buffer), "vkCreateBuffer"));
+    VkMemoryRequirements req{};
+    fn.vkGetBufferMemoryRequirements(dev, p.buffer, &req);
+    uint32_t type = 0;
+    bool mappable = false, coherent = true;
+    Result r = ctx_.device_memory_type(req.memoryTypeBits, &type, &mappable, &coherent);
+    if (r == KVRT_SUCCESS) {
+        VkMemoryAllocateInfo mai{};
+        mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+        mai.allocationSize = req.size;
+        mai.memoryTypeIndex = type;
+        r = ctx_.check(fn.vkAllocateMemory(dev, &mai, nullptr, &p.memory), "vkAllocateMemory");
+    }
+    if (r == KVRT_SUCCESS) r = ctx_.check(fn.vkBindBufferMemory(dev, p.buffer, p.memory, 0), "vkBindBufferMemory");
+    if (r == KVRT_SUCCESS && mappable)
+        r = ctx_.check(fn.vkMapMemory(dev, p.memory, 0, VK_WHOLE_SIZE, 0, &p.mapped), "vkMapMemory");
+    if (r != KVRT_SUCCESS) {
+        if (p.memory) fn.vkFreeMemory(dev, p.memory, nullptr);
+        fn.vkDestroyBuffer(dev, p.buffer, nullptr);
+        return r;
+    }
+    coherent_ = coherent_ && coherent;
+    if (label && *label) {
+        const std::string name = pieces_.empty() && size == size_ ? std::string(label)
+                                 : std::string(label) + "[" + std::to_string(index) + "]";
+        ctx_.set_name(VK_OBJECT_TYPE_BUFFER, object_bits(p.buffer), name.c_str());
+    }
+    ctx_.track_device_bytes(static_cast<int64_t>(req.size));
+    pieces_.push_back(p);
+    return KVRT_SUCCESS;
+}
+
+Result Buffer::zero() {
+    if (!pieces_.empty() && pieces_[0].mapped) {
+        for (const Piece& p : pieces_) std::memset(p.mapped, 0, static_cast<size_t>(p.size));
+        if (!coherent_) {
+            std::vector<VkMappedMemoryRange> ranges;
+            for (const Piece& p : pieces_) {
+                VkMappedMemoryRange mr{};
+                mr.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
+                mr.memory = p.memory;
+                mr.size = VK_WHOLE_SIZE;
+                ranges.push_back(mr);
+            }
+            KVRT_TRY(ctx_.check(ctx_.fn().vkFlushMappedMemoryRanges(ctx_.device(), static_cast<uint32_t>(ranges.size()),
+                                                                    ranges.data()), "vkFlushMappedMemoryRanges"));
+        }
+        return KVRT_SUCCESS;
+    }
+    return ctx_.run_now([this](VkCommandBuffer cb) {
+        for (const Piece& p : pieces_) ctx_.fn().vkCmdFillBuffer(cb, p.buffer, 0, VK_WHOLE_SIZE, 0);
+    });
+}
+
+void Buffer::release(Context& ctx, const std::vector<Piece>& pieces) {
+    int64_t bytes = 0;
+    for (const Piece& p : pieces) {
+        VkMemoryRequirements req{};
+        ctx.fn().vkGetBufferMemoryRequirements(ctx.device(), p.buffer, &req);
+        bytes += static_cast<int64_t>(req.size);
+        ctx.fn().vkDestroyBuffer(ctx.device(), p.buffer, nullptr);
+        ctx.fn().vkFreeMemory(ctx.device(), p.memory, nullptr);  // unmaps implicitly
+    }
+    ctx.track_device_bytes(-bytes);
+}
+
+namespace {
+// Runs a release when the last holder lets go of it.
+struct ReleaseToken {
+    std::function<void()> release;
+    ~ReleaseToken() { release(); }
+};
+}  // namespace
+
+Buffer::~Buffer() {
+    Context& ctx = ctx_;
+    std::vector<Piece> pieces = std::move(pieces_);
+    // Holders: submitted work (until last_use_ completes) and any stream still
+    // recording commands that name this buffer (until it drops the recording).
+    auto token = std::make_shared<ReleaseToken>();
+    token->release = [&ctx, pieces]() { release(ctx, pieces); };
+    for (Stream* s : ctx.streams())
+        if (s->forget_buffer(this)) s->hold(token);
+    ctx.release_after(last_use_, [token]() mutable { token.reset(); });
+}
+
+Result Buffer::upload(uint64_t offset, const void* data, uint64_t size) {
+    if (size == 0) return KVRT_SUCCESS;
+    KVRT_TRY(ctx_.wait(last_use_));
+    if (!pieces_[0].mapped) return staged_copy(offset, size, true, const_cast<void*>(data));
+    const auto* src = static_cast<const uint8_t*>(data);
+    std::vector<VkMappedMemoryRange> ranges;
+    while (size > 0) {
+        size_t pi;
+        uint64_t in;
+        locate(offset, &pi, &in);
+        const uint64_t n = std::min(size, pieces_[pi].size - in);
+        std::memcpy(static_cast<uint8_t*>(pieces_[pi].mapped) + in, src, static_cast<size_t>(n));
+        if (!coherent_) {
+            const uint64_t atom = ctx_.non_coherent_atom();
+            VkMappedMemoryRange mr{};
+            mr.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
+            mr.memory = pieces_[pi].memory;
+            mr.offset = align_down(in, atom);
+            mr.size = std::min(align_up(in + n, atom), pieces_[pi].size) - mr.offset;
+            ranges.push_back(mr);
+        }
+        src += n;
+        offset += n;
+        size -= n;
+    }
+    if (!ranges.empty())
+        KVRT_TRY(ctx_.check(ctx_.fn().vkFlushMappedMemoryRanges(ctx_.device(), static_cast<uint32_t>(ranges.size()),
+                                                                ranges.data()), "vkFlushMappedMemoryRanges"));
+    return KVRT_SUCCESS;
+}
+
+Result Buffer::download(uint64_t offset, void* data, uint64_t size) {
+    if (size == 0) return KVRT_SUCCESS;
+    KVRT_TRY(ctx_.wait(last_use_));
+    if (!pieces_[0].mapped) return staged_copy(offset, size, false, data);
+    auto* dst = static_cast<uint8_t*>(data);
+    while (size > 0) {
+        size_t pi;
+        uint64_t in;
+        locate(offset, &pi, &in);
+        const uint64_t n = std::min(size, pieces_[pi].size - in);
+        if (!coherent_) {
+            const uint64_t atom = ctx_.non_coherent_atom();
+            VkMappedMemoryRange mr{};
+            mr.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
+            mr.memory = pieces_[pi].memory;
+            mr.offset = align_down(in, atom);
+            mr.size = std::min(align_up(in + n, atom), pieces_[pi].size) - mr.offset;
+            KVRT_TRY(ctx_.check(ctx_.fn().vkInvalidateMappedMemoryRanges(ctx_.device(), 1, &mr),
+                                "vkInvalidateMappedMemoryRanges"));
+        }
+        std::memcpy(dst, static_cast<const uint8_t*>(pieces_[pi].mapped) + in, static_cast<size_t>(n));
+        dst += n;
+        offset += n;
+        size -= n;
+    }
+    return KVRT_SUCCESS;
+}
+
+Result Buffer::staged_copy(uint64_t offset, uint64_t size, bool to_device, void* host) {
+    auto* h = static_cast<uint8_t*>(host);
+    while (size > 0) {
+        const uint64_t chunk = std::min(size, kStagingChunk);
+        VkBuffer staging = VK_NULL_HANDLE;
+        void* mapped = nullptr;
+        bool coherent = true;
+        KVRT_TRY(ctx_.staging(kStagingChunk, &staging, &mapped, &coherent));
+        if (to_device) {
+            std::memcpy(mapped, h, static_cast<size_t>(chunk));
+            if (!coherent) KVRT_TRY(ctx_.sync_staging(true));
+        }
+        // vkCmdCopyBuffer regions: the chunk may straddle pieces.
+        std::vector<std::pair<size_t, VkBufferCopy>> regions;
+        uint64_t done = 0;
+        while (done < chunk) {
+            size_t pi;
+            uint64_t in;
+            locate(offset + done, &pi, &in);
+            const uint64_t n = std::min(chunk - done, pieces_[pi].size - in);
+            VkBufferCopy c{};
+            c.srcOffset = to_device ? done : in;
+            c.dstOffset = to_device ? in : done;
+            c.size = n;
+            regions.emplace_back(pi, c);
+            done += n;
+        }
+        KVRT_TRY(ctx_.run_now([&](VkCommandBuffer cb) {
+            for (const auto& [pi, c] : regions) {
+                if (to_device) ctx_.fn().vkCmdCopyBuffer(cb, staging, pieces_[pi].buffer, 1, &c);
+                else ctx_.fn().vkCmdCopyBuffer(cb, pieces_[pi].buffer, staging, 1, &c);
+            }
+        }));
+        if (!to_device) {
+            if (!coherent) KVRT_TRY(ctx_.sync_staging(false));
+            std::memcpy(h, mapped, static_cast<size_t>(chunk));
+        }
+        h += chunk;
+        offset += chunk;
+        size -= chunk;
+    }
+    return KVRT_SUCCESS;
+}
+
+}  // namespace kvrt::vk

@@ -1,0 +1,71 @@
+// Device buffers of any size, split into pieces that each fit one storage
+// binding (maxStorageBufferRange, often 128 MiB on mobile GPUs and lavapipe).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/result.hpp"
+#include "vk/context.hpp"
+
+namespace kvrt::vk {
+
+class Buffer {
+public:
+    struct Piece {
+        VkBuffer buffer = VK_NULL_HANDLE;
+        VkDeviceMemory memory = VK_NULL_HANDLE;
+        void* mapped = nullptr;  // persistent mapping, or null (staging path)
+        uint64_t size = 0;       // bytes of the VkBuffer (a multiple of 16)
+    };
+
+    // Creates a zeroed buffer of `size` bytes. `piece_bytes` (0 = the
+    // context's largest binding) sets the size of every piece but the last; it
+    // must be a multiple of 256 and at most the largest binding. Nothing stays
+    // allocated on failure.
+    static Result create(Context& ctx, uint64_t size, uint64_t piece_bytes, const char* label,
+                         std::unique_ptr<Buffer>* out);
+
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    // Releases the memory once the GPU is done with it, and tells streams
+    // still recording with this buffer that they can no longer submit.
+    ~Buffer();
+
+    Context& context() const { return ctx_; }
+    uint64_t size() const { return size_; }
+    uint64_t piece_bytes() const { return piece_bytes_; }
+    size_t piece_count() const { return pieces_.size(); }
+    const Piece& piece(size_t i) const { return pieces_[i]; }
+
+    // The piece holding byte `offset` (< size) and the offset inside it.
+    void locate(uint64_t offset, size_t* piece, uint64_t* in_piece) const {
+        *piece = static_cast<size_t>(offset / piece_bytes_);
+        *in_piece = offset % piece_bytes_;
+    }
+
+    // Host <-> device copies, ordered after submitted work that uses the
+    // buffer. Ranges are checked by the caller.
+    Result upload(uint64_t offset, const void* data, uint64_t size);
+    Result download(uint64_t offset, void* data, uint64_t size);
+
+    // The last submission that uses this buffer.
+    Serial last_use() const { return last_use_; }
+    void mark_used(Serial s) { if (s > last_use_) last_use_ = s; }
+
+private:
+    explicit Buffer(Context& ctx) : ctx_(ctx) {}
+    Result alloc_piece(uint64_t size, const char* label, size_t index);
+    Result zero();
+    Result staged_copy(uint64_t offset, uint64_t size, bool to_device, void* host);
+    static void release(Context& ctx, const std::vector<Piece>& pieces);
+
+    Context& ctx_;
+    uint64_t size_ = 0;
+    uint64_t piece_bytes_ = 0;
+    std::vector<Piece> pieces_;
+    bool coherent_ = true;
+    Serial last_use_ = 0;
+};
+
+}  // namespace kvrt::vk

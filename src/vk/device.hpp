@@ -1,0 +1,61 @@
+// Physical devices: what they are, what they support, and which one to pick.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/result.hpp"
+#include "vk/dispatch.hpp"
+#include "vk/loader.hpp"
+
+namespace kvrt::vk {
+
+// Optional device features kvrt uses, as supported by the physical device or
+// as enabled on a logical device.
+struct FeatureSet {
+    bool shader_float16 = false;
+    bool shader_int8 = false;
+    bool shader_int16 = false;
+    bool shader_int64 = false;
+    bool storage_16bit = false;   // storageBuffer16BitAccess
+    bool storage_8bit = false;    // storageBuffer8BitAccess
+};
+
+// Everything kvrt reads about a physical device once.
+struct PhysicalDeviceInfo {
+    VkPhysicalDevice handle = VK_NULL_HANDLE;
+    uint32_t index = 0;
+    VkPhysicalDeviceProperties props{};
+    std::string driver_name;
+    std::string driver_info;
+    uint32_t api_version = 0;           // min(device, instance)
+    FeatureSet supported;
+    VkSubgroupFeatureFlags subgroup_ops = 0;  // compute stage only
+    uint32_t subgroup_size = 0;
+    uint64_t max_memory_allocation_size = 0;
+    uint64_t device_local_bytes = 0;
+    bool unified_memory = false;        // a device-local, host-visible type exists
+    uint32_t compute_family = UINT32_MAX;
+    uint32_t timestamp_valid_bits = 0;
+    std::vector<std::string> extensions;
+
+    bool has_extension(const char* name) const;
+};
+
+// Queries one physical device. `instance_api` caps the usable API version.
+Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32_t index,
+                             uint32_t instance_api, PhysicalDeviceInfo* out);
+
+// Fills a public kvrt_device_info from `info`, reporting `enabled` as features
+// (for a context: what is enabled on its VkDevice; for enumeration: what is
+// supported). Keeps the caller's type/next.
+void fill_device_info(const PhysicalDeviceInfo& info, const FeatureSet& enabled,
+                      kvrt_device_info* out);
+
+// Picks a device: `selector` NULL/"" takes the best type (discrete > integrated
+// > virtual > CPU > other, first of each); a decimal number is an index; other
+// text matches a case-insensitive substring of the name.
+Result select_device(const std::vector<PhysicalDeviceInfo>& devices, const char* selector,
+                     size_t* out_index);
+
+}  // namespace kvrt::vk

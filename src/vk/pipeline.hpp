@@ -1,0 +1,60 @@
+// Compute pipelines, created on first use from the embedded SPIR-V and kept
+// for the life of the context.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/result.hpp"
+#include "vk/dispatch.hpp"
+
+namespace kvrt::vk {
+
+class Context;
+
+// What an op asks for: a shader, its storage-buffer bindings (0..n-1), the
+// size of its push constants, and its specialization constants. Constant id 0
+// is always the workgroup size (local_size_x_id = 0).
+struct PipelineKey {
+    std::string shader;
+    uint32_t n_bindings = 0;
+    uint32_t push_bytes = 0;
+    std::vector<uint32_t> spec;  // values of constant ids 0, 1, 2, ...
+
+    bool operator<(const PipelineKey& o) const;
+};
+
+struct Pipeline {
+    VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    VkPipeline pipeline = VK_NULL_HANDLE;
+    uint32_t n_bindings = 0;
+    uint32_t push_bytes = 0;
+    uint32_t local_size_x = 0;
+    const char* label = "";  // static name of the shader, for timings
+};
+
+class PipelineCache {
+public:
+    explicit PipelineCache(Context& ctx) : ctx_(ctx) {}
+    PipelineCache(const PipelineCache&) = delete;
+    PipelineCache& operator=(const PipelineCache&) = delete;
+    ~PipelineCache();
+
+    Result init();
+
+    // The pipeline for `key`, created on first use. The pointer stays valid
+    // for the life of the context.
+    Result get(const PipelineKey& key, const Pipeline** out);
+
+    size_t size() const { return pipelines_.size(); }
+
+private:
+    Context& ctx_;
+    VkPipelineCache cache_ = VK_NULL_HANDLE;
+    std::map<PipelineKey, Pipeline> pipelines_;
+};
+
+}  // namespace kvrt::vk

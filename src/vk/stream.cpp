@@ -1,0 +1,298 @@
+#include "vk/stream.hpp"
+
+#include <algorithm>
+
+#include "vk/barrier.hpp"
+#include "vk/buffer.hpp"
+
+namespace kvrt::vk {
+
+namespace {
+constexpr uint32_t kSetsPerPool = 256;
+constexpr uint32_t kDescriptorsPerPool = kSetsPerPool * 8;
+}  // namespace
+
+Result Stream::create(Context& ctx, bool timestamps, uint32_t max_timings, const char* label,
+                      std::unique_ptr<Stream>* out) {
+    std::unique_ptr<Stream> s(new Stream(ctx));
+    if (label) s->label_ = label;
+    const DeviceFns& fn = ctx.fn();
+    VkCommandPoolCreateInfo pci{};
+    pci.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+    pci.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+    pci.queueFamilyIndex = ctx.queue_family();
+    KVRT_TRY(ctx.check(fn.vkCreateCommandPool(ctx.device(), &pci, nullptr, &s->pool_), "vkCreateCommandPool"));
+    VkCommandBufferAllocateInfo ai{};
+    ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    ai.commandPool = s->pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    KVRT_TRY(ctx.check(fn.vkAllocateCommandBuffers(ctx.device(), &ai, &s->cb_), "vkAllocateCommandBuffers"));
+    if (timestamps) {
+        if (ctx.info().timestamp_valid_bits == 0)
+            return fail(KVRT_ERROR_UNSUPPORTED, "the device's compute queue has no timestamps");
+        s->max_timings_ = max_timings ? max_timings : 256;
+        VkQueryPoolCreateInfo qci{};
+        qci.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+        qci.queryType = VK_QUERY_TYPE_TIMESTAMP;
+        qci.queryCount = 2 * s->max_timings_;
+        KVRT_TRY(ctx.check(fn.vkCreateQueryPool(ctx.device(), &qci, nullptr, &s->queries_), "vkCreateQueryPool"));
+    }
+    ctx.set_name(VK_OBJECT_TYPE_COMMAND_BUFFER, object_bits(s->cb_), label);
+    ctx.add_stream(s.get());
+    *out = std::move(s);
+    return KVRT_SUCCESS;
+}
+
+Stream::~Stream() {
+    ctx_.remove_stream(this);
+    Context& ctx = ctx_;
+    VkCommandPool pool = pool_;
+    VkQueryPool queries = queries_;
+    std::vector<VkDescriptorPool> desc_pools = std::move(desc_pools_);
+    const Serial serial = state_ == State::Pending ? serial_ : 0;
+    std::vector<std::shared_ptr<void>> holds = std::move(holds_);
+    ctx.release_after(serial, [&ctx, pool, queries, desc_pools, holds]() mutable {
+        const DeviceFns& fn = ctx.fn();
+        for (VkDescriptorPool p : desc_pools) fn.vkDestroyDescriptorPool(ctx.device(), p, nullptr);
+        if (queries) fn.vkDestroyQueryPool(ctx.device(), queries, nullptr);
+        if (pool) fn.vkDestroyCommandPool(ctx.device(), pool, nullptr);  // frees cb_
+        holds.clear();  // buffers destroyed mid-recording go after the command buffer
+    });
+}
+
+Result Stream::begin() {
+    if (state_ == State::Recording) return fail(KVRT_ERROR_INVALID_STATE, "the stream is already recording");
+    if (ctx_.lost()) return fail(KVRT_ERROR_DEVICE_LOST, "the device was lost");
+    if (state_ == State::Pending) {
+        if (!ctx_.is_done(serial_))
+            return fail(KVRT_ERROR_INVALID_STATE,
+                        "the stream's last submission is still running; call kvrt_stream_wait first");
+        state_ = State::Idle;
+    }
+    const DeviceFns& fn = ctx_.fn();
+    KVRT_TRY(ctx_.check(fn.vkResetCommandPool(ctx_.device(), pool_, 0), "vkResetCommandPool"));
+    for (VkDescriptorPool p : desc_pools_)
+        KVRT_TRY(ctx_.check(fn.vkResetDescriptorPool(ctx_.device(), p, 0), "vkResetDescriptorPool"));
+    desc_pool_cur_ = 0;
+    VkCommandBufferBeginInfo bi{};
+    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    KVRT_TRY(ctx_.check(fn.vkBeginCommandBuffer(cb_, &bi), "vkBeginCommandBuffer"));
+    begin_barrier(fn, cb_);
+    if (queries_) fn.vkCmdResetQueryPool(cb_, queries_, 0, 2 * max_timings_);
+    ops_.clear();
+    ops_timed_ = 0;
+    op_depth_ = 0;
+    since_barrier_.clear();
+    used_.clear();
+    wrote_ = false;
+    broken_ = false;
+    broken_why_.clear();
+    state_ = State::Recording;
+    return KVRT_SUCCESS;
+}
+
+Result Stream::require_recording() const {
+    if (state_ != State::Recording)
+        return fail(KVRT_ERROR_INVALID_STATE, "the stream is not recording; call kvrt_stream_begin first");
+    return KVRT_SUCCESS;
+}
+
+void Stream::mark_broken(const char* why) {
+    if (!broken_) {
+        broken_ = true;
+        broken_why_ = why;
+    }
+}
+
+bool Stream::forget_buffer(const Buffer* buffer) {
+    if (state_ != State::Recording) return false;
+    if (std::find(used_.begin(), used_.end(), buffer) == used_.end()) return false;
+    mark_broken("a buffer used by the recorded commands was destroyed before submission");
+    return true;
+}
+
+void Stream::drop_recording() {
+    // Resetting the pool returns the command buffer to the initial state
+    // without ending it (ending it would reference destroyed buffers).
+    ctx_.check(ctx_.fn().vkResetCommandPool(ctx_.device(), pool_, 0), "vkResetCommandPool");
+    holds_.clear();
+    state_ = State::Idle;
+}
+
+Result Stream::submit() {
+    KVRT_TRY(require_recording());
+    if (broken_) {
+        drop_recording();
+        return fail(KVRT_ERROR_INVALID_STATE, "the recording was dropped: %s", broken_why_.c_str());
+    }
+    const DeviceFns& fn = ctx_.fn();
+    if (wrote_) host_read_barrier(fn, cb_);
+    Result r = ctx_.check(fn.vkEndCommandBuffer(cb_), "vkEndCommandBuffer");
+    if (r != KVRT_SUCCESS) {
+        drop_recording();
+        return r;
+    }
+    Serial serial = 0;
+    r = ctx_.submit(cb_, &serial);
+    if (r != KVRT_SUCCESS) {
+        state_ = State::Idle;
+        return r;
+    }
+    for (const Buffer* b : used_) const_cast<Buffer*>(b)->mark_used(serial);
+    serial_ = serial;
+    state_ = State::Pending;
+    last_timings_.clear();
+    return KVRT_SUCCESS;
+}
+
+Result Stream::wait(uint64_t timeout_ns) {
+    if (state_ != State::Pending) return KVRT_SUCCESS;
+    KVRT_TRY(ctx_.wait(serial_, timeout_ns));
+    state_ = State::Idle;
+    if (queries_ && ops_timed_ > 0) {
+        std::vector<uint64_t> stamps(2 * ops_timed_);
+        KVRT_TRY(ctx_.check(ctx_.fn().vkGetQueryPoolResults(
+                                ctx_.device(), queries_, 0, 2 * ops_timed_, stamps.size() * sizeof(uint64_t),
+                                stamps.data(), sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+                            "vkGetQueryPoolResults"));
+        const uint32_t bits = ctx_.info().timestamp_valid_bits;
+        const uint64_t mask = bits >= 64 ? ~0ull : ((1ull << bits) - 1);
+        const double period = ctx_.info().props.limits.timestampPeriod;
+        for (const Op& op : ops_) {
+            if (op.query == UINT32_MAX) continue;
+            const uint64_t t0 = stamps[op.query] & mask, t1 = stamps[op.query + 1] & mask;
+            const uint64_t ticks = (t1 - t0) & mask;
+            last_timings_.push_back({op.label, static_cast<uint64_t>(static_cast<double>(ticks) * period)});
+        }
+    }
+    return KVRT_SUCCESS;
+}
+
+Result Stream::timings(kvrt_timing* out, uint32_t* count) {
+    if (!queries_) return fail(KVRT_ERROR_INVALID_STATE, "the stream was created without KVRT_STREAM_TIMESTAMPS");
+    if (state_ != State::Idle)
+        return fail(KVRT_ERROR_INVALID_STATE, "timings are available after kvrt_stream_wait succeeded");
+    const uint32_t n = static_cast<uint32_t>(last_timings_.size());
+    if (!out) {
+        *count = n;
+        return KVRT_SUCCESS;
+    }
+    const uint32_t k = std::min(*count, n);
+    std::copy(last_timings_.begin(), last_timings_.begin() + k, out);
+    *count = k;
+    return KVRT_SUCCESS;
+}
+
+void Stream::begin_op(const char* label) {
+    if (op_depth_++ > 0) return;
+    Op op{label, UINT32_MAX};
+    if (queries_ && ops_timed_ < max_timings_) {
+        op.query = 2 * ops_timed_++;
+        ctx_.fn().vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, op.query);
+    }
+    ops_.push_back(op);
+}
+
+void Stream::end_op() {
+    if (--op_depth_ > 0) return;
+    const Op& op = ops_.back();
+    if (op.query != UINT32_MAX)
+        ctx_.fn().vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, op.query + 1);
+}
+
+void Stream::track(const BufferUse* uses, uint32_t n_uses) {
+    bool hazard = false;
+    for (uint32_t i = 0; i < n_uses && !hazard; ++i) {
+        const VkBuffer vb = uses[i].buffer->piece(uses[i].piece).buffer;
+        for (const Access& a : since_barrier_) {
+            if (a.buffer != vb || !(a.write || uses[i].write)) continue;
+            const bool overlap = uses[i].offset < a.offset + a.size && a.offset < uses[i].offset + uses[i].size;
+            if (overlap) {
+                hazard = true;
+                break;
+            }
+        }
+    }
+    if (hazard) {
+        work_barrier(ctx_.fn(), cb_);
+        since_barrier_.clear();
+    }
+    for (uint32_t i = 0; i < n_uses; ++i) {
+        const BufferUse& u = uses[i];
+        since_barrier_.push_back({u.buffer->piece(u.piece).buffer, u.offset, u.size, u.write});
+        wrote_ = wrote_ || u.write;
+        if (std::find(used_.begin(), used_.end(), u.buffer) == used_.end()) used_.push_back(u.buffer);
+    }
+}
+
+Result Stream::alloc_set(const Pipeline& pipeline, VkDescriptorSet* out) {
+    const DeviceFns& fn = ctx_.fn();
+    while (true) {
+        if (desc_pool_cur_ == desc_pools_.size()) {
+            VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kDescriptorsPerPool};
+            VkDescriptorPoolCreateInfo ci{};
+            ci.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO;
+            ci.maxSets = kSetsPerPool;
+            ci.poolSizeCount = 1;
+            ci.pPoolSizes = &size;
+            VkDescriptorPool pool = VK_NULL_HANDLE;
+            KVRT_TRY(ctx_.check(fn.vkCreateDescriptorPool(ctx_.device(), &ci, nullptr, &pool), "vkCreateDescriptorPool"));
+            desc_pools_.push_back(pool);
+        }
+        VkDescriptorSetAllocateInfo ai{};
+        ai.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
+        ai.descriptorPool = desc_pools_[desc_pool_cur_];
+        ai.descriptorSetCount = 1;
+        ai.pSetLayouts = &pipeline.set_layout;
+        const VkResult r = fn.vkAllocateDescriptorSets(ctx_.device(), &ai, out);
+        if (r == VK_SUCCESS) return KVRT_SUCCESS;
+        if (r != VK_ERROR_OUT_OF_POOL_MEMORY && r != VK_ERROR_FRAGMENTED_POOL)
+            return ctx_.check(r, "vkAllocateDescriptorSets");
+        ++desc_pool_cur_;  // this pool is full: move on to the next (or a new one)
+    }
+}
+
+Result Stream::dispatch(const Pipeline& pipeline, const BufferUse* uses, uint32_t n_uses, const void* push,
+                        uint32_t groups_x, uint32_t groups_y, uint32_t groups_z) {
+    KVRT_TRY(require_recording());
+    if (n_uses != pipeline.n_bindings)
+        return fail(KVRT_ERROR_INTERNAL, "dispatch of '%s' with %u bindings, pipeline has %u", pipeline.label,
+                    n_uses, pipeline.n_bindings);
+    if (groups_x == 0 || groups_y == 0 || groups_z == 0) return KVRT_SUCCESS;
+    const auto& lim = ctx_.info().props.limits.maxComputeWorkGroupCount;
+    if (groups_x > lim[0] || groups_y > lim[1] || groups_z > lim[2])
+        return fail(KVRT_ERROR_INTERNAL, "dispatch of '%s' exceeds the workgroup count limit", pipeline.label);
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    const Result r = alloc_set(pipeline, &set);
+    if (r != KVRT_SUCCESS) {
+        mark_broken("a descriptor set could not be allocated");
+        return r;
+    }
+    VkDescriptorBufferInfo infos[16];
+    VkWriteDescriptorSet writes[16];
+    if (n_uses > 16) return fail(KVRT_ERROR_INTERNAL, "too many bindings");
+    for (uint32_t i = 0; i < n_uses; ++i) {
+        const Buffer::Piece& p = uses[i].buffer->piece(uses[i].piece);
+        infos[i] = VkDescriptorBufferInfo{p.buffer, 0, p.size};
+        writes[i] = VkWriteDescriptorSet{};
+        writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+        writes[i].dstSet = set;
+        writes[i].dstBinding = i;
+        writes[i].descriptorCount = 1;
+        writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        writes[i].pBufferInfo = &infos[i];
+    }
+    const DeviceFns& fn = ctx_.fn();
+    fn.vkUpdateDescriptorSets(ctx_.device(), n_uses, writes, 0, nullptr);
+    track(uses, n_uses);
+    fn.vkCmdBindPipeline(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
+    fn.vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0, nullptr);
+    if (pipeline.push_bytes)
+        fn.vkCmdPushConstants(cb_, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pipeline.push_bytes, push);
+    fn.vkCmdDispatch(cb_, groups_x, groups_y, groups_z);
+    return KVRT_SUCCESS;
+}
+
+}  // namespace kvrt::vk

@@ -1,0 +1,110 @@
+// A stream: one command buffer recorded by ops, submitted to the context's
+// queue and waited for, with barriers derived from what each dispatch reads
+// and writes, and optional GPU timestamps per op.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/result.hpp"
+#include "vk/context.hpp"
+#include "vk/pipeline.hpp"
+
+namespace kvrt::vk {
+
+class Buffer;
+
+// One storage binding of a dispatch: a whole piece of a buffer is bound, and
+// [offset, offset + size) of that piece is what the kernel reads or writes
+// (used to decide which barriers are needed).
+struct BufferUse {
+    const Buffer* buffer = nullptr;
+    size_t piece = 0;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+    bool write = false;
+};
+
+class Stream {
+public:
+    static Result create(Context& ctx, bool timestamps, uint32_t max_timings, const char* label,
+                         std::unique_ptr<Stream>* out);
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+    ~Stream();
+
+    Context& context() const { return ctx_; }
+
+    Result begin();
+    Result submit();
+    Result wait(uint64_t timeout_ns);
+    // Copies the timings of the last completed submission (kvrt_stream_get_timings).
+    Result timings(kvrt_timing* out, uint32_t* count);
+
+    bool recording() const { return state_ == State::Recording; }
+    // Fails with KVRT_ERROR_INVALID_STATE unless recording; ops call it first.
+    Result require_recording() const;
+
+    // Brackets the commands of one op for timing. Ops nest at most one level.
+    void begin_op(const char* label);
+    void end_op();
+
+    // Records a dispatch of `pipeline` with `uses` bound to bindings 0..n-1.
+    // A failure (descriptor allocation) marks the recording as broken: submit
+    // then fails and drops it.
+    Result dispatch(const Pipeline& pipeline, const BufferUse* uses, uint32_t n_uses,
+                    const void* push, uint32_t groups_x, uint32_t groups_y = 1, uint32_t groups_z = 1);
+
+    // Declares accesses made by commands recorded directly on cmd() (copies,
+    // fills), inserting a barrier first when they depend on earlier work.
+    void track(const BufferUse* uses, uint32_t n_uses);
+    VkCommandBuffer cmd() const { return cb_; }
+
+    // Called when a buffer is destroyed: a recording that uses it can no
+    // longer be submitted. Returns true when the recording referenced it; the
+    // caller then hands the buffer's release over with hold(), so its memory
+    // outlives the command buffer that names it.
+    bool forget_buffer(const Buffer* buffer);
+    void hold(std::shared_ptr<void> release) { holds_.push_back(std::move(release)); }
+
+private:
+    enum class State { Idle, Recording, Pending };
+    struct Access {
+        VkBuffer buffer;
+        uint64_t offset, size;
+        bool write;
+    };
+    struct Op {
+        const char* label;
+        uint32_t query;  // first of its two timestamps, or UINT32_MAX
+    };
+
+    explicit Stream(Context& ctx) : ctx_(ctx) {}
+    void drop_recording();
+    Result alloc_set(const Pipeline& pipeline, VkDescriptorSet* out);
+    void mark_broken(const char* why);
+
+    Context& ctx_;
+    State state_ = State::Idle;
+    VkCommandPool pool_ = VK_NULL_HANDLE;
+    VkCommandBuffer cb_ = VK_NULL_HANDLE;
+    std::vector<VkDescriptorPool> desc_pools_;
+    size_t desc_pool_cur_ = 0;
+    VkQueryPool queries_ = VK_NULL_HANDLE;
+    uint32_t max_timings_ = 0;
+    uint32_t ops_timed_ = 0;
+    int op_depth_ = 0;
+    std::vector<Op> ops_;
+    std::vector<kvrt_timing> last_timings_;
+    std::vector<Access> since_barrier_;
+    std::vector<const Buffer*> used_;
+    bool wrote_ = false;
+    bool broken_ = false;
+    std::string broken_why_;
+    std::vector<std::shared_ptr<void>> holds_;  // releases of buffers destroyed mid-recording
+    Serial serial_ = 0;
+    std::string label_;
+};
+
+}  // namespace kvrt::vk

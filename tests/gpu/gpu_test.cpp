@@ -1,0 +1,62 @@
+#include "gpu_test.hpp"
+
+namespace kvrt_test {
+
+GpuContext::GpuContext(kvrt_flags flags, uint64_t max_binding_bytes) {
+    kvrt_context_desc desc = KVRT_CONTEXT_DESC_INIT;
+    desc.flags = flags | KVRT_CONTEXT_VALIDATION;
+    desc.log_callback = &GpuContext::on_log;
+    desc.log_user_data = this;
+    desc.log_level = KVRT_LOG_LEVEL_WARN;
+    desc.max_binding_bytes = max_binding_bytes;
+    const kvrt_result r = kvrt_context_create(&desc, &ctx_);
+    INFO("kvrt_context_create: " << kvrt_last_error_message());
+    REQUIRE(r == KVRT_SUCCESS);
+}
+
+GpuContext::~GpuContext() {
+    const uint64_t errors = validation_errors();
+    kvrt_context_destroy(ctx_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& e : errors_) UNSCOPED_INFO(e);
+    CHECK(errors == 0);
+    CHECK(errors_.empty());
+}
+
+uint64_t GpuContext::validation_errors() const {
+    kvrt_context_stats stats = KVRT_CONTEXT_STATS_INIT;
+    if (kvrt_context_get_stats(ctx_, &stats) != KVRT_SUCCESS) return UINT64_MAX;
+    return stats.validation_errors;
+}
+
+void GpuContext::on_log(void* user, kvrt_log_level level, const char* message) {
+    if (level < KVRT_LOG_LEVEL_ERROR) return;
+    auto* self = static_cast<GpuContext*>(user);
+    std::lock_guard<std::mutex> lock(self->mutex_);
+    self->errors_.emplace_back(message);
+}
+
+Stream::Stream(kvrt_context ctx, kvrt_flags flags) {
+    kvrt_stream_desc desc = KVRT_STREAM_DESC_INIT;
+    desc.flags = flags;
+    KVRT_REQUIRE_OK(kvrt_stream_create(ctx, &desc, &s_));
+}
+
+Buffer::Buffer(kvrt_context ctx, uint64_t size) {
+    kvrt_buffer_desc desc = KVRT_BUFFER_DESC_INIT;
+    desc.size = size;
+    desc.label = "test buffer";
+    KVRT_REQUIRE_OK(kvrt_buffer_create(ctx, &desc, &b_));
+}
+
+std::vector<uint32_t> Buffer::download_words(uint64_t offset, uint64_t count) const {
+    std::vector<uint32_t> out(count);
+    KVRT_REQUIRE_OK(kvrt_buffer_download(b_, offset, out.data(), count * 4));
+    return out;
+}
+
+void Buffer::upload_words(uint64_t offset, const std::vector<uint32_t>& words) const {
+    KVRT_REQUIRE_OK(kvrt_buffer_upload(b_, offset, words.data(), words.size() * 4));
+}
+
+}  // namespace kvrt_test

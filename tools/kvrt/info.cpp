@@ -1,0 +1,117 @@
+// `kvrt info`: the Vulkan devices kvrt can use and what they support.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+
+namespace cli {
+
+namespace {
+
+const char* type_name(kvrt_device_type t) {
+    switch (t) {
+        case KVRT_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
+        case KVRT_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
+        case KVRT_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
+        case KVRT_DEVICE_TYPE_CPU: return "CPU";
+        default: return "other";
+    }
+}
+
+std::string feature_list(kvrt_flags f) {
+    static const std::pair<kvrt_flags, const char*> names[] = {
+        {KVRT_DEVICE_FEATURE_SHADER_FLOAT16, "float16"}, {KVRT_DEVICE_FEATURE_SHADER_INT8, "int8"},
+        {KVRT_DEVICE_FEATURE_SHADER_INT16, "int16"},     {KVRT_DEVICE_FEATURE_SHADER_INT64, "int64"},
+        {KVRT_DEVICE_FEATURE_STORAGE_16BIT, "storage16"}, {KVRT_DEVICE_FEATURE_STORAGE_8BIT, "storage8"},
+        {KVRT_DEVICE_FEATURE_TIMESTAMPS, "timestamps"},   {KVRT_DEVICE_FEATURE_UNIFIED_MEMORY, "unified-memory"},
+    };
+    std::string out;
+    for (const auto& [bit, name] : names) {
+        if (!(f & bit)) continue;
+        if (!out.empty()) out += " ";
+        out += name;
+    }
+    return out.empty() ? "none" : out;
+}
+
+std::string subgroup_list(kvrt_flags f) {
+    static const std::pair<kvrt_flags, const char*> names[] = {
+        {KVRT_SUBGROUP_OP_BASIC, "basic"},     {KVRT_SUBGROUP_OP_VOTE, "vote"},
+        {KVRT_SUBGROUP_OP_ARITHMETIC, "arithmetic"}, {KVRT_SUBGROUP_OP_BALLOT, "ballot"},
+        {KVRT_SUBGROUP_OP_SHUFFLE, "shuffle"}, {KVRT_SUBGROUP_OP_SHUFFLE_RELATIVE, "shuffle-relative"},
+        {KVRT_SUBGROUP_OP_CLUSTERED, "clustered"}, {KVRT_SUBGROUP_OP_QUAD, "quad"},
+    };
+    std::string out;
+    for (const auto& [bit, name] : names) {
+        if (!(f & bit)) continue;
+        if (!out.empty()) out += " ";
+        out += name;
+    }
+    return out.empty() ? "none" : out;
+}
+
+std::string version(uint32_t v) {
+    return std::to_string(v >> 22) + "." + std::to_string((v >> 12) & 0x3ff) + "." + std::to_string(v & 0xfff);
+}
+
+}  // namespace
+
+int cmd_info(int argc, char** argv) {
+    Args args;
+    std::string error;
+    if (!args.parse(argc, argv, {"json", "help"}, &error)) {
+        std::fprintf(stderr, "error: %s\n", error.c_str());
+        return 2;
+    }
+    if (args.has("help")) {
+        std::printf("usage: kvrt info [--json]\n  Lists the Vulkan devices and the features kvrt uses.\n");
+        return 0;
+    }
+    uint32_t n = 0;
+    kvrt_result r = kvrt_enumerate_devices(nullptr, &n);
+    if (r != KVRT_SUCCESS) return report("listing devices", r);
+    std::vector<kvrt_device_info> devs(n);
+    for (auto& d : devs) d = kvrt_device_info KVRT_DEVICE_INFO_INIT;
+    r = kvrt_enumerate_devices(devs.data(), &n);
+    if (r != KVRT_SUCCESS) return report("listing devices", r);
+
+    const bool json = args.has("json");
+    if (json) std::printf("{\"kvrt_version\": \"%s\", \"devices\": [", kvrt_version_string());
+    else std::printf("kvrt %s: %u Vulkan device%s\n", kvrt_version_string(), n, n == 1 ? "" : "s");
+    for (uint32_t i = 0; i < n; ++i) {
+        const kvrt_device_info& d = devs[i];
+        if (json) {
+            std::printf(
+                "%s\n  {\"index\": %u, \"name\": \"%s\", \"type\": \"%s\", \"driver\": \"%s\", \"driver_info\": \"%s\", "
+                "\"api_version\": \"%s\", \"features\": \"%s\", \"subgroup_size\": %u, \"subgroup_ops\": \"%s\", "
+                "\"max_storage_buffer_range\": %llu, \"max_memory_allocation_size\": %llu, "
+                "\"max_shared_memory_bytes\": %u, \"max_workgroup_invocations\": %u, \"max_push_constants_bytes\": %u, "
+                "\"device_local_bytes\": %llu, \"timestamp_period_ns\": %g}",
+                i ? "," : "", d.index, json_escape(d.name).c_str(), type_name(d.device_type),
+                json_escape(d.driver_name).c_str(), json_escape(d.driver_info).c_str(), version(d.api_version).c_str(),
+                feature_list(d.features).c_str(), d.subgroup_size, subgroup_list(d.subgroup_ops).c_str(),
+                static_cast<unsigned long long>(d.max_storage_buffer_range),
+                static_cast<unsigned long long>(d.max_memory_allocation_size), d.max_shared_memory_bytes,
+                d.max_workgroup_invocations, d.max_push_constants_bytes,
+                static_cast<unsigned long long>(d.device_local_bytes), static_cast<double>(d.timestamp_period_ns));
+            continue;
+        }
+        std::printf("\n[%u] %s (%s)\n", d.index, d.name, type_name(d.device_type));
+        std::printf("    driver            %s %s, Vulkan %s\n", d.driver_name, d.driver_info, version(d.api_version).c_str());
+        std::printf("    features          %s\n", feature_list(d.features).c_str());
+        std::printf("    subgroups         size %u: %s\n", d.subgroup_size, subgroup_list(d.subgroup_ops).c_str());
+        std::printf("    storage binding   %.1f MiB max (maxStorageBufferRange)\n",
+                    static_cast<double>(d.max_storage_buffer_range) / (1 << 20));
+        std::printf("    allocation        %.1f MiB max\n", static_cast<double>(d.max_memory_allocation_size) / (1 << 20));
+        std::printf("    device memory     %.2f GiB\n", static_cast<double>(d.device_local_bytes) / (1 << 30));
+        std::printf("    shared memory     %u KiB per workgroup, %u invocations max\n", d.max_shared_memory_bytes / 1024,
+                    d.max_workgroup_invocations);
+        std::printf("    push constants    %u bytes\n", d.max_push_constants_bytes);
+        std::printf("    timestamp period  %g ns\n", static_cast<double>(d.timestamp_period_ns));
+    }
+    if (json) std::printf("\n]}\n");
+    return 0;
+}
+
+}  // namespace cli
