@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/checked.hpp"
+#include "core/fault.hpp"
 #include "vk/stream.hpp"
 
 namespace kvrt::vk {
@@ -50,6 +51,7 @@ Result Buffer::create(Context& ctx, uint64_t size, uint64_t piece_bytes, const c
 }
 
 Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index) {
+    KVRT_FAULT_POINT("device allocation", KVRT_ERROR_OUT_OF_DEVICE_MEMORY);
     const DeviceFns& fn = ctx_.fn();
     VkDevice dev = ctx_.device();
     Piece p;

@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "core/fault.hpp"
 #include "pipelines/registry.hpp"
 #include "vk/context.hpp"
 
@@ -35,6 +36,7 @@ Result PipelineCache::get(const PipelineKey& key, const Pipeline** out) {
         *out = &it->second;
         return KVRT_SUCCESS;
     }
+    KVRT_FAULT_POINT("pipeline creation", KVRT_ERROR_OUT_OF_DEVICE_MEMORY);
     const spirv::ShaderBlob* blob = spirv::find_shader(key.shader.c_str());
     if (!blob) return fail(KVRT_ERROR_INTERNAL, "no embedded shader '%s'", key.shader.c_str());
     if (key.spec.empty() || key.spec[0] == 0)

@@ -2,6 +2,7 @@
 // releases, one-off command buffers and the staging buffer.
 #include <algorithm>
 
+#include "core/fault.hpp"
 #include "vk/barrier.hpp"
 #include "vk/context.hpp"
 
@@ -19,6 +20,7 @@ void Context::unlock_queue() {
 
 Result Context::submit(VkCommandBuffer cb, Serial* out_serial) {
     if (lost_) return fail(KVRT_ERROR_DEVICE_LOST, "the device was lost");
+    KVRT_FAULT_POINT("queue submit", KVRT_ERROR_DEVICE_LOST);
     retire();
     VkFence fence = VK_NULL_HANDLE;
     if (!free_fences_.empty()) {
@@ -79,6 +81,7 @@ bool Context::is_done(Serial serial) {
 Result Context::wait(Serial serial, uint64_t timeout_ns) {
     if (serial == 0 || serial <= completed_) return KVRT_SUCCESS;
     if (lost_) return fail(KVRT_ERROR_DEVICE_LOST, "the device was lost");
+    KVRT_FAULT_POINT("wait", KVRT_ERROR_TIMEOUT);
     auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
                            [serial](const InFlight& f) { return f.serial == serial; });
     if (it == in_flight_.end()) {

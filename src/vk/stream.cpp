@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/fault.hpp"
 #include "vk/barrier.hpp"
 #include "vk/buffer.hpp"
 
@@ -44,7 +45,15 @@ Result Stream::create(Context& ctx, bool timestamps, uint32_t max_timings, const
     return KVRT_SUCCESS;
 }
 
+void Stream::forget_owner(const void* owner) {
+    aborts_.erase(std::remove_if(aborts_.begin(), aborts_.end(), [owner](const Abort& a) { return a.owner == owner; }),
+                  aborts_.end());
+}
+
 Stream::~Stream() {
+    // A recording that is never submitted is dropped: undo what it changed.
+    std::vector<Abort> aborts = std::move(aborts_);
+    for (auto it = aborts.rbegin(); it != aborts.rend(); ++it) it->undo();
     ctx_.remove_stream(this);
     Context& ctx = ctx_;
     VkCommandPool pool = pool_;
@@ -86,6 +95,7 @@ Result Stream::begin() {
     op_depth_ = 0;
     since_barrier_.clear();
     used_.clear();
+    aborts_.clear();
     wrote_ = false;
     broken_ = false;
     broken_why_.clear();
@@ -118,6 +128,9 @@ void Stream::drop_recording() {
     // without ending it (ending it would reference destroyed buffers).
     ctx_.check(ctx_.fn().vkResetCommandPool(ctx_.device(), pool_, 0), "vkResetCommandPool");
     holds_.clear();
+    std::vector<Abort> aborts = std::move(aborts_);
+    aborts_.clear();
+    for (auto it = aborts.rbegin(); it != aborts.rend(); ++it) it->undo();
     state_ = State::Idle;
 }
 
@@ -137,9 +150,10 @@ Result Stream::submit() {
     Serial serial = 0;
     r = ctx_.submit(cb_, &serial);
     if (r != KVRT_SUCCESS) {
-        state_ = State::Idle;
+        drop_recording();
         return r;
     }
+    aborts_.clear();
     for (const Buffer* b : used_) const_cast<Buffer*>(b)->mark_used(serial);
     serial_ = serial;
     state_ = State::Pending;
@@ -265,7 +279,8 @@ Result Stream::dispatch(const Pipeline& pipeline, const BufferUse* uses, uint32_
     if (groups_x > lim[0] || groups_y > lim[1] || groups_z > lim[2])
         return fail(KVRT_ERROR_INTERNAL, "dispatch of '%s' exceeds the workgroup count limit", pipeline.label);
     VkDescriptorSet set = VK_NULL_HANDLE;
-    const Result r = alloc_set(pipeline, &set);
+    Result r = fault::point("dispatch recording", KVRT_ERROR_OUT_OF_DEVICE_MEMORY);
+    if (r == KVRT_SUCCESS) r = alloc_set(pipeline, &set);
     if (r != KVRT_SUCCESS) {
         mark_broken("a descriptor set could not be allocated");
         return r;

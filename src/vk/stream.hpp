@@ -3,6 +3,7 @@
 // and writes, and optional GPU timestamps per op.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,13 @@ public:
     bool forget_buffer(const Buffer* buffer);
     void hold(std::shared_ptr<void> release) { holds_.push_back(std::move(release)); }
 
+    // Registers an undo for metadata of `owner` (a cache, a memory) that an op
+    // changed while recording: run (newest first) if this recording is dropped
+    // or its submission fails, discarded once the queue accepted it.
+    void on_abort(const void* owner, std::function<void()> undo) { aborts_.push_back({owner, std::move(undo)}); }
+    // Drops the undos of an owner that is being destroyed.
+    void forget_owner(const void* owner);
+
 private:
     enum class State { Idle, Recording, Pending };
     struct Access {
@@ -103,6 +111,11 @@ private:
     bool broken_ = false;
     std::string broken_why_;
     std::vector<std::shared_ptr<void>> holds_;  // releases of buffers destroyed mid-recording
+    struct Abort {
+        const void* owner;
+        std::function<void()> undo;
+    };
+    std::vector<Abort> aborts_;
     Serial serial_ = 0;
     std::string label_;
 };

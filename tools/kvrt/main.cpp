@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "bench.hpp"
 #include "cli.hpp"
 
 namespace {
@@ -12,6 +13,7 @@ void usage(FILE* out) {
                  "\n"
                  "commands:\n"
                  "  info       list the Vulkan devices and their features\n"
+                 "  bench      run a benchmark case (kvrt bench --help)\n"
                  "  version    print the library version\n"
                  "\n"
                  "Run 'kvrt <command> --help' for a command's options. KVRT_DEVICE=<index|name>\n"
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
     }
     const char* cmd = argv[1];
     if (!std::strcmp(cmd, "info")) return cli::cmd_info(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "bench")) return cli::bench::cmd_bench(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "version")) {
         std::printf("kvrt %s\n", kvrt_version_string());
         return 0;

@@ -1,0 +1,79 @@
+// The benchmark program's framework: `kvrt bench <case> [options] [--json]`.
+// Every figure comes from Vulkan timestamp queries around the measured
+// operations: warm-up runs first (pipelines compile on first use), then
+// several timed runs, each its own submission; median and minimum reported.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli.hpp"
+
+namespace cli::bench {
+
+struct Env {
+    kvrt_context ctx = nullptr;
+    kvrt_device_info info{};
+    int warmup = 2;
+    int runs = 7;
+    bool json = false;
+    bool quiet = false;  // no progress lines
+};
+
+// GPU milliseconds of each timed run.
+struct Measurement {
+    std::vector<double> ms;
+    double median() const;
+    double min() const;
+};
+
+// Records `record` into `stream` and submits, `env.warmup` times untimed and
+// `env.runs` times timed; sums the timings of the operations whose label
+// equals `label` (nullptr: all operations) per run.
+kvrt_result measure(const Env& env, kvrt_stream stream, const std::function<kvrt_result()>& record,
+                    const char* label, Measurement* out);
+
+// One line of results.
+struct Row {
+    std::string name;                                   // the case, e.g. "fill"
+    std::vector<std::pair<std::string, std::string>> params;
+    Measurement m;
+    double bytes = 0;                                   // bytes moved per run, for GB/s (0: none)
+    std::vector<std::pair<std::string, double>> extra;  // other figures
+};
+
+struct Case {
+    const char* name;
+    const char* usage;  // options, for --help
+    // Runs the case with its options; appends rows; returns a process exit code.
+    int (*run)(Env& env, const Args& args, std::vector<Row>* rows);
+    // Option sets for `kvrt bench standard`.
+    std::vector<std::vector<std::string>> standard;
+};
+
+// Called from static initializers of the bench_*.cpp files.
+bool register_case(const Case& c);
+
+// A stream with timestamps, destroyed at scope exit.
+class TimedStream {
+public:
+    explicit TimedStream(kvrt_context ctx);
+    ~TimedStream();
+    TimedStream(const TimedStream&) = delete;
+    TimedStream& operator=(const TimedStream&) = delete;
+    kvrt_result result() const { return r_; }
+    operator kvrt_stream() const { return s_; }
+
+private:
+    kvrt_stream s_ = nullptr;
+    kvrt_result r_;
+};
+
+// Prints rows as a table (or JSON lines with --json).
+void print_rows(const Env& env, const std::vector<Row>& rows, bool header);
+
+int cmd_bench(int argc, char** argv);
+
+}  // namespace cli::bench
