@@ -126,6 +126,9 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_BUFFER_DESC = 3,
     KVRT_STRUCT_TYPE_STREAM_DESC = 4,
     KVRT_STRUCT_TYPE_CONTEXT_STATS = 5,
+    KVRT_STRUCT_TYPE_CACHE_DESC = 10,
+    KVRT_STRUCT_TYPE_CACHE_ESTIMATE = 11,
+    KVRT_STRUCT_TYPE_CACHE_INFO = 12,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
     KVRT_STRUCT_TYPE_MAX_ENUM = 0x7FFFFFFF
 } kvrt_struct_type;
@@ -434,6 +437,250 @@ KVRT_API kvrt_result kvrt_cmd_fill(kvrt_stream stream, kvrt_buffer buffer, uint6
  * Thread-safety: Unsafe (on the stream). */
 KVRT_API kvrt_result kvrt_cmd_copy(kvrt_stream stream, kvrt_buffer src, uint64_t src_offset,
                                    kvrt_buffer dst, uint64_t dst_offset, uint64_t size);
+
+/* ========================================================================== */
+/* KV cache                                                                   */
+/* ========================================================================== */
+
+/* A cache holds the keys and values of one model (all its layers) for up to
+ * `capacity` tokens, shared by up to `max_seqs` sequences. See SPEC.md.
+ *
+ * Cells (the general layout): each cell holds one token's K and V rows for every
+ * layer, a position, and the set of sequences that use it. Tokens are placed in
+ * free cells; sequence operations follow llama.cpp's memory API on half-open
+ * position ranges [p0, p1) where a negative bound means "unbounded". */
+typedef struct kvrt_cache_T* kvrt_cache;
+
+/* Element types of K and V (and of the data given to kvrt). */
+typedef enum kvrt_type {
+    KVRT_TYPE_DEFAULT = 0, /* as a cache's K or V type: F16 */
+    KVRT_TYPE_F32 = 1,
+    KVRT_TYPE_F16 = 2,
+    /* Blocks of 32: fp16 scale d = amax/127, 32 int8 codes; 34 bytes.
+     * Bit-compatible with GGML's Q8_0. */
+    KVRT_TYPE_Q8_0 = 3,
+    /* Blocks of 32: fp16 scale d = m/-8, 16 bytes of 4-bit codes; 18 bytes.
+     * Bit-compatible with GGML's Q4_0. */
+    KVRT_TYPE_Q4_0 = 4,
+    KVRT_TYPE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_type;
+
+/* How the cache arranges its rows. Only the cell layout exists in this version;
+ * the values of later layouts are reserved. */
+typedef enum kvrt_layout {
+    KVRT_LAYOUT_DEFAULT = 0, /* KVRT_LAYOUT_CELLS */
+    KVRT_LAYOUT_CELLS = 1,
+    KVRT_LAYOUT_MAX_ENUM = 0x7FFFFFFF
+} kvrt_layout;
+
+typedef enum kvrt_rope_mode {
+    KVRT_ROPE_NORMAL = 0, /* pairs (2i, 2i+1) */
+    KVRT_ROPE_NEOX = 1,   /* pairs (i, i + n_rot/2) */
+    KVRT_ROPE_MODE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_rope_mode;
+
+/* The RoPE of the model, used when K must be rotated by kvrt (shifts). Zero
+ * fields take the default given in each comment. */
+typedef struct kvrt_rope_params {
+    kvrt_rope_mode mode;
+    uint32_t n_rot;          /* rotated dimensions; 0 = head_dim_k */
+    float freq_base;         /* 0 = 10000 */
+    float freq_scale;        /* 0 = 1 */
+    float ext_factor;        /* YaRN extrapolation mix; 0 = off */
+    float attn_factor;       /* YaRN magnitude; 0 = 1 */
+    float beta_fast;         /* 0 = 32 */
+    float beta_slow;         /* 0 = 1 */
+    uint32_t n_ctx_orig;     /* YaRN original context; 0 = none */
+} kvrt_rope_params;
+
+typedef struct kvrt_cache_desc {
+    kvrt_struct_type type;
+    const void* next;
+    uint32_t n_layers;
+    uint32_t n_heads;        /* query heads; a multiple of n_kv_heads */
+    uint32_t n_kv_heads;
+    uint32_t head_dim_k;
+    uint32_t head_dim_v;     /* 0 = head_dim_k */
+    uint32_t capacity;       /* cells (tokens) */
+    uint32_t max_seqs;       /* sequence ids are 0..max_seqs-1; 0 = 64 */
+    kvrt_type type_k;        /* 0 = F16; Q8_0 and Q4_0 need head_dim_k % 32 == 0 */
+    kvrt_type type_v;        /* 0 = F16; Q8_0 and Q4_0 need head_dim_v % 32 == 0 */
+    kvrt_layout layout;
+    /* Sliding window of each layer (n_layers entries; 0 = full attention), or
+     * NULL for none. A layer with window W attends to cells with
+     * query_pos - cell_pos < W. Copied at creation. */
+    const uint32_t* layer_windows;
+    kvrt_rope_params rope;
+    const char* label;       /* debug name for Vulkan tools; may be NULL */
+} kvrt_cache_desc;
+
+#define KVRT_CACHE_DESC_INIT                                                                  \
+    {                                                                                         \
+        KVRT_STRUCT_TYPE_CACHE_DESC, NULL, 0, 0, 0, 0, 0, 0, 0, KVRT_TYPE_DEFAULT,            \
+            KVRT_TYPE_DEFAULT, KVRT_LAYOUT_DEFAULT, NULL,                                     \
+            {KVRT_ROPE_NORMAL, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0}, NULL                \
+    }
+
+/* Sizes of a cache, computed before anything is allocated. */
+typedef struct kvrt_cache_estimate {
+    kvrt_struct_type type;
+    const void* next;
+    /* K and V bytes of one token over all layers:
+     * n_layers * n_kv_heads * (head_dim_k * size(type_k) + head_dim_v * size(type_v)),
+     * with size(Q8_0) = 34/32 and size(Q4_0) = 18/32 bytes. */
+    uint64_t bytes_per_token;
+    /* bytes_per_token * capacity. */
+    uint64_t data_bytes;
+    /* The device memory kvrt_cache_create allocates: data_bytes plus alignment
+     * padding (each cell's row is padded to a multiple of 4 bytes, and each
+     * layer's K and V are split into pieces no larger than the largest storage
+     * binding, each padded to 16 bytes). Equals kvrt_context_stats.device_bytes growth on creation, up to the
+     * driver's own allocation rounding. */
+    uint64_t device_bytes;
+    /* The largest binding the estimate assumed (the context's, or 128 MiB
+     * without a context). */
+    uint64_t max_binding_bytes;
+} kvrt_cache_estimate;
+
+#define KVRT_CACHE_ESTIMATE_INIT { KVRT_STRUCT_TYPE_CACHE_ESTIMATE, NULL, 0, 0, 0, 0 }
+
+/* A batch of tokens to place: token i has position positions[i] and belongs to
+ * the seq_id_counts[i] sequences listed next in seq_ids (flattened, in token
+ * order). seq_id_counts NULL means one sequence per token. */
+typedef struct kvrt_batch {
+    uint32_t n_tokens;
+    const int32_t* positions;
+    const uint32_t* seq_id_counts;
+    const int32_t* seq_ids;
+} kvrt_batch;
+
+/* K or V data for kvrt to read, F32 or F16, as rows of one token and one layer:
+ * n_kv_heads * head_dim values. Exactly one of `buffer` and `host` is set. */
+typedef struct kvrt_tensor_ref {
+    kvrt_buffer buffer;       /* a kvrt buffer (also one wrapping an app's VkBuffer) */
+    const void* host;         /* or host memory, copied during the call */
+    kvrt_type type;           /* KVRT_TYPE_F32 (0 = F32) or KVRT_TYPE_F16 */
+    uint64_t offset;          /* bytes to the first row; a multiple of 4 */
+    uint64_t row_stride;      /* bytes between tokens; 0 = packed; a multiple of 4 */
+    uint64_t layer_stride;    /* bytes between layers when storing all layers;
+                               * 0 = n_tokens * row_stride */
+} kvrt_tensor_ref;
+
+/* Occupancy of a cache (kvrt_cache_get_info). */
+typedef struct kvrt_cache_info {
+    kvrt_struct_type type;
+    const void* next;
+    uint32_t capacity;
+    uint32_t used;            /* cells in use */
+    uint32_t n_attend;        /* cells an attention pass reads: the highest used
+                               * cell + 1, rounded up to 32 */
+    uint32_t pending_shifts;  /* cells whose K awaits a RoPE shift */
+    float fragmentation;      /* empty share of the cells below n_attend */
+    uint64_t device_bytes;    /* device memory the cache holds */
+    uint64_t bytes_per_token;
+} kvrt_cache_info;
+
+#define KVRT_CACHE_INFO_INIT { KVRT_STRUCT_TYPE_CACHE_INFO, NULL, 0, 0, 0, 0, 0.0f, 0, 0 }
+
+/* Computes the sizes of a cache for `desc` without allocating anything.
+ * `context` may be NULL; with it, the estimate uses the device's binding limit.
+ * Fails with KVRT_ERROR_INVALID_ARGUMENT for an invalid descriptor (the same
+ * checks as kvrt_cache_create) or sizes that overflow 64 bits.
+ * Thread-safety: Safe. */
+KVRT_API kvrt_result kvrt_cache_estimate_size(kvrt_context context, const kvrt_cache_desc* desc,
+                                              kvrt_cache_estimate* out);
+
+/* Creates an empty cache in device-local memory. Fails with
+ * KVRT_ERROR_INVALID_ARGUMENT for an invalid descriptor (zero sizes, n_heads not
+ * a multiple of n_kv_heads, quantized types with head dims not multiples of 32,
+ * unknown types or layouts), KVRT_ERROR_OUT_OF_DEVICE_MEMORY when it does not
+ * fit (nothing stays allocated). Thread-safety: Unsafe (on the context). */
+KVRT_API kvrt_result kvrt_cache_create(kvrt_context context, const kvrt_cache_desc* desc,
+                                       kvrt_cache* out_cache);
+
+/* Destroys a cache; memory still used by submitted work is released when it
+ * completes. NULL is a no-op. Thread-safety: Unsafe. */
+KVRT_API void kvrt_cache_destroy(kvrt_cache cache);
+
+/* Reads the cache's occupancy. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_get_info(kvrt_cache cache, kvrt_cache_info* info);
+
+/* Places `batch` in free cells and writes its K and V, all or nothing:
+ * - `layer` is a layer index, or -1 for all layers (then `k` and `v` hold
+ *   n_layers blocks of rows, layer_stride apart);
+ * - `out_cells` (may be NULL) receives the cell of each token.
+ * With `stream` NULL the call records, submits and waits itself, and on any
+ * failure (KVRT_ERROR_CACHE_FULL, a bad argument, out of device memory, device
+ * lost, KVRT_ERROR_TIMEOUT) no cell of the cache changed. With a stream, the
+ * writes are recorded into it; the cells are taken at once (later calls see
+ * them), and if the recording is dropped or its submission fails they are
+ * given back. Fails with KVRT_ERROR_CACHE_FULL (nothing changed) when fewer
+ * free cells than tokens remain; KVRT_ERROR_INVALID_ARGUMENT for negative
+ * positions, unknown sequence ids, a (sequence, position) pair already stored,
+ * or data that does not match the geometry. Thread-safety: Unsafe (on the cache
+ * and the stream). */
+KVRT_API kvrt_result kvrt_cache_store(kvrt_cache cache, kvrt_stream stream, const kvrt_batch* batch,
+                                      int32_t layer, const kvrt_tensor_ref* k,
+                                      const kvrt_tensor_ref* v, uint32_t* out_cells);
+
+/* Places `batch` without writing data, for engines that store layer by layer
+ * (kvrt_cache_write for each layer afterwards). All or nothing; same errors as
+ * kvrt_cache_store. Until every layer is written the rows of these cells hold
+ * stale data. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_place(kvrt_cache cache, const kvrt_batch* batch, uint32_t* out_cells);
+
+/* Writes K and V rows of `n_tokens` tokens into `cells` (cells in use, as
+ * returned by kvrt_cache_place) for `layer` (or -1: all layers). With `stream`
+ * NULL, synchronous. Fails with KVRT_ERROR_INVALID_ARGUMENT for an empty or
+ * repeated cell, a layer out of range or data that does not match.
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_write(kvrt_cache cache, kvrt_stream stream, uint32_t n_tokens,
+                                      const uint32_t* cells, int32_t layer, const kvrt_tensor_ref* k,
+                                      const kvrt_tensor_ref* v);
+
+/* Reads back K and V of `n_cells` cells of one layer, dequantized to f32:
+ * `k_out` gets n_cells * n_kv_heads * head_dim_k floats and `v_out`
+ * n_cells * n_kv_heads * head_dim_v (either may be NULL). Waits for submitted
+ * work that writes the cache. For debugging and tests. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n_cells,
+                                     const uint32_t* cells, float* k_out, float* v_out);
+
+/* Sequence operations (llama.cpp's memory API). Ranges are half-open [p0, p1);
+ * p0 < 0 means 0 and p1 < 0 means no end; 0 <= p1 < p0 is an error. They change
+ * metadata only and fail with KVRT_ERROR_INVALID_ARGUMENT (nothing changed) for
+ * an unknown sequence id or a reversed range. Thread-safety: Unsafe. */
+
+/* Drops positions [p0, p1) of `seq` (seq < 0: of every sequence); a cell no
+ * sequence uses becomes free. */
+KVRT_API kvrt_result kvrt_cache_seq_rm(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1);
+/* Makes `dst` share the cells of `src` in [p0, p1) (no data is copied). */
+KVRT_API kvrt_result kvrt_cache_seq_cp(kvrt_cache cache, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+/* Drops every sequence but `seq`. */
+KVRT_API kvrt_result kvrt_cache_seq_keep(kvrt_cache cache, int32_t seq);
+/* Adds `delta` to the positions of `seq` in [p0, p1) and records the K shift
+ * (applied before the next attention). As in llama.cpp, a cell shared with
+ * other sequences moves for all of them; cells moved below 0 are dropped. */
+KVRT_API kvrt_result kvrt_cache_seq_add(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1,
+                                        int32_t delta);
+/* Integer-divides the positions of `seq` in [p0, p1) by d > 0 (SelfExtend) and
+ * records the K shift. */
+KVRT_API kvrt_result kvrt_cache_seq_div(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t d);
+/* Smallest and largest position of `seq`; -1 when it has none. */
+KVRT_API kvrt_result kvrt_cache_seq_pos_min(kvrt_cache cache, int32_t seq, int32_t* out_pos);
+KVRT_API kvrt_result kvrt_cache_seq_pos_max(kvrt_cache cache, int32_t seq, int32_t* out_pos);
+/* Frees every cell. */
+KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache);
+
+/* Compaction: when the empty share of the cells below n_attend exceeds
+ * `threshold` (0..1; 0 = any hole), moves up to `max_moves` cells (0 = no
+ * limit) from the end into the lowest holes, copying their rows in every layer
+ * in one submission; `out_moved` (may be NULL) gets the number of cells moved.
+ * With `stream` NULL, synchronous; metadata changes only after the copy
+ * completed, so a failed call leaves data and metadata as they were. With a
+ * stream, metadata changes when the stream's submission is accepted.
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_compact(kvrt_cache cache, kvrt_stream stream, float threshold,
+                                        uint32_t max_moves, uint32_t* out_moved);
 
 #ifdef __cplusplus
 }

@@ -72,6 +72,19 @@ KVRT_API kvrt_result kvrt_buffer_get_vulkan(kvrt_buffer buffer, uint64_t offset,
                                             VkBuffer* out_buffer, VkDeviceSize* out_offset,
                                             VkDeviceSize* out_contiguous_bytes);
 
+/* Wraps a range of an application's VkBuffer as a kvrt buffer, so kvrt kernels
+ * can read it (for example K/V projections an engine computed in its own
+ * buffers, passed to kvrt_cache_store). The VkBuffer must belong to the
+ * context's device and have VK_BUFFER_USAGE_STORAGE_BUFFER_BIT (and the
+ * TRANSFER bits for kvrt_buffer_upload/download). `offset` must be a multiple
+ * of minStorageBufferOffsetAlignment, `size` a multiple of 4 no larger than the
+ * largest storage binding. kvrt never frees the VkBuffer; the application keeps
+ * it alive until work that uses it completed and the kvrt buffer is destroyed.
+ * Fails with KVRT_ERROR_INVALID_ARGUMENT otherwise. Thread-safety: Unsafe (on
+ * the context). */
+KVRT_API kvrt_result kvrt_buffer_import_vulkan(kvrt_context context, VkBuffer buffer, VkDeviceSize offset,
+                                               VkDeviceSize size, kvrt_buffer* out_buffer);
+
 #ifdef __cplusplus
 }
 #endif

@@ -47,6 +47,22 @@ KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_
     });
 }
 
+KVRT_API kvrt_result kvrt_buffer_import_vulkan(kvrt_context context, VkBuffer buffer, VkDeviceSize offset,
+                                               VkDeviceSize size, kvrt_buffer* out_buffer) {
+    return guarded([&]() -> Result {
+        if (!out_buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_buffer is NULL");
+        *out_buffer = nullptr;
+        KVRT_TRY(check_context(context, "context"));
+        auto handle = std::make_unique<kvrt_buffer_T>();
+        handle->owner = context;
+        KVRT_TRY(vk::Buffer::wrap(*context->ctx, buffer, offset, size, &handle->buffer));
+        context->children.add(handle.get(), &destroy_buffer);
+        register_handle(handle.get(), Kind::Buffer);
+        *out_buffer = handle.release();
+        return KVRT_SUCCESS;
+    });
+}
+
 KVRT_API void kvrt_buffer_destroy(kvrt_buffer buffer) {
     guarded_void([&]() {
         if (!buffer || !is_live(buffer, Kind::Buffer)) return;

@@ -9,6 +9,7 @@
 #include <exception>
 #include <vector>
 
+#include "cache/cache.hpp"
 #include "core/result.hpp"
 #include "vk/buffer.hpp"
 #include "vk/context.hpp"
@@ -52,6 +53,11 @@ struct kvrt_buffer_T {
 struct kvrt_stream_T {
     kvrt_context_T* owner = nullptr;
     std::unique_ptr<kvrt::vk::Stream> stream;
+};
+
+struct kvrt_cache_T {
+    kvrt_context_T* owner = nullptr;
+    std::unique_ptr<kvrt::cache::Cache> cache;
 };
 
 namespace kvrt::api {

@@ -18,10 +18,10 @@ constexpr uint64_t kStagingChunk = 16ull << 20;
 }  // namespace
 
 Result Buffer::create(Context& ctx, uint64_t size, uint64_t piece_bytes, const char* label,
-                      std::unique_ptr<Buffer>* out) {
+                      std::unique_ptr<Buffer>* out, MemoryKind kind) {
     if (size == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "buffer size is 0");
     if (piece_bytes == 0) piece_bytes = ctx.max_binding_bytes();
-    if (piece_bytes % 256 != 0 || piece_bytes > ctx.max_binding_bytes())
+    if (piece_bytes % 16 != 0 || piece_bytes > ctx.max_binding_bytes())
         return fail(KVRT_ERROR_INTERNAL, "bad piece size %llu", static_cast<unsigned long long>(piece_bytes));
     uint64_t padded = 0;
     if (!checked_align_up(size, 16, &padded))
@@ -43,14 +43,37 @@ Result Buffer::create(Context& ctx, uint64_t size, uint64_t piece_bytes, const c
     buf->pieces_.reserve(static_cast<size_t>(n_pieces));
     for (uint64_t i = 0; i < n_pieces; ++i) {
         const uint64_t bytes = std::min(piece_bytes, padded - i * piece_bytes);
-        KVRT_TRY(buf->alloc_piece(bytes, label, static_cast<size_t>(i)));
+        KVRT_TRY(buf->alloc_piece(bytes, label, static_cast<size_t>(i), kind));
     }
     KVRT_TRY(buf->zero());
     *out = std::move(buf);
     return KVRT_SUCCESS;
 }
 
-Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index) {
+Result Buffer::wrap(Context& ctx, VkBuffer buffer, uint64_t offset, uint64_t size, std::unique_ptr<Buffer>* out) {
+    const uint64_t align = ctx.info().props.limits.minStorageBufferOffsetAlignment;
+    if (buffer == VK_NULL_HANDLE) return fail(KVRT_ERROR_INVALID_ARGUMENT, "the VkBuffer is VK_NULL_HANDLE");
+    if (size == 0 || size % 4 != 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "size must be a non-zero multiple of 4");
+    if (align && offset % align != 0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "offset %llu is not a multiple of minStorageBufferOffsetAlignment (%llu)",
+                    static_cast<unsigned long long>(offset), static_cast<unsigned long long>(align));
+    if (size > ctx.max_binding_bytes())
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "size %llu exceeds the largest storage binding (%llu); wrap a smaller range",
+                    static_cast<unsigned long long>(size), static_cast<unsigned long long>(ctx.max_binding_bytes()));
+    std::unique_ptr<Buffer> buf(new Buffer(ctx));
+    buf->size_ = size;
+    buf->piece_bytes_ = size;
+    buf->wrapped_ = true;
+    Piece p;
+    p.buffer = buffer;
+    p.size = size;
+    p.base = offset;
+    buf->pieces_.push_back(p);
+    *out = std::move(buf);
+    return KVRT_SUCCESS;
+}
+
+Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index, MemoryKind kind) {
     KVRT_FAULT_POINT("device allocation", KVRT_ERROR_OUT_OF_DEVICE_MEMORY);
     const DeviceFns& fn = ctx_.fn();
     VkDevice dev = ctx_.device();
@@ -67,7 +90,9 @@ Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index) {
     fn.vkGetBufferMemoryRequirements(dev, p.buffer, &req);
     uint32_t type = 0;
     bool mappable = false, coherent = true;
-    Result r = ctx_.device_memory_type(req.memoryTypeBits, &type, &mappable, &coherent);
+    Result r = kind == MemoryKind::Upload ? ctx_.staging_memory_type(req.memoryTypeBits, &type, &coherent)
+                                          : ctx_.device_memory_type(req.memoryTypeBits, &type, &mappable, &coherent);
+    if (kind == MemoryKind::Upload) mappable = true;
     if (r == KVRT_SUCCESS) {
         VkMemoryAllocateInfo mai{};
         mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
@@ -116,6 +141,19 @@ Result Buffer::zero() {
     });
 }
 
+Result Buffer::flush_mapped() {
+    if (coherent_) return KVRT_SUCCESS;
+    for (const Piece& p : pieces_) {
+        if (!p.mapped) continue;
+        VkMappedMemoryRange mr{};
+        mr.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
+        mr.memory = p.memory;
+        mr.size = VK_WHOLE_SIZE;
+        KVRT_TRY(ctx_.check(ctx_.fn().vkFlushMappedMemoryRanges(ctx_.device(), 1, &mr), "vkFlushMappedMemoryRanges"));
+    }
+    return KVRT_SUCCESS;
+}
+
 void Buffer::release(Context& ctx, const std::vector<Piece>& pieces) {
     int64_t bytes = 0;
     for (const Piece& p : pieces) {
@@ -138,6 +176,12 @@ struct ReleaseToken {
 
 Buffer::~Buffer() {
     Context& ctx = ctx_;
+    if (wrapped_) {
+        // The application owns the VkBuffer; only make sure no recording still
+        // names it and that submitted work finished before it may go.
+        for (Stream* s : ctx.streams()) s->forget_buffer(this);
+        return;
+    }
     std::vector<Piece> pieces = std::move(pieces_);
     // Holders: submitted work (until last_use_ completes) and any stream still
     // recording commands that name this buffer (until it drops the recording).
@@ -228,8 +272,8 @@ Result Buffer::staged_copy(uint64_t offset, uint64_t size, bool to_device, void*
             locate(offset + done, &pi, &in);
             const uint64_t n = std::min(chunk - done, pieces_[pi].size - in);
             VkBufferCopy c{};
-            c.srcOffset = to_device ? done : in;
-            c.dstOffset = to_device ? in : done;
+            c.srcOffset = to_device ? done : pieces_[pi].base + in;
+            c.dstOffset = to_device ? pieces_[pi].base + in : done;
             c.size = n;
             regions.emplace_back(pi, c);
             done += n;

@@ -10,13 +10,20 @@
 
 namespace kvrt::vk {
 
+// Where a buffer's memory lives.
+enum class MemoryKind {
+    Device,  // device-local; mapped when also host-visible (unless staging is forced)
+    Upload,  // host-visible and mapped, read by kernels (small per-submission data)
+};
+
 class Buffer {
 public:
     struct Piece {
         VkBuffer buffer = VK_NULL_HANDLE;
         VkDeviceMemory memory = VK_NULL_HANDLE;
         void* mapped = nullptr;  // persistent mapping, or null (staging path)
-        uint64_t size = 0;       // bytes of the VkBuffer (a multiple of 16)
+        uint64_t size = 0;       // bytes of the piece (a multiple of 16, or a wrapped range)
+        uint64_t base = 0;       // offset of the piece inside `buffer` (wrapped buffers)
     };
 
     // Creates a zeroed buffer of `size` bytes. `piece_bytes` (0 = the
@@ -24,7 +31,12 @@ public:
     // must be a multiple of 256 and at most the largest binding. Nothing stays
     // allocated on failure.
     static Result create(Context& ctx, uint64_t size, uint64_t piece_bytes, const char* label,
-                         std::unique_ptr<Buffer>* out);
+                         std::unique_ptr<Buffer>* out, MemoryKind kind = MemoryKind::Device);
+
+    // Wraps an application's VkBuffer range as a one-piece buffer; kvrt never
+    // frees it. `offset` must meet minStorageBufferOffsetAlignment and `size`
+    // the largest binding.
+    static Result wrap(Context& ctx, VkBuffer buffer, uint64_t offset, uint64_t size, std::unique_ptr<Buffer>* out);
 
     Buffer(const Buffer&) = delete;
     Buffer& operator=(const Buffer&) = delete;
@@ -49,13 +61,17 @@ public:
     Result upload(uint64_t offset, const void* data, uint64_t size);
     Result download(uint64_t offset, void* data, uint64_t size);
 
+    // Makes host writes through the mappings visible to the device (a no-op
+    // for coherent memory).
+    Result flush_mapped();
+
     // The last submission that uses this buffer.
     Serial last_use() const { return last_use_; }
     void mark_used(Serial s) { if (s > last_use_) last_use_ = s; }
 
 private:
     explicit Buffer(Context& ctx) : ctx_(ctx) {}
-    Result alloc_piece(uint64_t size, const char* label, size_t index);
+    Result alloc_piece(uint64_t size, const char* label, size_t index, MemoryKind kind);
     Result zero();
     Result staged_copy(uint64_t offset, uint64_t size, bool to_device, void* host);
     static void release(Context& ctx, const std::vector<Piece>& pieces);
@@ -65,6 +81,7 @@ private:
     uint64_t piece_bytes_ = 0;
     std::vector<Piece> pieces_;
     bool coherent_ = true;
+    bool wrapped_ = false;
     Serial last_use_ = 0;
 };
 

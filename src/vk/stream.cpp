@@ -1,6 +1,9 @@
 #include "vk/stream.hpp"
 
 #include <algorithm>
+#include <cstring>
+
+#include "core/checked.hpp"
 
 #include "core/fault.hpp"
 #include "vk/barrier.hpp"
@@ -12,6 +15,37 @@ namespace {
 constexpr uint32_t kSetsPerPool = 256;
 constexpr uint32_t kDescriptorsPerPool = kSetsPerPool * 8;
 }  // namespace
+
+Stream::Stream(Context& ctx) : ctx_(ctx) {}
+
+Result Stream::reserve(uint64_t size, BufferUse* out, void** mapped) {
+    KVRT_TRY(require_recording());
+    constexpr uint64_t kChunk = 4ull << 20;
+    const uint64_t need = align_up(size ? size : 4, 16);
+    if (need > ctx_.max_binding_bytes())
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%llu bytes of host data exceed the largest binding",
+                    static_cast<unsigned long long>(size));
+    while (arena_cur_ < arena_.size() && arena_[arena_cur_].used + need > arena_[arena_cur_].buffer->size())
+        ++arena_cur_;
+    if (arena_cur_ == arena_.size()) {
+        ArenaChunk c;
+        const uint64_t bytes = std::min(ctx_.max_binding_bytes(), std::max(kChunk, need));
+        KVRT_TRY(Buffer::create(ctx_, bytes, bytes, "kvrt stream upload", &c.buffer, MemoryKind::Upload));
+        arena_.push_back(std::move(c));
+    }
+    ArenaChunk& c = arena_[arena_cur_];
+    *out = BufferUse{c.buffer.get(), 0, c.used, size, false};
+    *mapped = static_cast<uint8_t*>(c.buffer->piece(0).mapped) + c.used;
+    c.used += need;
+    return KVRT_SUCCESS;
+}
+
+Result Stream::upload(const void* data, uint64_t size, BufferUse* out) {
+    void* mapped = nullptr;
+    KVRT_TRY(reserve(size, out, &mapped));
+    if (size) std::memcpy(mapped, data, static_cast<size_t>(size));
+    return KVRT_SUCCESS;
+}
 
 Result Stream::create(Context& ctx, bool timestamps, uint32_t max_timings, const char* label,
                       std::unique_ptr<Stream>* out) {
@@ -84,6 +118,8 @@ Result Stream::begin() {
     for (VkDescriptorPool p : desc_pools_)
         KVRT_TRY(ctx_.check(fn.vkResetDescriptorPool(ctx_.device(), p, 0), "vkResetDescriptorPool"));
     desc_pool_cur_ = 0;
+    for (ArenaChunk& c : arena_) c.used = 0;
+    arena_cur_ = 0;
     VkCommandBufferBeginInfo bi{};
     bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -141,6 +177,13 @@ Result Stream::submit() {
         return fail(KVRT_ERROR_INVALID_STATE, "the recording was dropped: %s", broken_why_.c_str());
     }
     const DeviceFns& fn = ctx_.fn();
+    for (size_t i = 0; i < arena_.size() && i <= arena_cur_; ++i) {
+        const Result fr = arena_[i].buffer->flush_mapped();
+        if (fr != KVRT_SUCCESS) {
+            drop_recording();
+            return fr;
+        }
+    }
     if (wrote_) host_read_barrier(fn, cb_);
     Result r = ctx_.check(fn.vkEndCommandBuffer(cb_), "vkEndCommandBuffer");
     if (r != KVRT_SUCCESS) {
@@ -219,10 +262,11 @@ void Stream::end_op() {
 void Stream::track(const BufferUse* uses, uint32_t n_uses) {
     bool hazard = false;
     for (uint32_t i = 0; i < n_uses && !hazard; ++i) {
-        const VkBuffer vb = uses[i].buffer->piece(uses[i].piece).buffer;
+        const Buffer::Piece& p = uses[i].buffer->piece(uses[i].piece);
+        const uint64_t off = p.base + uses[i].offset;
         for (const Access& a : since_barrier_) {
-            if (a.buffer != vb || !(a.write || uses[i].write)) continue;
-            const bool overlap = uses[i].offset < a.offset + a.size && a.offset < uses[i].offset + uses[i].size;
+            if (a.buffer != p.buffer || !(a.write || uses[i].write)) continue;
+            const bool overlap = off < a.offset + a.size && a.offset < off + uses[i].size;
             if (overlap) {
                 hazard = true;
                 break;
@@ -235,7 +279,8 @@ void Stream::track(const BufferUse* uses, uint32_t n_uses) {
     }
     for (uint32_t i = 0; i < n_uses; ++i) {
         const BufferUse& u = uses[i];
-        since_barrier_.push_back({u.buffer->piece(u.piece).buffer, u.offset, u.size, u.write});
+        const Buffer::Piece& p = u.buffer->piece(u.piece);
+        since_barrier_.push_back({p.buffer, p.base + u.offset, u.size, u.write});
         wrote_ = wrote_ || u.write;
         if (std::find(used_.begin(), used_.end(), u.buffer) == used_.end()) used_.push_back(u.buffer);
     }
@@ -290,7 +335,7 @@ Result Stream::dispatch(const Pipeline& pipeline, const BufferUse* uses, uint32_
     if (n_uses > 16) return fail(KVRT_ERROR_INTERNAL, "too many bindings");
     for (uint32_t i = 0; i < n_uses; ++i) {
         const Buffer::Piece& p = uses[i].buffer->piece(uses[i].piece);
-        infos[i] = VkDescriptorBufferInfo{p.buffer, 0, p.size};
+        infos[i] = VkDescriptorBufferInfo{p.buffer, p.base, p.size};
         writes[i] = VkWriteDescriptorSet{};
         writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
         writes[i].dstSet = set;
@@ -301,7 +346,16 @@ Result Stream::dispatch(const Pipeline& pipeline, const BufferUse* uses, uint32_
     }
     const DeviceFns& fn = ctx_.fn();
     fn.vkUpdateDescriptorSets(ctx_.device(), n_uses, writes, 0, nullptr);
-    track(uses, n_uses);
+    // A binding makes the whole piece accessible to the kernel, and that is
+    // what synchronization must cover (it is also what the validation layer
+    // checks), whatever part the kernel really touches.
+    BufferUse whole[16];
+    for (uint32_t i = 0; i < n_uses; ++i) {
+        whole[i] = uses[i];
+        whole[i].offset = 0;
+        whole[i].size = uses[i].buffer->piece(uses[i].piece).size;
+    }
+    track(whole, n_uses);
     fn.vkCmdBindPipeline(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
     fn.vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0, nullptr);
     if (pipeline.push_bytes)

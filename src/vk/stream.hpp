@@ -16,9 +16,8 @@ namespace kvrt::vk {
 
 class Buffer;
 
-// One storage binding of a dispatch: a whole piece of a buffer is bound, and
-// [offset, offset + size) of that piece is what the kernel reads or writes
-// (used to decide which barriers are needed).
+// One storage binding of a dispatch (a whole piece of a buffer is bound), or a
+// range a transfer command touches: [offset, offset + size) of the piece.
 struct BufferUse {
     const Buffer* buffer = nullptr;
     size_t piece = 0;
@@ -44,6 +43,10 @@ public:
     Result timings(kvrt_timing* out, uint32_t* count);
 
     bool recording() const { return state_ == State::Recording; }
+    // Drops the current recording (running its undos); a no-op when not recording.
+    void abort() {
+        if (state_ == State::Recording) drop_recording();
+    }
     // Fails with KVRT_ERROR_INVALID_STATE unless recording; ops call it first.
     Result require_recording() const;
 
@@ -61,6 +64,14 @@ public:
     // fills), inserting a barrier first when they depend on earlier work.
     void track(const BufferUse* uses, uint32_t n_uses);
     VkCommandBuffer cmd() const { return cb_; }
+
+    // Copies `size` bytes of host data into memory that the kernels of this
+    // recording can read (a per-stream arena, recycled by the next begin()), and
+    // describes where it is. Fails for sizes above the largest binding.
+    Result upload(const void* data, uint64_t size, BufferUse* out);
+    // Reserves `size` bytes of that memory and returns its mapping for the
+    // caller to fill before submission.
+    Result reserve(uint64_t size, BufferUse* out, void** mapped);
 
     // Called when a buffer is destroyed: a recording that uses it can no
     // longer be submitted. Returns true when the recording referenced it; the
@@ -88,7 +99,7 @@ private:
         uint32_t query;  // first of its two timestamps, or UINT32_MAX
     };
 
-    explicit Stream(Context& ctx) : ctx_(ctx) {}
+    explicit Stream(Context& ctx);
     void drop_recording();
     Result alloc_set(const Pipeline& pipeline, VkDescriptorSet* out);
     void mark_broken(const char* why);
@@ -118,6 +129,12 @@ private:
     std::vector<Abort> aborts_;
     Serial serial_ = 0;
     std::string label_;
+    struct ArenaChunk {
+        std::unique_ptr<Buffer> buffer;
+        uint64_t used = 0;
+    };
+    std::vector<ArenaChunk> arena_;
+    size_t arena_cur_ = 0;
 };
 
 }  // namespace kvrt::vk

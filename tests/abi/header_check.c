@@ -22,6 +22,14 @@ int main(void) {
     (void)stats;
     (void)buffer_desc;
     (void)stream_desc;
+    {
+        kvrt_cache_desc cache_desc = KVRT_CACHE_DESC_INIT;
+        kvrt_cache_estimate estimate = KVRT_CACHE_ESTIMATE_INIT;
+        kvrt_cache_info cache_info = KVRT_CACHE_INFO_INIT;
+        (void)cache_desc;
+        (void)estimate;
+        (void)cache_info;
+    }
 #endif
 #ifdef KVRT_VULKAN_H
     kvrt_vulkan_import_desc import_desc = KVRT_VULKAN_IMPORT_DESC_INIT;

@@ -1,0 +1,118 @@
+#version 450
+// Writes tokens' K or V rows into cache cells, converting from f32 or f16 input
+// to the cache's element type (F32, F16, or GGML-compatible Q8_0 / Q4_0
+// quantized on the fly). One dispatch covers one layer's rows that lie in one
+// piece of the source and one piece of the cache.
+//
+// Defines: SRC_F16 (input is f16, else f32); DST_F32 | DST_F16 | DST_Q8_0 | DST_Q4_0.
+//
+// Work unit: one output word (F32, F16) or a pair of blocks (Q8_0: 68 bytes =
+// 17 words; Q4_0: 36 bytes = 9 words), so every unit owns whole words and no
+// two invocations write the same word. An odd last block is paired with the
+// row's padding (rows are padded to 4 bytes).
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#include "quant.glsl"
+
+layout(std430, set = 0, binding = 0) readonly buffer Src { uint src[]; };
+layout(std430, set = 0, binding = 1) writeonly buffer Dst { uint dst[]; };
+// Per token: word offset of its row in src, word offset of its cell's row in dst.
+layout(std430, set = 0, binding = 2) readonly buffer List { uvec2 rows[]; };
+
+layout(push_constant) uniform Push {
+    uint n_tokens;
+    uint row_elems;      // values per row (n_kv_heads * head_dim)
+    uint units_per_row;
+    uint list_offset;    // first entry of `rows` for this dispatch
+} pc;
+
+float load(uint row_word, uint e) {
+#ifdef SRC_F16
+    const vec2 two = unpackHalf2x16(src[row_word + (e >> 1)]);
+    return (e & 1u) != 0u ? two.y : two.x;
+#else
+    return uintBitsToFloat(src[row_word + e]);
+#endif
+}
+
+#if defined(DST_Q8_0) || defined(DST_Q4_0)
+#if defined(DST_Q8_0)
+const uint BLOCK_BYTES = 34u;
+const uint PAIR_WORDS = 17u;
+#else
+const uint BLOCK_BYTES = 18u;
+const uint PAIR_WORDS = 9u;
+#endif
+
+void quantize_block(uint row_word, uint block, uint base, inout uint w[PAIR_WORDS]) {
+    float x[32];
+    for (uint j = 0u; j < 32u; ++j) x[j] = load(row_word, block * 32u + j);
+#if defined(DST_Q8_0)
+    float amax = 0.0;
+    for (uint j = 0u; j < 32u; ++j) amax = max(amax, abs(x[j]));
+    const float d = kvrt_div(amax, 127.0);
+    const float id = d != 0.0 ? kvrt_div(1.0, d) : 0.0;
+    const uint dh = kvrt_f32_to_f16(d);
+    KVRT_PUT_BYTE(w, base, dh);
+    KVRT_PUT_BYTE(w, base + 1u, dh >> 8);
+    for (uint j = 0u; j < 32u; ++j) {
+        precise float s = x[j] * id;
+        KVRT_PUT_BYTE(w, base + 2u + j, uint(int(kvrt_roundf(s))));
+    }
+#else
+    // The value of largest magnitude, keeping its sign (first one on ties).
+    float amax = 0.0, m = 0.0;
+    for (uint j = 0u; j < 32u; ++j) {
+        if (amax < abs(x[j])) {
+            amax = abs(x[j]);
+            m = x[j];
+        }
+    }
+    const float d = kvrt_div(m, -8.0);
+    const float id = d != 0.0 ? kvrt_div(1.0, d) : 0.0;
+    const uint dh = kvrt_f32_to_f16(d);
+    KVRT_PUT_BYTE(w, base, dh);
+    KVRT_PUT_BYTE(w, base + 1u, dh >> 8);
+    for (uint j = 0u; j < 16u; ++j) {
+        precise float s0 = x[j] * id;
+        precise float s1 = x[j + 16u] * id;
+        precise float t0 = s0 + 8.5;
+        precise float t1 = s1 + 8.5;
+        const uint q0 = min(15u, uint(int(t0)));  // truncation, as the C cast does
+        const uint q1 = min(15u, uint(int(t1)));
+        KVRT_PUT_BYTE(w, base + 2u + j, q0 | (q1 << 4));
+    }
+#endif
+}
+#endif
+
+void main() {
+    const uint total = pc.n_tokens * pc.units_per_row;
+    const uint stride = kvrt_grid_stride();
+    for (uint id = gl_GlobalInvocationID.x; id < total; id += stride) {
+        const uint t = id / pc.units_per_row;
+        const uint u = id - t * pc.units_per_row;
+        const uvec2 row = rows[pc.list_offset + t];
+#if defined(DST_F32)
+        dst[row.y + u] = floatBitsToUint(load(row.x, u));
+#elif defined(DST_F16)
+#ifdef SRC_F16
+        dst[row.y + u] = src[row.x + u];  // bit copy: f16 to f16 is exact
+#else
+        dst[row.y + u] = kvrt_f32_to_f16(load(row.x, 2u * u)) | (kvrt_f32_to_f16(load(row.x, 2u * u + 1u)) << 16);
+#endif
+#else
+        uint w[PAIR_WORDS];
+        for (uint i = 0u; i < PAIR_WORDS; ++i) w[i] = 0u;
+        const uint n_blocks = pc.row_elems / 32u;
+        const uint b0 = 2u * u;
+        quantize_block(row.x, b0, 0u, w);
+        const bool second = b0 + 1u < n_blocks;
+        if (second) quantize_block(row.x, b0 + 1u, BLOCK_BYTES, w);
+        // An odd last block writes its own bytes and the row's padding only.
+        const uint n_words = second ? PAIR_WORDS : (BLOCK_BYTES + 3u) / 4u;
+        const uint first = row.y + u * PAIR_WORDS;
+        for (uint i = 0u; i < n_words; ++i) dst[first + i] = w[i];
+#endif
+    }
+}

@@ -1,0 +1,251 @@
+// The KV cache.
+#include "kvrt/kvrt.h"
+
+#include "api/handles.hpp"
+
+using namespace kvrt;
+using namespace kvrt::api;
+
+namespace {
+
+void destroy_cache(void* h) {
+    auto* c = static_cast<kvrt_cache_T*>(h);
+    unregister_handle(c);
+    delete c;
+}
+
+Result check_cache(kvrt_cache_T* c) {
+    KVRT_TRY(check_handle(c, Kind::Cache, "cache"));
+    return check_context(c->owner, "the cache's context");
+}
+
+// A stream argument: NULL, or a live stream of the cache's context.
+Result resolve_stream(kvrt_cache_T* c, kvrt_stream_T* s, vk::Stream** out) {
+    *out = nullptr;
+    if (!s) return KVRT_SUCCESS;
+    KVRT_TRY(check_handle(s, Kind::Stream, "stream"));
+    if (s->owner != c->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "stream belongs to another context");
+    *out = s->stream.get();
+    return KVRT_SUCCESS;
+}
+
+Result resolve_tensor(kvrt_cache_T* c, const char* what, const kvrt_tensor_ref* ref, cache::Source* out) {
+    if (!ref) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
+    cache::Source s;
+    s.type = ref->type == KVRT_TYPE_DEFAULT ? KVRT_TYPE_F32 : ref->type;
+    if (ref->buffer) {
+        KVRT_TRY(check_handle(ref->buffer, Kind::Buffer, what));
+        if (ref->buffer->owner != c->owner)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s's buffer belongs to another context", what);
+        s.buffer = ref->buffer->buffer.get();
+    }
+    s.host = static_cast<const uint8_t*>(ref->host);
+    s.offset = ref->offset;
+    s.row_stride = ref->row_stride;
+    s.layer_stride = ref->layer_stride;
+    *out = s;
+    return KVRT_SUCCESS;
+}
+
+// Turns a kvrt_batch into tokens (pointing into the batch's arrays).
+Result resolve_batch(const kvrt_batch* b, std::vector<kv::Token>* out) {
+    if (!b) return fail(KVRT_ERROR_INVALID_ARGUMENT, "batch is NULL");
+    if (b->n_tokens == 0) {
+        out->clear();
+        return KVRT_SUCCESS;
+    }
+    if (!b->positions || !b->seq_ids) return fail(KVRT_ERROR_INVALID_ARGUMENT, "batch positions or seq_ids is NULL");
+    out->resize(b->n_tokens);
+    size_t at = 0;
+    for (uint32_t i = 0; i < b->n_tokens; ++i) {
+        const uint32_t k = b->seq_id_counts ? b->seq_id_counts[i] : 1;
+        (*out)[i] = kv::Token{b->positions[i], b->seq_ids + at, k};
+        at += k;
+    }
+    return KVRT_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+KVRT_API kvrt_result kvrt_cache_estimate_size(kvrt_context context, const kvrt_cache_desc* desc,
+                                              kvrt_cache_estimate* out) {
+    return guarded([&]() -> Result {
+        if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+        KVRT_TRY(check_struct(out, out->type, KVRT_STRUCT_TYPE_CACHE_ESTIMATE, "out"));
+        if (!desc) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc is NULL");
+        uint64_t binding = 128ull << 20;
+        if (context) {
+            KVRT_TRY(check_handle(context, Kind::Context, "context"));
+            binding = context->ctx->max_binding_bytes();
+        }
+        kv::CacheGeometry g;
+        KVRT_TRY(kv::CacheGeometry::from_desc(*desc, binding, &g));
+        out->bytes_per_token = g.bytes_per_token;
+        out->data_bytes = g.data_bytes;
+        out->device_bytes = g.device_bytes;
+        out->max_binding_bytes = binding;
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_create(kvrt_context context, const kvrt_cache_desc* desc, kvrt_cache* out_cache) {
+    return guarded([&]() -> Result {
+        if (!out_cache) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_cache is NULL");
+        *out_cache = nullptr;
+        KVRT_TRY(check_context(context, "context"));
+        if (!desc) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc is NULL");
+        auto handle = std::make_unique<kvrt_cache_T>();
+        handle->owner = context;
+        KVRT_TRY(cache::Cache::create(*context->ctx, *desc, &handle->cache));
+        context->children.add(handle.get(), &destroy_cache);
+        register_handle(handle.get(), Kind::Cache);
+        *out_cache = handle.release();
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API void kvrt_cache_destroy(kvrt_cache cache) {
+    guarded_void([&]() {
+        if (!cache || !is_live(cache, Kind::Cache)) return;
+        cache->owner->children.remove(cache);
+        destroy_cache(cache);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_get_info(kvrt_cache cache, kvrt_cache_info* info) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        if (!info) return fail(KVRT_ERROR_INVALID_ARGUMENT, "info is NULL");
+        KVRT_TRY(check_struct(info, info->type, KVRT_STRUCT_TYPE_CACHE_INFO, "info"));
+        cache->cache->fill_info(info);
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_store(kvrt_cache cache, kvrt_stream stream, const kvrt_batch* batch, int32_t layer,
+                                      const kvrt_tensor_ref* k, const kvrt_tensor_ref* v, uint32_t* out_cells) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_cache(cache));
+        vk::Stream* s = nullptr;
+        KVRT_TRY(resolve_stream(cache, stream, &s));
+        std::vector<kv::Token> tokens;
+        KVRT_TRY(resolve_batch(batch, &tokens));
+        cache::Source ks, vs;
+        KVRT_TRY(resolve_tensor(cache, "k", k, &ks));
+        KVRT_TRY(resolve_tensor(cache, "v", v, &vs));
+        return cache->cache->store(s, tokens.data(), static_cast<uint32_t>(tokens.size()), layer, ks, vs, out_cells);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_place(kvrt_cache cache, const kvrt_batch* batch, uint32_t* out_cells) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_cache(cache));
+        std::vector<kv::Token> tokens;
+        KVRT_TRY(resolve_batch(batch, &tokens));
+        return cache->cache->place(tokens.data(), static_cast<uint32_t>(tokens.size()), out_cells);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_write(kvrt_cache cache, kvrt_stream stream, uint32_t n_tokens, const uint32_t* cells,
+                                      int32_t layer, const kvrt_tensor_ref* k, const kvrt_tensor_ref* v) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_cache(cache));
+        vk::Stream* s = nullptr;
+        KVRT_TRY(resolve_stream(cache, stream, &s));
+        cache::Source ks, vs;
+        KVRT_TRY(resolve_tensor(cache, "k", k, &ks));
+        KVRT_TRY(resolve_tensor(cache, "v", v, &vs));
+        return cache->cache->write(s, n_tokens, cells, layer, ks, vs);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n_cells, const uint32_t* cells,
+                                     float* k_out, float* v_out) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_cache(cache));
+        return cache->cache->read(layer, n_cells, cells, k_out, v_out);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_seq_rm(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->table().seq_rm(seq, p0, p1);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_seq_cp(kvrt_cache cache, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->table().seq_cp(src, dst, p0, p1);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_seq_keep(kvrt_cache cache, int32_t seq) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->table().seq_keep(seq);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_seq_add(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->table().seq_add(seq, p0, p1, delta);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_seq_div(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t d) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->table().seq_div(seq, p0, p1, d);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_seq_pos_min(kvrt_cache cache, int32_t seq, int32_t* out_pos) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        if (!out_pos) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_pos is NULL");
+        const auto& t = cache->cache->table();
+        if (seq < 0 || static_cast<uint32_t>(seq) >= t.max_seqs())
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, t.max_seqs() - 1);
+        *out_pos = t.seq_pos_min(seq);
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_seq_pos_max(kvrt_cache cache, int32_t seq, int32_t* out_pos) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        if (!out_pos) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_pos is NULL");
+        const auto& t = cache->cache->table();
+        if (seq < 0 || static_cast<uint32_t>(seq) >= t.max_seqs())
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, t.max_seqs() - 1);
+        *out_pos = t.seq_pos_max(seq);
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        cache->cache->table().clear();
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_compact(kvrt_cache cache, kvrt_stream stream, float threshold, uint32_t max_moves,
+                                        uint32_t* out_moved) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_cache(cache));
+        vk::Stream* s = nullptr;
+        KVRT_TRY(resolve_stream(cache, stream, &s));
+        if (!(threshold >= 0.0f && threshold <= 1.0f))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "threshold must be in [0, 1]");
+        return cache->cache->compact(s, threshold, max_moves, out_moved);
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,80 @@
+// The KV cache object: geometry, cell metadata (kv::CellTable), device rows
+// (an Arena), and the operations that keep the two consistent.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "cache/arena.hpp"
+#include "core/result.hpp"
+#include "kv/cell_table.hpp"
+#include "kv/geometry.hpp"
+#include "vk/stream.hpp"
+
+namespace kvrt::cache {
+
+// K or V data to store, resolved from a kvrt_tensor_ref.
+struct Source {
+    kvrt_type type = KVRT_TYPE_F32;         // F32 or F16
+    const vk::Buffer* buffer = nullptr;     // device data, or
+    const uint8_t* host = nullptr;          // host data
+    uint64_t offset = 0;
+    uint64_t row_stride = 0;                // 0 = packed
+    uint64_t layer_stride = 0;              // 0 = n_tokens * row_stride
+};
+
+class Cache {
+public:
+    static Result create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_ptr<Cache>* out);
+    Cache(const Cache&) = delete;
+    Cache& operator=(const Cache&) = delete;
+    ~Cache();
+
+    vk::Context& context() const { return ctx_; }
+    const kv::CacheGeometry& geometry() const { return geo_; }
+    kv::CellTable& table() { return table_; }
+    const kv::CellTable& table() const { return table_; }
+    const Arena& arena() const { return *arena_; }
+
+    // kvrt_cache_store: place and write, all or nothing. `stream` null: synchronous.
+    Result store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source& k,
+                 const Source& v, uint32_t* out_cells);
+    // kvrt_cache_place.
+    Result place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells);
+    // kvrt_cache_write.
+    Result write(vk::Stream* stream, uint32_t n, const uint32_t* cells, int32_t layer, const Source& k,
+                 const Source& v);
+    // kvrt_cache_read.
+    Result read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_out, float* v_out);
+    // kvrt_cache_compact.
+    Result compact(vk::Stream* stream, double threshold, uint32_t max_moves, uint32_t* out_moved);
+
+    void fill_info(kvrt_cache_info* out) const;
+
+private:
+    explicit Cache(vk::Context& ctx) : ctx_(ctx) {}
+
+    // Checks everything about a write before anything changes.
+    Result check_source(const char* what, const Source& s, uint32_t n, int32_t layer,
+                        const kv::RowGeometry& g) const;
+    Result check_write(uint32_t n, int32_t layer, const Source& k, const Source& v) const;
+    Result record_writes(vk::Stream& s, uint32_t n, const uint32_t* cells, int32_t layer, const Source& k,
+                         const Source& v);
+    Result record_array(vk::Stream& s, Array array, uint32_t n, const uint32_t* cells, uint32_t layer,
+                        uint32_t src_layer, const Source& src);
+
+    // The cache's own stream for synchronous calls.
+    Result begin_own();
+    Result finish_own();
+
+    vk::Context& ctx_;
+    kv::CacheGeometry geo_;
+    kv::CellTable table_;
+    std::unique_ptr<Arena> arena_;
+    std::vector<uint32_t> windows_;
+    kvrt_rope_params rope_{};
+    std::unique_ptr<vk::Stream> own_;
+    bool own_pending_ = false;
+};
+
+}  // namespace kvrt::cache

@@ -1,0 +1,64 @@
+// Cache geometry: element types, row sizes, how a layer's rows split into
+// binding-sized pieces, and the sizes the estimator reports. Pure CPU, so the
+// estimator works before (and without) a device.
+#pragma once
+
+#include <cstdint>
+
+#include "core/result.hpp"
+
+namespace kvrt::kv {
+
+// Storage size of an element type: `block_bytes` per `block_elems` values.
+struct TypeSize {
+    uint32_t block_elems;
+    uint32_t block_bytes;
+};
+
+// KVRT_TYPE_F32/F16/Q8_0/Q4_0; false for anything else.
+bool type_size(kvrt_type type, TypeSize* out);
+
+// Name for messages and the command line ("f16", "q8_0", ...).
+const char* type_name(kvrt_type type);
+
+// Parses a type name; false when unknown.
+bool parse_type(const char* name, kvrt_type* out);
+
+// Geometry of one array (K or V) of a cell-layout cache.
+struct RowGeometry {
+    kvrt_type type = KVRT_TYPE_F16;
+    uint32_t head_dim = 0;
+    uint64_t head_bytes = 0;       // one head of one token
+    uint64_t row_bytes = 0;        // all KV heads of one token
+    uint64_t stride = 0;           // row_bytes padded to 4: cell c starts at c * stride in its piece
+    uint32_t cells_per_piece = 0;  // cells in each piece but the last
+    uint32_t pieces = 0;           // pieces per layer
+    uint64_t piece_bytes = 0;      // bytes of each full piece (a multiple of 16)
+    uint64_t layer_bytes = 0;      // bytes allocated per layer
+
+    // Piece and byte offset of `cell` inside it.
+    void locate(uint32_t cell, uint32_t* piece, uint64_t* offset) const {
+        *piece = cell / cells_per_piece;
+        *offset = static_cast<uint64_t>(cell % cells_per_piece) * stride;
+    }
+};
+
+struct CacheGeometry {
+    uint32_t n_layers = 0;
+    uint32_t n_heads = 0;
+    uint32_t n_kv_heads = 0;
+    uint32_t capacity = 0;
+    uint32_t max_seqs = 0;
+    RowGeometry k;
+    RowGeometry v;
+    uint64_t bytes_per_token = 0;  // SPEC formula, unpadded
+    uint64_t data_bytes = 0;       // bytes_per_token * capacity
+    uint64_t device_bytes = 0;     // what the cache allocates
+    uint64_t max_binding = 0;
+
+    // Validates `desc` (the checks of kvrt_cache_create) and computes the
+    // geometry for a device whose largest binding is `max_binding` bytes.
+    static Result from_desc(const kvrt_cache_desc& desc, uint64_t max_binding, CacheGeometry* out);
+};
+
+}  // namespace kvrt::kv

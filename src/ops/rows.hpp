@@ -1,0 +1,50 @@
+// Row kernels of the cache: store (convert and quantize tokens' K/V into cells)
+// and row copies (compaction moves, readback gathers).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/result.hpp"
+
+namespace kvrt::vk {
+class Buffer;
+class Stream;
+struct BufferUse;
+}  // namespace kvrt::vk
+
+namespace kvrt::ops {
+
+// One row to move: word offsets of its start in the source and destination
+// pieces (the layout of the list kernels read, uvec2).
+struct RowPair {
+    uint32_t src_word;
+    uint32_t dst_word;
+};
+static_assert(sizeof(RowPair) == 8, "RowPair mirrors uvec2");
+
+// A side of a row operation: one piece of a buffer, and the bytes of each row
+// there (for barrier tracking).
+struct PieceRef {
+    const vk::Buffer* buffer = nullptr;
+    size_t piece = 0;
+    uint64_t row_bytes = 0;
+};
+
+// Records the store of `rows` (all in src.piece and dst.piece): each row of
+// `row_elems` values of `src_type` (F32 or F16) is written to the cache's
+// element type `dst_type` at its destination. Fails for unsupported types.
+Result record_store(vk::Stream& stream, kvrt_type src_type, kvrt_type dst_type, uint32_t row_elems,
+                    const PieceRef& src, const PieceRef& dst, const std::vector<RowPair>& rows);
+
+// Records copies of whole rows of `row_bytes` (a multiple of 4) from src to dst.
+Result record_copy_rows(vk::Stream& stream, const PieceRef& src, const PieceRef& dst, uint64_t row_bytes,
+                        const std::vector<RowPair>& rows);
+
+// Records a transfer copy of `size` bytes of `buffer` from `offset` (which may
+// span pieces) into the stream's upload memory, so one binding holds them;
+// `out` describes the copy.
+Result record_gather_span(vk::Stream& stream, const vk::Buffer& buffer, uint64_t offset, uint64_t size,
+                          vk::BufferUse* out);
+
+}  // namespace kvrt::ops
