@@ -86,12 +86,11 @@ void quantize_block(uint row_word, uint block, uint base, inout uint w[PAIR_WORD
 }
 #endif
 
+// One workgroup per token row (grid-stride over rows), its invocations over
+// the row's units.
 void main() {
-    const uint total = pc.n_tokens * pc.units_per_row;
-    const uint stride = kvrt_grid_stride();
-    for (uint id = gl_GlobalInvocationID.x; id < total; id += stride) {
-        const uint t = id / pc.units_per_row;
-        const uint u = id - t * pc.units_per_row;
+    for (uint t = gl_WorkGroupID.x; t < pc.n_tokens; t += gl_NumWorkGroups.x)
+    for (uint u = gl_LocalInvocationID.x; u < pc.units_per_row; u += gl_WorkGroupSize.x) {
         const uvec2 row = rows[pc.list_offset + t];
 #if defined(DST_F32)
         dst[row.y + u] = floatBitsToUint(load(row.x, u));

@@ -37,10 +37,6 @@ static_assert(sizeof(CopyRowsPush) == 12, "CopyRowsPush layout");
 static_assert(offsetof(CopyRowsPush, n_rows) == 0 && offsetof(CopyRowsPush, row_words) == 4 &&
                   offsetof(CopyRowsPush, list_offset) == 8, "CopyRowsPush offsets");
 
-uint32_t groups_for(uint64_t units) {
-    return static_cast<uint32_t>(std::min<uint64_t>((units + kWorkgroup - 1) / kWorkgroup, kMaxGroups));
-}
-
 // The byte range of a piece touched by rows starting at the given word
 // offsets, `row_bytes` each.
 vk::BufferUse span(const PieceRef& ref, const std::vector<RowPair>& rows, bool src_side, bool write) {
@@ -70,29 +66,37 @@ Result record_store(vk::Stream& stream, kvrt_type src_type, kvrt_type dst_type, 
     }
     const std::string shader =
         std::string("store_") + kv::type_name(src_type) + "_" + kv::type_name(dst_type);
+    // A workgroup writes one row: size it to the row's units (quantized rows
+    // have few, large units), between 8 and 64 invocations.
+    uint32_t wg = 8;
+    while (wg < kWorkgroup && wg < units) wg *= 2;
     const vk::Pipeline* pipeline = nullptr;
-    KVRT_TRY(stream.context().pipelines().get({shader, 3, uint32_t{sizeof(StorePush)}, {kWorkgroup}}, &pipeline));
+    KVRT_TRY(stream.context().pipelines().get({shader, 3, uint32_t{sizeof(StorePush)}, {wg}}, &pipeline));
     vk::BufferUse list{};
     KVRT_TRY(stream.upload(rows.data(), rows.size() * sizeof(RowPair), &list));
     const vk::BufferUse uses[3] = {span(src, rows, true, false), span(dst, rows, false, true), list};
     const StorePush push{static_cast<uint32_t>(rows.size()), row_elems, units,
                          static_cast<uint32_t>(list.offset / sizeof(RowPair))};
-    return stream.dispatch(*pipeline, uses, 3, &push, groups_for(uint64_t{units} * rows.size()));
+    return stream.dispatch(*pipeline, uses, 3, &push, static_cast<uint32_t>(std::min<size_t>(rows.size(), kMaxGroups)));
 }
 
 Result record_copy_rows(vk::Stream& stream, const PieceRef& src, const PieceRef& dst, uint64_t row_bytes,
                         const std::vector<RowPair>& rows) {
     if (rows.empty()) return KVRT_SUCCESS;
+    // 16-byte accesses when the row and every offset allow them (the common
+    // case: rows of whole 16-byte multiples, pieces 16-byte aligned).
+    const uint32_t row_words = static_cast<uint32_t>(row_bytes / 4);
+    bool vec4 = row_words % 4 == 0;
+    for (size_t i = 0; i < rows.size() && vec4; ++i) vec4 = rows[i].src_word % 4 == 0 && rows[i].dst_word % 4 == 0;
     const vk::Pipeline* pipeline = nullptr;
-    KVRT_TRY(stream.context().pipelines().get({"copy_rows", 3, uint32_t{sizeof(CopyRowsPush)}, {kWorkgroup}},
-                                              &pipeline));
+    KVRT_TRY(stream.context().pipelines().get(
+        {vec4 ? "copy_rows_vec4" : "copy_rows", 3, uint32_t{sizeof(CopyRowsPush)}, {kWorkgroup}}, &pipeline));
     vk::BufferUse list{};
     KVRT_TRY(stream.upload(rows.data(), rows.size() * sizeof(RowPair), &list));
     const vk::BufferUse uses[3] = {span(src, rows, true, false), span(dst, rows, false, true), list};
-    const uint32_t row_words = static_cast<uint32_t>(row_bytes / 4);
     const CopyRowsPush push{static_cast<uint32_t>(rows.size()), row_words,
                             static_cast<uint32_t>(list.offset / sizeof(RowPair))};
-    return stream.dispatch(*pipeline, uses, 3, &push, groups_for(uint64_t{row_words} * rows.size()));
+    return stream.dispatch(*pipeline, uses, 3, &push, static_cast<uint32_t>(std::min<size_t>(rows.size(), kMaxGroups)));
 }
 
 Result record_gather_span(vk::Stream& stream, const vk::Buffer& buffer, uint64_t offset, uint64_t size,

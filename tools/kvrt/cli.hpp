@@ -38,5 +38,6 @@ std::string json_escape(const std::string& s);
 void log_to_stderr(void* user, kvrt_log_level level, const char* message);
 
 int cmd_info(int argc, char** argv);
+int cmd_estimate(int argc, char** argv);
 
 }  // namespace cli

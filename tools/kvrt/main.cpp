@@ -14,6 +14,7 @@ void usage(FILE* out) {
                  "commands:\n"
                  "  info       list the Vulkan devices and their features\n"
                  "  bench      run a benchmark case (kvrt bench --help)\n"
+                 "  estimate   memory of a cache for a model geometry\n"
                  "  version    print the library version\n"
                  "\n"
                  "Run 'kvrt <command> --help' for a command's options. KVRT_DEVICE=<index|name>\n"
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
     const char* cmd = argv[1];
     if (!std::strcmp(cmd, "info")) return cli::cmd_info(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "bench")) return cli::bench::cmd_bench(argc - 2, argv + 2);
+    if (!std::strcmp(cmd, "estimate")) return cli::cmd_estimate(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "version")) {
         std::printf("kvrt %s\n", kvrt_version_string());
         return 0;
