@@ -246,18 +246,29 @@ Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out) const {
         if (t.pos < 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: token %u has negative position %d", i, t.pos);
         if (t.n_seq == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: token %u has no sequence id", i);
         if (t.seq_ids == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: token %u has NULL seq_ids", i);
+        if (t.n_seq > max_seqs_) {
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: token %u lists %u sequence ids but max_seqs is %u", i,
+                        t.n_seq, max_seqs_);
+        }
         for (uint32_t j = 0; j < t.n_seq; ++j) {
             const int32_t s = t.seq_ids[j];
             if (s < 0 || static_cast<uint32_t>(s) >= max_seqs_) {
                 return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: token %u has sequence id %d outside [0, %u)", i, s,
                             max_seqs_);
             }
-            if (index_[s].count(t.pos) != 0) {
+            if (index_[size_t(s)].count(t.pos) != 0) {
                 return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: sequence %d already has position %d (token %u)", s,
                             t.pos, i);
             }
         }
         pairs += t.n_seq;
+    }
+
+    // Capacity before the duplicate check, which allocates in proportion to n.
+    const uint32_t n_free = capacity_ - used_;
+    if (n > n_free) {
+        return fail(KVRT_ERROR_CACHE_FULL, "plan: the batch needs %u cells but only %u of %u are empty", n, n_free,
+                    capacity_);
     }
 
     try {
@@ -278,12 +289,6 @@ Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out) const {
                         "plan: sequence %d gets position %d twice in the batch (a repeated token, or a "
                         "sequence id repeated inside one token)",
                         int32_t(*dup >> 32), int32_t(*dup & 0xffffffffu));
-        }
-
-        const uint32_t n_free = capacity_ - used_;
-        if (n > n_free) {
-            return fail(KVRT_ERROR_CACHE_FULL, "plan: the batch needs %u cells but only %u of %u are empty", n,
-                        n_free, capacity_);
         }
 
         // Contiguous first fit from the head. Like llama.cpp, restart from cell 0
@@ -326,10 +331,10 @@ Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out) const {
         size_t k = 0;
         for (uint32_t i = 0; i < n; ++i) {
             out->pos_[i] = tokens[i].pos;
-            out->seq_begin_[i] = uint32_t(k);
+            out->seq_begin_[i] = k;
             for (uint32_t j = 0; j < tokens[i].n_seq; ++j) out->seq_ids_[k++] = tokens[i].seq_ids[j];
         }
-        out->seq_begin_[n] = uint32_t(k);
+        out->seq_begin_[n] = k;
         while (out->nodes_.size() < pairs) out->nodes_.emplace_hint(out->nodes_.end(), 0, 0u);
     } catch (const std::bad_alloc&) {
         out->reset_batch();
@@ -352,7 +357,7 @@ Result CellTable::apply(Placement& p) {
         const uint32_t c = p.cells_[i];
         const int32_t pos = p.pos_[i];
         uint64_t* w = cell_words(c);
-        for (uint32_t k = p.seq_begin_[i]; k < p.seq_begin_[i + 1]; ++k) {
+        for (size_t k = p.seq_begin_[i]; k < p.seq_begin_[i + 1]; ++k) {
             const uint32_t s = uint32_t(p.seq_ids_[k]);
             w[s >> 6] |= uint64_t(1) << (s & 63);
             // The pair is new (checked by plan), so this links a node in.
@@ -385,7 +390,7 @@ Result CellTable::rollback(Placement& p) {
         const uint32_t c = p.cells_[i];
         const int32_t pos = p.pos_[i];
         uint64_t* w = cell_words(c);
-        for (uint32_t k = p.seq_begin_[i]; k < p.seq_begin_[i + 1]; ++k) {
+        for (size_t k = p.seq_begin_[i]; k < p.seq_begin_[i + 1]; ++k) {
             const uint32_t s = uint32_t(p.seq_ids_[k]);
             // Each of these entries has count 1 (the pair was new); give the
             // node back to the placement for its next plan().
@@ -413,7 +418,7 @@ Result CellTable::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
     KVRT_TRY(make_range("seq_rm", p0, p1, &r));
     if (seq >= 0) {
         KVRT_TRY(check_seq("seq_rm", seq));
-        if (seq_cells_[seq] == 0) return KVRT_SUCCESS;
+        if (seq_cells_[size_t(seq)] == 0) return KVRT_SUCCESS;
     }
     if (r.empty()) return KVRT_SUCCESS;
     bool changed = false;
@@ -440,7 +445,7 @@ Result CellTable::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     KVRT_TRY(make_range("seq_cp", p0, p1, &r));
     KVRT_TRY(check_seq("seq_cp", src));
     KVRT_TRY(check_seq("seq_cp", dst));
-    if (src == dst || r.empty() || seq_cells_[src] == 0) return KVRT_SUCCESS;
+    if (src == dst || r.empty() || seq_cells_[size_t(src)] == 0) return KVRT_SUCCESS;
     const uint32_t end = used_end_;
     size_t need = 0;
     for (uint32_t c = 0; c < end; ++c) {
@@ -488,7 +493,7 @@ Result CellTable::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
     PosRange r;
     KVRT_TRY(make_range("seq_add", p0, p1, &r));
     KVRT_TRY(check_seq("seq_add", seq));
-    if (delta == 0 || r.empty() || seq_cells_[seq] == 0) return KVRT_SUCCESS;
+    if (delta == 0 || r.empty() || seq_cells_[size_t(seq)] == 0) return KVRT_SUCCESS;
     const uint32_t end = used_end_;
     // Pass 1: check every new position and delta, count the index nodes needed.
     size_t need = 0;
@@ -533,7 +538,7 @@ Result CellTable::seq_div(int32_t seq, int32_t p0, int32_t p1, int32_t d) {
     KVRT_TRY(make_range("seq_div", p0, p1, &r));
     KVRT_TRY(check_seq("seq_div", seq));
     if (d <= 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "seq_div: divisor %d is not positive", d);
-    if (d == 1 || r.empty() || seq_cells_[seq] == 0) return KVRT_SUCCESS;
+    if (d == 1 || r.empty() || seq_cells_[size_t(seq)] == 0) return KVRT_SUCCESS;
     const uint32_t end = used_end_;
     size_t need = 0;
     bool any = false;
@@ -559,18 +564,18 @@ Result CellTable::seq_div(int32_t seq, int32_t p0, int32_t p1, int32_t d) {
 }
 
 int32_t CellTable::seq_pos_min(int32_t seq) const {
-    if (seq < 0 || uint32_t(seq) >= max_seqs_ || index_[seq].empty()) return -1;
-    return index_[seq].begin()->first;
+    if (seq < 0 || uint32_t(seq) >= max_seqs_ || index_[size_t(seq)].empty()) return -1;
+    return index_[size_t(seq)].begin()->first;
 }
 
 int32_t CellTable::seq_pos_max(int32_t seq) const {
-    if (seq < 0 || uint32_t(seq) >= max_seqs_ || index_[seq].empty()) return -1;
-    return index_[seq].rbegin()->first;
+    if (seq < 0 || uint32_t(seq) >= max_seqs_ || index_[size_t(seq)].empty()) return -1;
+    return index_[size_t(seq)].rbegin()->first;
 }
 
 uint32_t CellTable::seq_cell_count(int32_t seq) const {
     if (seq < 0 || uint32_t(seq) >= max_seqs_) return 0;
-    return seq_cells_[seq];
+    return seq_cells_[size_t(seq)];
 }
 
 Result CellTable::cells_of_seq(int32_t seq, std::vector<uint32_t>* out) const {
@@ -578,8 +583,8 @@ Result CellTable::cells_of_seq(int32_t seq, std::vector<uint32_t>* out) const {
     KVRT_TRY(check_seq("cells_of_seq", seq));
     try {
         out->clear();
-        out->reserve(seq_cells_[seq]);
-        for (uint32_t c = 0; c < used_end_ && out->size() < seq_cells_[seq]; ++c) {
+        out->reserve(seq_cells_[size_t(seq)]);
+        for (uint32_t c = 0; c < used_end_ && out->size() < seq_cells_[size_t(seq)]; ++c) {
             if (has_seq(c, uint32_t(seq))) out->push_back(c);
         }
     } catch (const std::bad_alloc&) {

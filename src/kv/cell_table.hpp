@@ -91,7 +91,7 @@ private:
 
     std::vector<uint32_t> cells_;
     std::vector<int32_t> pos_;          // copy of each token's position
-    std::vector<uint32_t> seq_begin_;   // token i's ids: seq_ids_[seq_begin_[i], seq_begin_[i+1])
+    std::vector<size_t> seq_begin_;     // token i's ids: seq_ids_[seq_begin_[i], seq_begin_[i+1])
     std::vector<int32_t> seq_ids_;
     std::vector<uint64_t> scratch_;     // (seq, pos) keys for the duplicate check
     IndexNodePool nodes_;               // one spare node per (token, seq id) pair
@@ -120,17 +120,23 @@ public:
     // ---- Placement -------------------------------------------------------------
 
     // Finds `n` empty cells for `tokens` without changing the table and writes
-    // them to `*out`. It takes the first run of n consecutive empty cells found
-    // from a rotating head (the cell after the last placement, as llama.cpp
-    // does); when no such run exists it takes the n lowest empty cells, which
+    // them to `*out` (token i gets cells()[i]; the cells ascend). It takes the
+    // first run of n consecutive empty cells found from a rotating head, as
+    // llama.cpp does: the head is the cell after the last placement, moves down
+    // to the lowest cell freed below it, and restarts at 0 when it is more than
+    // used() + 2n. When no run exists it takes the n lowest empty cells, which
     // keeps n_attend() and fragmentation low. n == 0 gives an empty placement.
-    // Returns KVRT_ERROR_INVALID_ARGUMENT when out is NULL, tokens is NULL with
-    // n > 0, a position is negative, a token has no sequence id or a NULL id
-    // array, an id is outside [0, max_seqs), an id repeats inside a token, or a
-    // (sequence, position) pair already exists in the table or repeats in the
-    // batch; KVRT_ERROR_CACHE_FULL when fewer than n cells are empty (the detail
-    // message gives both numbers); KVRT_ERROR_INVALID_STATE before init();
-    // KVRT_ERROR_OUT_OF_HOST_MEMORY. On failure *out holds no plan.
+    //
+    // Checks, in this order: KVRT_ERROR_INVALID_ARGUMENT when out is NULL;
+    // KVRT_ERROR_INVALID_STATE before init(); KVRT_ERROR_INVALID_ARGUMENT when
+    // tokens is NULL with n > 0, a position is negative, a token has no
+    // sequence id, a NULL id array or more ids than max_seqs, an id is outside
+    // [0, max_seqs), or a (sequence, position) pair already exists in the
+    // table; KVRT_ERROR_CACHE_FULL when fewer than n cells are empty (the
+    // detail message gives both numbers); KVRT_ERROR_INVALID_ARGUMENT when a
+    // (sequence, position) pair repeats in the batch (this includes an id
+    // repeated inside one token); KVRT_ERROR_OUT_OF_HOST_MEMORY. On failure
+    // *out holds no plan.
     Result plan(const Token* tokens, uint32_t n, Placement* out) const;
 
     // Writes the planned batch into its cells. Allocates nothing and has no
@@ -172,8 +178,9 @@ public:
     // [p0, p1) and accumulates it in the cell's pending shift. As in llama.cpp,
     // the position belongs to the cell, so a cell shared with other sequences
     // moves for all of them; and a cell whose new position is negative is
-    // emptied (for all its sequences). Returns KVRT_ERROR_INVALID_ARGUMENT if a
-    // new position would exceed INT32_MAX. KVRT_ERROR_OUT_OF_HOST_MEMORY possible.
+    // emptied (for all its sequences). delta == 0 is a no-op. Returns
+    // KVRT_ERROR_INVALID_ARGUMENT if a new position would exceed INT32_MAX or a
+    // pending shift would overflow int32. KVRT_ERROR_OUT_OF_HOST_MEMORY possible.
     Result seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
 
     // Integer-divides the position of every cell of `seq` with a position in
@@ -219,7 +226,8 @@ public:
     // Moves cell metadata (position, delta, sequences) for each move in order:
     // src_cell must be in use and dst_cell empty at the time of that move. The
     // per-sequence index is unaffected (positions do not change). Call it only
-    // after the device copied the rows. Allocates nothing; returns
+    // after the device copied the rows. The head moves to used_end() (0 when
+    // that is the capacity). Allocates nothing; returns
     // KVRT_ERROR_INVALID_ARGUMENT (and changes nothing) when a move is out of
     // range or does not fit the table (a caller bug), KVRT_SUCCESS otherwise.
     Result apply_moves(const CellMove* moves, size_t n);
@@ -229,8 +237,13 @@ public:
 
     // ---- Queries ---------------------------------------------------------------
 
+    // Number of cells (0 before init()).
     uint32_t capacity() const { return capacity_; }
+
+    // Sequence ids are in [0, max_seqs()).
     uint32_t max_seqs() const { return max_seqs_; }
+
+    // uint64 words per cell in seq_words(): ceil(max_seqs() / 64).
     uint32_t words_per_cell() const { return words_per_cell_; }
 
     // Number of cells in use.
