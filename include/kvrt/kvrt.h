@@ -129,6 +129,7 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_CACHE_DESC = 10,
     KVRT_STRUCT_TYPE_CACHE_ESTIMATE = 11,
     KVRT_STRUCT_TYPE_CACHE_INFO = 12,
+    KVRT_STRUCT_TYPE_ATTENTION_PARAMS = 13,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
     KVRT_STRUCT_TYPE_MAX_ENUM = 0x7FFFFFFF
 } kvrt_struct_type;
@@ -681,6 +682,68 @@ KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache);
  * Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_compact(kvrt_cache cache, kvrt_stream stream, float threshold,
                                         uint32_t max_moves, uint32_t* out_moved);
+
+/* ========================================================================== */
+/* Attention                                                                  */
+/* ========================================================================== */
+
+typedef enum kvrt_attention_flag_bits {
+    /* Let queries see cells at later positions too (encoder-style attention).
+     * By default a query sees cells with position <= its own. */
+    KVRT_ATTENTION_NON_CAUSAL = 0x00000001,
+    KVRT_ATTENTION_FLAG_MAX_ENUM = 0x7FFFFFFF
+} kvrt_attention_flag_bits;
+
+/* Options of kvrt_cache_attention. Zero fields are off or default. The
+ * cache's sliding window of the layer (kvrt_cache_desc.layer_windows) applies. */
+typedef struct kvrt_attention_params {
+    kvrt_struct_type type;
+    const void* next;
+    kvrt_flags flags;         /* kvrt_attention_flag_bits */
+    float scale;              /* logit scale; 0 = 1/sqrt(head_dim_k) */
+    float softcap;            /* logit soft-capping: cap * tanh(s / cap); 0 = off */
+    float max_bias;           /* ALiBi maximum bias (slopes as in GGML); 0 = off */
+    /* StreamingLLM sinks: cells with position < n_keep are visible whatever
+     * the sliding window (still subject to sequence and causal masks). */
+    uint32_t n_keep;
+    /* Learned sink logit per query head (n_heads floats), added to the
+     * softmax denominator only; NULL = none. Copied during the call. */
+    const float* sinks;
+} kvrt_attention_params;
+
+#define KVRT_ATTENTION_PARAMS_INIT { KVRT_STRUCT_TYPE_ATTENTION_PARAMS, NULL, 0, 0.0f, 0.0f, 0.0f, 0, NULL }
+
+/* Where kvrt writes results: a kvrt buffer, or host memory (only when the call
+ * is synchronous, stream NULL). Rows of one token, n_heads * head_dim_v values. */
+typedef struct kvrt_output_ref {
+    kvrt_buffer buffer;
+    void* host;
+    kvrt_type type;           /* KVRT_TYPE_F32 (0 = F32) or KVRT_TYPE_F16 */
+    uint64_t offset;          /* bytes to the first row; a multiple of 4 */
+    uint64_t row_stride;      /* bytes between tokens; 0 = packed; a multiple of 4 */
+} kvrt_output_ref;
+
+/* Attention of `n_queries` query tokens over the cache's cells in `layer`:
+ * query i (position positions[i], sequence seq_ids[i]; `q` holds n_heads *
+ * head_dim_k values per token) sees the cells of its sequence with position <=
+ * its own (unless non-causal), inside the layer's sliding window; its output
+ * row (n_heads * head_dim_v values) is softmax(scale * q K^T + bias) V with a
+ * numerically stable online softmax, query head h reading KV head
+ * h / (n_heads / n_kv_heads). A query that sees no cell gets zeros. Store the
+ * queries' own K/V first so that they see themselves; tokens of one batch
+ * never see later positions of the same batch. Pending RoPE shifts are applied
+ * first (recorded into the same stream). Decode (few queries) splits the cells
+ * across workgroups and merges the partial results; prefill (up to thousands
+ * of queries) tiles the queries. Head dims must be multiples of 8.
+ * With `stream` NULL the call is synchronous. Fails with
+ * KVRT_ERROR_INVALID_ARGUMENT for a layer out of range, unknown sequences,
+ * negative positions, buffers too small or types other than F32/F16 for q and
+ * out. Thread-safety: Unsafe (on the cache and the stream). */
+KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, int32_t layer,
+                                          uint32_t n_queries, const int32_t* positions,
+                                          const int32_t* seq_ids, const kvrt_tensor_ref* q,
+                                          const kvrt_output_ref* out,
+                                          const kvrt_attention_params* params);
 
 #ifdef __cplusplus
 }

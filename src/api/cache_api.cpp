@@ -249,3 +249,37 @@ KVRT_API kvrt_result kvrt_cache_compact(kvrt_cache cache, kvrt_stream stream, fl
 }
 
 }  // extern "C"
+
+extern "C" {
+
+KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, int32_t layer, uint32_t n_queries,
+                                          const int32_t* positions, const int32_t* seq_ids, const kvrt_tensor_ref* q,
+                                          const kvrt_output_ref* out, const kvrt_attention_params* params) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_cache(cache));
+        vk::Stream* s = nullptr;
+        KVRT_TRY(resolve_stream(cache, stream, &s));
+        cache::Source qs;
+        KVRT_TRY(resolve_tensor(cache, "q", q, &qs));
+        if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+        cache::Cache::Output o;
+        o.type = out->type == KVRT_TYPE_DEFAULT ? KVRT_TYPE_F32 : out->type;
+        if (out->buffer) {
+            KVRT_TRY(check_handle(out->buffer, Kind::Buffer, "out"));
+            if (out->buffer->owner != cache->owner)
+                return fail(KVRT_ERROR_INVALID_ARGUMENT, "out's buffer belongs to another context");
+            o.buffer = out->buffer->buffer.get();
+        }
+        o.host = out->host;
+        o.offset = out->offset;
+        o.row_stride = out->row_stride;
+        kvrt_attention_params p = KVRT_ATTENTION_PARAMS_INIT;
+        if (params) {
+            KVRT_TRY(check_struct(params, params->type, KVRT_STRUCT_TYPE_ATTENTION_PARAMS, "params"));
+            p = *params;
+        }
+        return cache->cache->attention(s, layer, n_queries, positions, seq_ids, qs, o, p);
+    });
+}
+
+}  // extern "C"

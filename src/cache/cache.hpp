@@ -51,6 +51,18 @@ public:
 
     void fill_info(kvrt_cache_info* out) const;
 
+    // Where attention writes its rows.
+    struct Output {
+        kvrt_type type = KVRT_TYPE_F32;
+        const vk::Buffer* buffer = nullptr;  // device rows, or
+        void* host = nullptr;                // host rows (synchronous only)
+        uint64_t offset = 0;
+        uint64_t row_stride = 0;
+    };
+    // kvrt_cache_attention.
+    Result attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
+                     const int32_t* seq_ids, const Source& q, const Output& out, const kvrt_attention_params& params);
+
 private:
     explicit Cache(vk::Context& ctx) : ctx_(ctx) {}
 
@@ -62,6 +74,11 @@ private:
                          const Source& v);
     Result record_array(vk::Stream& s, Array array, uint32_t n, const uint32_t* cells, uint32_t layer,
                         uint32_t src_layer, const Source& src);
+
+    Result record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
+                            const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
+                            uint64_t out_offset, uint64_t out_stride, kvrt_type out_type,
+                            const kvrt_attention_params& params);
 
     // The cache's own stream for synchronous calls.
     Result begin_own();

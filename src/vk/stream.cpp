@@ -18,27 +18,35 @@ constexpr uint32_t kDescriptorsPerPool = kSetsPerPool * 8;
 
 Stream::Stream(Context& ctx) : ctx_(ctx) {}
 
-Result Stream::reserve(uint64_t size, BufferUse* out, void** mapped) {
+Result Stream::take(Arena& arena, uint64_t size, bool device, BufferUse* out) {
     KVRT_TRY(require_recording());
     constexpr uint64_t kChunk = 4ull << 20;
-    const uint64_t need = align_up(size ? size : 4, 16);
+    const uint64_t need = align_up(size ? size : 4, 256);
     if (need > ctx_.max_binding_bytes())
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%llu bytes of host data exceed the largest binding",
-                    static_cast<unsigned long long>(size));
-    while (arena_cur_ < arena_.size() && arena_[arena_cur_].used + need > arena_[arena_cur_].buffer->size())
-        ++arena_cur_;
-    if (arena_cur_ == arena_.size()) {
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%llu bytes of %s exceed the largest binding",
+                    static_cast<unsigned long long>(size), device ? "intermediate results" : "host data");
+    auto& chunks = arena.chunks;
+    while (arena.cur < chunks.size() && chunks[arena.cur].used + need > chunks[arena.cur].buffer->size()) ++arena.cur;
+    if (arena.cur == chunks.size()) {
         ArenaChunk c;
         const uint64_t bytes = std::min(ctx_.max_binding_bytes(), std::max(kChunk, need));
-        KVRT_TRY(Buffer::create(ctx_, bytes, bytes, "kvrt stream upload", &c.buffer, MemoryKind::Upload));
-        arena_.push_back(std::move(c));
+        KVRT_TRY(Buffer::create(ctx_, bytes, bytes, device ? "kvrt stream scratch" : "kvrt stream upload", &c.buffer,
+                                device ? MemoryKind::Device : MemoryKind::Upload));
+        chunks.push_back(std::move(c));
     }
-    ArenaChunk& c = arena_[arena_cur_];
+    ArenaChunk& c = chunks[arena.cur];
     *out = BufferUse{c.buffer.get(), 0, c.used, size, false};
-    *mapped = static_cast<uint8_t*>(c.buffer->piece(0).mapped) + c.used;
     c.used += need;
     return KVRT_SUCCESS;
 }
+
+Result Stream::reserve(uint64_t size, BufferUse* out, void** mapped) {
+    KVRT_TRY(take(upload_, size, false, out));
+    *mapped = static_cast<uint8_t*>(out->buffer->piece(0).mapped) + out->offset;
+    return KVRT_SUCCESS;
+}
+
+Result Stream::scratch(uint64_t size, BufferUse* out) { return take(scratch_, size, true, out); }
 
 Result Stream::upload(const void* data, uint64_t size, BufferUse* out) {
     void* mapped = nullptr;
@@ -118,8 +126,10 @@ Result Stream::begin() {
     for (VkDescriptorPool p : desc_pools_)
         KVRT_TRY(ctx_.check(fn.vkResetDescriptorPool(ctx_.device(), p, 0), "vkResetDescriptorPool"));
     desc_pool_cur_ = 0;
-    for (ArenaChunk& c : arena_) c.used = 0;
-    arena_cur_ = 0;
+    for (Arena* a : {&upload_, &scratch_}) {
+        for (ArenaChunk& c : a->chunks) c.used = 0;
+        a->cur = 0;
+    }
     VkCommandBufferBeginInfo bi{};
     bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
@@ -177,8 +187,8 @@ Result Stream::submit() {
         return fail(KVRT_ERROR_INVALID_STATE, "the recording was dropped: %s", broken_why_.c_str());
     }
     const DeviceFns& fn = ctx_.fn();
-    for (size_t i = 0; i < arena_.size() && i <= arena_cur_; ++i) {
-        const Result fr = arena_[i].buffer->flush_mapped();
+    for (size_t i = 0; i < upload_.chunks.size() && i <= upload_.cur; ++i) {
+        const Result fr = upload_.chunks[i].buffer->flush_mapped();
         if (fr != KVRT_SUCCESS) {
             drop_recording();
             return fr;

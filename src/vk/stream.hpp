@@ -72,6 +72,9 @@ public:
     // Reserves `size` bytes of that memory and returns its mapping for the
     // caller to fill before submission.
     Result reserve(uint64_t size, BufferUse* out, void** mapped);
+    // Reserves `size` bytes of device memory for intermediate results of this
+    // recording's kernels (recycled by the next begin()).
+    Result scratch(uint64_t size, BufferUse* out);
 
     // Called when a buffer is destroyed: a recording that uses it can no
     // longer be submitted. Returns true when the recording referenced it; the
@@ -133,8 +136,13 @@ private:
         std::unique_ptr<Buffer> buffer;
         uint64_t used = 0;
     };
-    std::vector<ArenaChunk> arena_;
-    size_t arena_cur_ = 0;
+    struct Arena {
+        std::vector<ArenaChunk> chunks;
+        size_t cur = 0;
+    };
+    Result take(Arena& arena, uint64_t size, bool device, BufferUse* out);
+    Arena upload_;
+    Arena scratch_;
 };
 
 }  // namespace kvrt::vk

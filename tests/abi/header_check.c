@@ -30,6 +30,10 @@ int main(void) {
         (void)estimate;
         (void)cache_info;
     }
+    {
+        kvrt_attention_params attention = KVRT_ATTENTION_PARAMS_INIT;
+        (void)attention;
+    }
 #endif
 #ifdef KVRT_VULKAN_H
     kvrt_vulkan_import_desc import_desc = KVRT_VULKAN_IMPORT_DESC_INIT;

@@ -1,0 +1,233 @@
+#version 450
+// Attention over cache cells, first pass (split-K, "flash decoding"):
+//
+//   for each tile of up to R (query, head) rows that share one KV head, and
+//   each split of the attended cells, one lane group streams the split's cells
+//   with an online softmax and writes a partial result (max, sum, weighted V)
+//   that attention_merge.comp combines.
+//
+// A lane group is LG invocations that cooperate on one cell at a time, each
+// owning every LG-th octet (8 values) of the head dims; scores are summed
+// across the group with subgroup shuffles (SHUFFLE variant). The portable
+// variant uses LG = 1: one invocation owns whole rows and needs neither
+// subgroup operations nor 16-bit arithmetic. K and V are dequantized on the
+// fly, never expanded into a temporary buffer.
+//
+// Defines: K_FMT, V_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0); Q_F16 (queries in
+// f16, else f32); SHUFFLE.
+#extension GL_GOOGLE_include_directive : require
+#ifdef SHUFFLE
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
+#include "common.glsl"
+#include "kv_load.glsl"
+
+layout(constant_id = 1) const uint D_K = 128;
+layout(constant_id = 2) const uint D_V = 128;
+layout(constant_id = 3) const uint R = 4;   // rows per tile
+layout(constant_id = 4) const uint LG = 8;  // lanes per group (1 without SHUFFLE)
+
+const uint OK = (D_K / 8u + LG - 1u) / LG;  // K octets per lane
+const uint OV = (D_V / 8u + LG - 1u) / LG;  // V octets per lane
+
+layout(std430, set = 0, binding = 0) readonly buffer KBuf { uint k_words[]; };
+layout(std430, set = 0, binding = 1) readonly buffer VBuf { uint v_words[]; };
+layout(std430, set = 0, binding = 2) readonly buffer QBuf { uint q_words[]; };
+// Per attended cell: (K byte offset of its row, V byte offset, position, -);
+// then the cells' sequence bits; then per query (position, sequence).
+layout(std430, set = 0, binding = 3) readonly buffer Meta { uvec4 cells[]; };
+layout(std430, set = 0, binding = 4) readonly buffer MetaWords { uint meta_words[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[]; };
+
+layout(push_constant) uniform Push {
+    uint n_cells;        // attended cells of this dispatch
+    uint cells_offset;   // first entry in `cells`
+    uint seq_offset;     // word offset of this dispatch's first cell's sequence bits
+    uint seq_words;      // 32-bit words of sequence bits per cell
+    uint query_offset;   // word offset of the (pos, seq) pairs in meta_words
+    uint n_queries;
+    uint n_heads;
+    uint group;          // query heads per KV head
+    uint tiles_per_kv;   // ceil(n_queries * group / R)
+    uint n_splits;       // splits of this dispatch
+    uint split_base;     // first partial slot of this dispatch
+    uint splits_total;   // partial slots per row
+    uint q_offset;       // word offset of query 0 in q_words
+    uint q_stride;       // words between queries
+    uint k_head_bytes;   // bytes between heads inside a K row
+    uint v_head_bytes;
+    float scale;
+    float softcap;       // 0: off
+    float alibi_m0;      // ALiBi slopes (max_bias > 0), else 0
+    float alibi_m1;
+    uint alibi_n_log2;
+    int window;          // 0: none
+    int n_keep;          // positions below are always visible (StreamingLLM sinks)
+    uint causal;
+    uint n_kv_heads;
+    uint partials_offset;  // float offset of row 0's first partial
+} pc;
+
+KVRT_DEFINE_OCTET_LOADER(load_k, k_words, K_FMT)
+KVRT_DEFINE_OCTET_LOADER(load_v, v_words, V_FMT)
+
+float group_sum(float x) {
+#ifdef SHUFFLE
+    for (uint m = 1u; m < LG; m <<= 1) x += subgroupShuffleXor(x, m);
+#endif
+    return x;
+}
+
+float load_q(uint word_base, uint e) {
+#ifdef Q_F16
+    const vec2 h = unpackHalf2x16(q_words[word_base + (e >> 1)]);
+    return (e & 1u) != 0u ? h.y : h.x;
+#else
+    return uintBitsToFloat(q_words[word_base + e]);
+#endif
+}
+
+float alibi_slope(uint h) {
+    if (pc.alibi_m0 == 0.0) return 0.0;
+    return h < pc.alibi_n_log2 ? pow(pc.alibi_m0, float(h + 1u))
+                               : pow(pc.alibi_m1, float(2u * (h - pc.alibi_n_log2) + 1u));
+}
+
+void main() {
+#ifdef SHUFFLE
+    const uint lane = gl_SubgroupInvocationID % LG;
+    const uint group_in_wg = gl_LocalInvocationIndex / LG;
+#else
+    const uint lane = 0u;
+    const uint group_in_wg = gl_LocalInvocationIndex;
+#endif
+    const uint groups_per_wg = gl_WorkGroupSize.x / LG;
+    const uint gid = gl_WorkGroupID.x * groups_per_wg + group_in_wg;
+    const uint n_tiles = pc.n_kv_heads * pc.tiles_per_kv;
+    if (gid >= n_tiles * pc.n_splits) return;  // whole groups leave together
+    const uint tile = gid / pc.n_splits;
+    const uint split = gid - tile * pc.n_splits;
+    const uint kvh = tile / pc.tiles_per_kv;
+    const uint first_row = (tile - kvh * pc.tiles_per_kv) * R;  // within this KV head
+
+    // The tile's rows: row r is (query r / group, head kvh * group + r % group).
+    uint r_query[R], r_head[R];
+    int r_pos[R];
+    uint r_seq[R];
+    bool r_live[R];
+    float slope[R];
+    for (uint r = 0u; r < R; ++r) {
+        const uint idx = first_row + r;
+        r_live[r] = idx < pc.n_queries * pc.group;
+        r_query[r] = r_live[r] ? idx / pc.group : 0u;
+        r_head[r] = kvh * pc.group + (idx % pc.group);
+        r_pos[r] = int(meta_words[pc.query_offset + 2u * r_query[r]]);
+        r_seq[r] = meta_words[pc.query_offset + 2u * r_query[r] + 1u];
+        slope[r] = alibi_slope(r_head[r]);
+    }
+
+    // This lane's octets of each row's query, pre-scaled.
+    float q[R][OK * 8u];
+    for (uint r = 0u; r < R; ++r) {
+        const uint base = pc.q_offset + r_query[r] * pc.q_stride;
+#ifdef Q_F16
+        const uint head_elem = r_head[r] * D_K;
+        const uint hb = base * 2u + head_elem;  // in halves
+#else
+        const uint hb = base + r_head[r] * D_K;
+#endif
+        for (uint i = 0u; i < OK; ++i) {
+            const uint o = lane + i * LG;
+            for (uint j = 0u; j < 8u; ++j) {
+                float x = 0.0;
+                if (o < D_K / 8u) {
+#ifdef Q_F16
+                    const uint e = hb + o * 8u + j;
+                    const vec2 h = unpackHalf2x16(q_words[e >> 1]);
+                    x = (e & 1u) != 0u ? h.y : h.x;
+#else
+                    x = uintBitsToFloat(q_words[hb + o * 8u + j]);
+#endif
+                }
+                q[r][i * 8u + j] = x * pc.scale;
+            }
+        }
+    }
+
+    float m[R], l[R], acc[R][OV * 8u];
+    for (uint r = 0u; r < R; ++r) {
+        m[r] = -1.0 / 0.0;
+        l[r] = 0.0;
+        for (uint i = 0u; i < OV * 8u; ++i) acc[r][i] = 0.0;
+    }
+
+    const uint per_split = (pc.n_cells + pc.n_splits - 1u) / pc.n_splits;
+    const uint c0 = split * per_split;
+    const uint c1 = min(pc.n_cells, c0 + per_split);
+    for (uint c = c0; c < c1; ++c) {
+        const uvec4 cell = cells[pc.cells_offset + c];
+        const int cpos = int(cell.z);
+        const uint kb = cell.x + kvh * pc.k_head_bytes;
+        const uint vb = cell.y + kvh * pc.v_head_bytes;
+
+        float s[R];
+        for (uint r = 0u; r < R; ++r) s[r] = 0.0;
+        for (uint i = 0u; i < OK; ++i) {
+            const uint o = lane + i * LG;
+            if (o >= D_K / 8u) break;
+            float kv[8];
+            load_k(kb, o, kv);
+            for (uint r = 0u; r < R; ++r)
+                for (uint j = 0u; j < 8u; ++j) s[r] += q[r][i * 8u + j] * kv[j];
+        }
+
+        float p[R];
+        bool any = false;
+        for (uint r = 0u; r < R; ++r) {
+            float x = group_sum(s[r]);
+            const uint sw = meta_words[pc.seq_offset + c * pc.seq_words + (r_seq[r] >> 5)];
+            bool vis = r_live[r] && ((sw >> (r_seq[r] & 31u)) & 1u) != 0u;
+            if (pc.causal != 0u) vis = vis && cpos <= r_pos[r];
+            if (pc.window > 0 && cpos >= pc.n_keep) vis = vis && r_pos[r] - cpos < pc.window;
+            if (pc.softcap > 0.0) x = pc.softcap * tanh(x / pc.softcap);
+            x -= slope[r] * abs(float(r_pos[r] - cpos));  // ALiBi, as GGML fills its mask
+            if (!vis) {
+                p[r] = 0.0;
+                continue;
+            }
+            any = true;
+            const float m_new = max(m[r], x);
+            const float corr = exp(m[r] - m_new);
+            p[r] = exp(x - m_new);
+            l[r] = l[r] * corr + p[r];
+            for (uint i = 0u; i < OV * 8u; ++i) acc[r][i] *= corr;
+            m[r] = m_new;
+        }
+        if (!any) continue;
+        for (uint i = 0u; i < OV; ++i) {
+            const uint o = lane + i * LG;
+            if (o >= D_V / 8u) break;
+            float vv[8];
+            load_v(vb, o, vv);
+            for (uint r = 0u; r < R; ++r)
+                for (uint j = 0u; j < 8u; ++j) acc[r][i * 8u + j] += p[r] * vv[j];
+        }
+    }
+
+    // Partial of each live row: [max, sum, acc[D_V]] at its slot.
+    for (uint r = 0u; r < R; ++r) {
+        if (!r_live[r]) continue;
+        const uint row = r_query[r] * pc.n_heads + r_head[r];
+        const uint base = pc.partials_offset + (row * pc.splits_total + pc.split_base + split) * (D_V + 2u);
+        if (lane == 0u) {
+            partials[base] = m[r];
+            partials[base + 1u] = l[r];
+        }
+        for (uint i = 0u; i < OV; ++i) {
+            const uint o = lane + i * LG;
+            if (o >= D_V / 8u) break;
+            for (uint j = 0u; j < 8u; ++j) partials[base + 2u + o * 8u + j] = acc[r][i * 8u + j];
+        }
+    }
+}

@@ -1,0 +1,268 @@
+// Cache::attention: selects the cells a batch of queries can see, lays out
+// the kernels' inputs, and records the two attention passes.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cache/cache.hpp"
+#include "core/checked.hpp"
+#include "ops/attention.hpp"
+
+namespace kvrt::cache {
+
+namespace {
+
+uint64_t elem_size(kvrt_type t) { return t == KVRT_TYPE_F16 ? 2 : 4; }
+
+// How many partial results each row gets: enough lane groups in flight to fill
+// the device, without splits so small that merging dominates.
+uint32_t choose_splits(const vk::Context& ctx, uint32_t n_cells, uint32_t n_tiles) {
+    const bool cpu = ctx.info().props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    const uint32_t target_groups = cpu ? 64 : 1024;
+    const uint32_t min_cells = cpu ? 128 : 64;
+    uint32_t splits = (target_groups + n_tiles - 1) / n_tiles;
+    splits = std::min(splits, std::max<uint32_t>(1, n_cells / min_cells));
+    return std::max<uint32_t>(1, std::min<uint32_t>(splits, 256));
+}
+
+}  // namespace
+
+Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
+                        const int32_t* seq_ids, const Source& q, const Output& out,
+                        const kvrt_attention_params& params) {
+    if (layer < 0 || layer >= static_cast<int32_t>(geo_.n_layers))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (0..%u)", layer, geo_.n_layers - 1);
+    if (n_queries == 0) return KVRT_SUCCESS;
+    if (n_queries > 65536) return fail(KVRT_ERROR_INVALID_ARGUMENT, "more than 65536 queries in one call");
+    if (!positions || !seq_ids) return fail(KVRT_ERROR_INVALID_ARGUMENT, "positions or seq_ids is NULL");
+    for (uint32_t i = 0; i < n_queries; ++i) {
+        if (positions[i] < 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "query %u has position %d", i, positions[i]);
+        if (seq_ids[i] < 0 || static_cast<uint32_t>(seq_ids[i]) >= geo_.max_seqs)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "query %u has sequence %d (max_seqs %u)", i, seq_ids[i],
+                        geo_.max_seqs);
+    }
+    if (geo_.k.head_dim % 8 || geo_.v.head_dim % 8)
+        return fail(KVRT_ERROR_UNSUPPORTED, "attention needs head dims that are multiples of 8");
+    if (params.flags & ~static_cast<kvrt_flags>(KVRT_ATTENTION_NON_CAUSAL))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown attention flags 0x%x", static_cast<unsigned>(params.flags));
+    if (!(params.softcap >= 0.0f) || !(params.max_bias >= 0.0f) || !std::isfinite(params.scale))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "softcap and max_bias must be >= 0 and scale finite");
+    if (out.type != KVRT_TYPE_F32 && out.type != KVRT_TYPE_F16)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: type must be F32 or F16");
+    if (!out.buffer == !out.host) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: set exactly one of buffer and host");
+    if (out.host && stream)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: host memory needs a synchronous call (stream NULL)");
+    if (out.offset % 4 || out.row_stride % 4)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: offset and row_stride must be multiples of 4");
+    if (table_.has_pending_shift())
+        return fail(KVRT_ERROR_INVALID_STATE, "RoPE shifts are pending; apply them before attention");
+
+    // q: n_heads * head_dim_k values per token, in one piece of its buffer.
+    if (q.type != KVRT_TYPE_F32 && q.type != KVRT_TYPE_F16)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: type must be F32 or F16");
+    if (!q.buffer == !q.host) return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: set exactly one of buffer and host");
+    if (q.offset % 4 || q.row_stride % 4)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: offset and row_stride must be multiples of 4");
+    const uint64_t q_row = uint64_t{geo_.n_heads} * geo_.k.head_dim * elem_size(q.type);
+    const uint64_t q_stride = q.row_stride ? q.row_stride : q_row;
+    if (q_stride < q_row) return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: row_stride is below the row size");
+    const uint64_t q_bytes = q_stride * (n_queries - 1) + q_row;
+    const uint64_t o_row = uint64_t{geo_.n_heads} * geo_.v.head_dim * elem_size(out.type);
+    const uint64_t o_stride = out.row_stride ? out.row_stride : o_row;
+    if (o_stride < o_row) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: row_stride is below the row size");
+    const uint64_t o_bytes = o_stride * (n_queries - 1) + o_row;
+    if (q.buffer && !range_inside(q.offset, q_bytes, q.buffer->size()))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: %u rows do not fit in the buffer", n_queries);
+    if (out.buffer && !range_inside(out.offset, o_bytes, out.buffer->size()))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: %u rows do not fit in the buffer", n_queries);
+
+    if (stream) {
+        KVRT_TRY(stream->require_recording());
+        vk::BufferUse out_use{};
+        uint64_t off = out.offset;
+        if (out.buffer) {
+            size_t piece = 0;
+            uint64_t in = 0;
+            out.buffer->locate(out.offset, &piece, &in);
+            if (in + o_bytes > out.buffer->piece(piece).size)
+                return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: the rows cross a piece boundary of the buffer");
+            out_use = vk::BufferUse{out.buffer, piece, 0, 0, true};
+            off = in;
+        }
+        return record_attention(*stream, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off,
+                                o_stride, out.type, params);
+    }
+
+    // Synchronous: host output goes through a scratch buffer of the stream.
+    KVRT_TRY(begin_own());
+    Result r = KVRT_SUCCESS;
+    vk::BufferUse out_use{};
+    uint64_t off = 0;
+    if (out.buffer) {
+        size_t piece = 0;
+        uint64_t in = 0;
+        out.buffer->locate(out.offset, &piece, &in);
+        if (in + o_bytes > out.buffer->piece(piece).size)
+            r = fail(KVRT_ERROR_INVALID_ARGUMENT, "out: the rows cross a piece boundary of the buffer");
+        out_use = vk::BufferUse{out.buffer, piece, 0, 0, true};
+        off = in;
+    } else {
+        r = own_->scratch(o_bytes, &out_use);
+        off = out_use.offset;
+        out_use.offset = 0;
+        out_use.write = true;
+    }
+    if (r == KVRT_SUCCESS)
+        r = record_attention(*own_, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off, o_stride,
+                             out.type, params);
+    if (r == KVRT_SUCCESS) r = finish_own();
+    if (r != KVRT_SUCCESS) {
+        own_->abort();
+        return r;
+    }
+    if (out.host) KVRT_TRY(const_cast<vk::Buffer*>(out_use.buffer)->download(off, out.host, o_bytes));
+    return KVRT_SUCCESS;
+}
+
+Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
+                               const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
+                               uint64_t out_offset, uint64_t out_stride, kvrt_type out_type,
+                               const kvrt_attention_params& params) {
+    // The cells any of the queries can see: in use, in one of their
+    // sequences, and (when causal) not after the last query. The kernel
+    // applies each query's exact mask.
+    const uint32_t wpc = table_.words_per_cell();
+    std::vector<uint64_t> any_seq(wpc, 0);
+    int32_t max_pos = 0;
+    for (uint32_t i = 0; i < n_queries; ++i) {
+        any_seq[static_cast<uint32_t>(seq_ids[i]) >> 6] |= 1ull << (seq_ids[i] & 63);
+        max_pos = std::max(max_pos, positions[i]);
+    }
+    const bool causal = !(params.flags & KVRT_ATTENTION_NON_CAUSAL);
+    const uint32_t n_attend = table_.n_attend();
+    std::vector<ops::AttnCell> cells;
+    std::vector<uint32_t> seq_bits;
+    std::vector<ops::AttnSegment> segments;
+    cells.reserve(table_.used());
+    const uint64_t* words = table_.seq_words();
+    for (uint32_t c = 0; c < n_attend; ++c) {
+        const int32_t pos = table_.cell_pos(c);
+        if (pos < 0 || (causal && pos > max_pos)) continue;
+        const uint64_t* cw = words + size_t{c} * wpc;
+        bool member = false;
+        for (uint32_t w = 0; w < wpc && !member; ++w) member = (cw[w] & any_seq[w]) != 0;
+        if (!member) continue;
+        const RowLocation k = arena_->locate(Array::K, layer, c);
+        const RowLocation v = arena_->locate(Array::V, layer, c);
+        if (segments.empty() || segments.back().k_piece != k.piece || segments.back().v_piece != v.piece) {
+            ops::AttnSegment seg;
+            seg.k = k.buffer;
+            seg.k_piece = k.piece;
+            seg.v = v.buffer;
+            seg.v_piece = v.piece;
+            seg.first = static_cast<uint32_t>(cells.size());
+            segments.push_back(seg);
+        }
+        ++segments.back().count;
+        cells.push_back({static_cast<uint32_t>(k.offset), static_cast<uint32_t>(v.offset), pos, 0});
+        for (uint32_t w = 0; w < wpc; ++w) {
+            seq_bits.push_back(static_cast<uint32_t>(cw[w]));
+            seq_bits.push_back(static_cast<uint32_t>(cw[w] >> 32));
+        }
+    }
+
+    ops::AttnShape shape{};
+    shape.k_type = geo_.k.type;
+    shape.v_type = geo_.v.type;
+    shape.q_type = q.type;
+    shape.out_type = out_type;
+    shape.head_dim_k = geo_.k.head_dim;
+    shape.head_dim_v = geo_.v.head_dim;
+    shape.n_heads = geo_.n_heads;
+    shape.n_kv_heads = geo_.n_kv_heads;
+    shape.k_head_bytes = geo_.k.head_bytes;
+    shape.v_head_bytes = geo_.v.head_bytes;
+    shape.seq_words = 2 * wpc;
+    const auto& dev = ctx_.info();
+    const uint32_t need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
+    shape.portable = ctx_.options().portable_kernels || (dev.subgroup_ops & need) != need || dev.subgroup_size < 2;
+    shape.subgroup_size = dev.subgroup_size;
+
+    const uint32_t group = geo_.n_heads / geo_.n_kv_heads;
+    const uint32_t r = std::min<uint32_t>(8, n_queries * group);
+    const uint32_t n_tiles = geo_.n_kv_heads * ((n_queries * group + r - 1) / r);
+    const uint32_t total_splits = choose_splits(ctx_, static_cast<uint32_t>(cells.size()), n_tiles);
+    uint32_t splits_total = 0;
+    for (ops::AttnSegment& seg : segments) {
+        seg.splits = std::max<uint32_t>(
+            1, static_cast<uint32_t>((uint64_t{total_splits} * seg.count + cells.size() - 1) / cells.size()));
+        splits_total += seg.splits;
+    }
+    // The partial results of a pass must fit one binding: passes over as
+    // many queries as fit (long prefill chunks, small-binding devices).
+    uint64_t partial_bytes_per_query =
+        uint64_t{geo_.n_heads} * std::max<uint32_t>(1, splits_total) * (geo_.v.head_dim + 2) * 4;
+    if (partial_bytes_per_query > ctx_.max_binding_bytes()) {
+        // Fewer splits: one per segment.
+        for (ops::AttnSegment& seg : segments) seg.splits = 1;
+        partial_bytes_per_query = uint64_t{geo_.n_heads} * std::max<size_t>(1, segments.size()) * (geo_.v.head_dim + 2) * 4;
+    }
+    const uint64_t per_pass = ctx_.max_binding_bytes() / partial_bytes_per_query;
+    if (per_pass == 0)
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "the partial results of one query (%llu bytes) exceed the device's largest binding",
+                    static_cast<unsigned long long>(partial_bytes_per_query));
+
+    ops::AttnOptions opt{};
+    opt.scale = params.scale != 0.0f ? params.scale : 1.0f / std::sqrt(static_cast<float>(geo_.k.head_dim));
+    opt.softcap = params.softcap;
+    opt.max_bias = params.max_bias;
+    opt.window = static_cast<int32_t>(windows_[layer]);
+    opt.n_keep = static_cast<int32_t>(params.n_keep);
+    opt.causal = causal;
+    opt.sinks = params.sinks;
+
+    // Queries: a piece of the caller's buffer, or host rows uploaded.
+    ops::AttnIo io{};
+    const uint64_t q_row = uint64_t{geo_.n_heads} * geo_.k.head_dim * elem_size(q.type);
+    const uint64_t q_stride = q.row_stride ? q.row_stride : q_row;
+    if (q.host) {
+        vk::BufferUse up{};
+        void* mapped = nullptr;
+        KVRT_TRY(s.reserve(q_row * n_queries, &up, &mapped));
+        for (uint32_t i = 0; i < n_queries; ++i)
+            std::memcpy(static_cast<uint8_t*>(mapped) + i * q_row, q.host + q.offset + i * q_stride,
+                        static_cast<size_t>(q_row));
+        io.q = vk::BufferUse{up.buffer, up.piece, 0, 0, false};
+        io.q_offset_words = static_cast<uint32_t>(up.offset / 4);
+        io.q_stride_words = static_cast<uint32_t>(q_row / 4);
+    } else {
+        size_t piece = 0;
+        uint64_t in = 0;
+        q.buffer->locate(q.offset, &piece, &in);
+        if (in + q_stride * (n_queries - 1) + q_row > q.buffer->piece(piece).size)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: the rows cross a piece boundary of the buffer");
+        io.q = vk::BufferUse{q.buffer, piece, 0, 0, false};
+        io.q_offset_words = static_cast<uint32_t>(in / 4);
+        io.q_stride_words = static_cast<uint32_t>(q_stride / 4);
+    }
+    io.out = out_use;
+    io.out_stride_words = static_cast<uint32_t>(out_stride / 4);
+    const uint32_t q_words_per_query = io.q_stride_words;
+    const uint32_t q_first = io.q_offset_words;
+    for (uint32_t first = 0; first < n_queries; first += static_cast<uint32_t>(per_pass)) {
+        const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(per_pass, n_queries - first));
+        std::vector<uint32_t> queries(2 * size_t{count});
+        for (uint32_t i = 0; i < count; ++i) {
+            queries[2 * i] = static_cast<uint32_t>(positions[first + i]);
+            queries[2 * i + 1] = static_cast<uint32_t>(seq_ids[first + i]);
+        }
+        shape.n_queries = count;
+        io.q_offset_words = q_first + first * q_words_per_query;
+        io.out_offset_words = static_cast<uint32_t>(out_offset / 4 + uint64_t{first} * io.out_stride_words);
+        KVRT_TRY(ops::record_attention(s, shape, opt, cells, seq_bits, queries, segments, io));
+    }
+    return KVRT_SUCCESS;
+}
+
+}  // namespace kvrt::cache

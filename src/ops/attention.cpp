@@ -1,0 +1,171 @@
+#include "ops/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "kv/geometry.hpp"
+#include "vk/buffer.hpp"
+
+namespace kvrt::ops {
+
+namespace {
+
+// Mirrors `Push` in shaders/attention.comp.
+struct AttnPush {
+    uint32_t n_cells, cells_offset, seq_offset, seq_words, query_offset, n_queries, n_heads, group, tiles_per_kv;
+    uint32_t n_splits, split_base, splits_total, q_offset, q_stride, k_head_bytes, v_head_bytes;
+    float scale, softcap, alibi_m0, alibi_m1;
+    uint32_t alibi_n_log2;
+    int32_t window, n_keep;
+    uint32_t causal, n_kv_heads, partials_offset;
+};
+static_assert(sizeof(AttnPush) == 104, "AttnPush layout");
+static_assert(offsetof(AttnPush, n_splits) == 36 && offsetof(AttnPush, scale) == 64 &&
+                  offsetof(AttnPush, alibi_n_log2) == 80 && offsetof(AttnPush, window) == 84 &&
+                  offsetof(AttnPush, causal) == 92 && offsetof(AttnPush, n_kv_heads) == 96 &&
+                  offsetof(AttnPush, partials_offset) == 100,
+              "AttnPush offsets");
+
+// Mirrors `Push` in shaders/attention_merge.comp.
+struct MergePush {
+    uint32_t n_rows, n_heads, splits, out_offset, out_stride, has_sinks, sinks_offset, partials_offset;
+};
+static_assert(sizeof(MergePush) == 32, "MergePush layout");
+static_assert(offsetof(MergePush, splits) == 8 && offsetof(MergePush, has_sinks) == 20 &&
+                  offsetof(MergePush, sinks_offset) == 24 && offsetof(MergePush, partials_offset) == 28,
+              "MergePush offsets");
+
+uint32_t pow2_at_least(uint32_t x) {
+    uint32_t p = 1;
+    while (p < x) p <<= 1;
+    return p;
+}
+
+}  // namespace
+
+Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOptions& opt,
+                        const std::vector<AttnCell>& cells, const std::vector<uint32_t>& cell_seq_words,
+                        const std::vector<uint32_t>& queries, std::vector<AttnSegment> segments, const AttnIo& io) {
+    const uint32_t group = shape.n_heads / shape.n_kv_heads;
+    const uint32_t rows_per_kv = shape.n_queries * group;
+    const uint32_t R = std::min<uint32_t>(8, pow2_at_least(rows_per_kv));
+    const uint32_t tiles_per_kv = (rows_per_kv + R - 1) / R;
+    const uint32_t n_tiles = tiles_per_kv * shape.n_kv_heads;
+    // Lane groups: enough lanes to cover the head's octets, at most a subgroup.
+    const uint32_t octets = std::max(shape.head_dim_k, shape.head_dim_v) / 8;
+    uint32_t lg = 1;
+    if (!shape.portable)
+        while (lg * 2 <= std::min(shape.subgroup_size, octets)) lg *= 2;
+    const uint32_t wg = std::max<uint32_t>(64, shape.portable ? 64 : shape.subgroup_size);
+    uint32_t splits_total = 0;
+    for (const AttnSegment& s : segments) splits_total += s.splits;
+    if (splits_total == 0) splits_total = 1;  // no cells: one empty partial per row
+
+    // Meta: cells, then (as words) sequence bits and query pairs; sinks.
+    vk::BufferUse cells_use{}, words_use{};
+    std::vector<uint32_t> words(cell_seq_words);
+    const uint32_t query_offset = static_cast<uint32_t>(words.size());
+    words.insert(words.end(), queries.begin(), queries.end());
+    const uint32_t sinks_offset = static_cast<uint32_t>(words.size());
+    if (opt.sinks)
+        for (uint32_t h = 0; h < shape.n_heads; ++h) {
+            uint32_t bits;
+            std::memcpy(&bits, &opt.sinks[h], 4);
+            words.push_back(bits);
+        }
+    const AttnCell dummy{};
+    KVRT_TRY(stream.upload(cells.empty() ? &dummy : cells.data(), std::max<size_t>(1, cells.size()) * sizeof(AttnCell),
+                           &cells_use));
+    KVRT_TRY(stream.upload(words.data(), words.size() * 4, &words_use));
+
+    const uint64_t row_floats = uint64_t{shape.head_dim_v} + 2;
+    const uint64_t n_rows = uint64_t{shape.n_queries} * shape.n_heads;
+    vk::BufferUse partials{};
+    KVRT_TRY(stream.scratch(n_rows * splits_total * row_floats * 4, &partials));
+    partials.write = true;
+
+    const std::string variant = std::string("attn_") + kv::type_name(shape.k_type) + "_" + kv::type_name(shape.v_type) +
+                                "_q" + kv::type_name(shape.q_type) + (shape.portable ? "_portable" : "_shuffle");
+    const vk::Pipeline* attn = nullptr;
+    const vk::Pipeline* merge = nullptr;
+    KVRT_TRY(stream.context().pipelines().get(
+        {variant, 6, uint32_t{sizeof(AttnPush)}, {wg, shape.head_dim_k, shape.head_dim_v, R, lg}}, &attn));
+    KVRT_TRY(stream.context().pipelines().get(
+        {shape.out_type == KVRT_TYPE_F16 ? "attn_merge_f16" : "attn_merge_f32", 3, uint32_t{sizeof(MergePush)},
+         {64, shape.head_dim_v}},
+        &merge));
+
+    // Uploads and scratch sit at offsets inside their (whole-bound) pieces.
+    const uint32_t cells_base = static_cast<uint32_t>(cells_use.offset / sizeof(AttnCell));
+    const uint32_t words_base = static_cast<uint32_t>(words_use.offset / 4);
+    const uint32_t partials_base = static_cast<uint32_t>(partials.offset / 4);
+    AttnPush p{};
+    p.seq_offset = words_base;
+    p.seq_words = shape.seq_words;
+    p.query_offset = words_base + query_offset;
+    p.partials_offset = partials_base;
+    p.n_queries = shape.n_queries;
+    p.n_heads = shape.n_heads;
+    p.group = group;
+    p.tiles_per_kv = tiles_per_kv;
+    p.splits_total = splits_total;
+    p.q_offset = io.q_offset_words;
+    p.q_stride = io.q_stride_words;
+    p.k_head_bytes = static_cast<uint32_t>(shape.k_head_bytes);
+    p.v_head_bytes = static_cast<uint32_t>(shape.v_head_bytes);
+    p.scale = opt.scale;
+    p.softcap = opt.softcap;
+    if (opt.max_bias > 0.0f) {
+        uint32_t n_log2 = 1;
+        while (n_log2 * 2 <= shape.n_heads) n_log2 *= 2;
+        p.alibi_n_log2 = n_log2;
+        p.alibi_m0 = std::pow(2.0f, -opt.max_bias / static_cast<float>(n_log2));
+        p.alibi_m1 = std::pow(2.0f, -opt.max_bias / 2.0f / static_cast<float>(n_log2));
+    }
+    p.window = opt.window;
+    p.n_keep = opt.n_keep;
+    p.causal = opt.causal ? 1u : 0u;
+    p.n_kv_heads = shape.n_kv_heads;
+
+    const uint32_t groups_per_wg = wg / lg;
+    stream.begin_op("attention");
+    Result r = KVRT_SUCCESS;
+    if (segments.empty()) {
+        // Nothing visible: one empty split per row, so the merge writes zeros.
+        AttnSegment none;
+        none.k = io.q.buffer;  // any valid binding; no cell is read
+        none.v = io.q.buffer;
+        none.k_piece = none.v_piece = io.q.piece;
+        segments.push_back(none);
+    }
+    uint32_t split_base = 0;
+    for (const AttnSegment& s : segments) {
+        if (r != KVRT_SUCCESS) break;
+        p.n_cells = s.count;
+        p.cells_offset = cells_base + s.first;
+        p.seq_offset = words_base + s.first * shape.seq_words;
+        p.n_splits = std::max<uint32_t>(1, s.splits);
+        p.split_base = split_base;
+        split_base += p.n_splits;
+        const uint64_t lane_groups = uint64_t{n_tiles} * p.n_splits;
+        const vk::BufferUse uses[6] = {
+            {s.k, s.k_piece, 0, 0, false}, {s.v, s.v_piece, 0, 0, false}, io.q, cells_use, words_use, partials};
+        r = stream.dispatch(*attn, uses, 6, &p,
+                            static_cast<uint32_t>((lane_groups + groups_per_wg - 1) / groups_per_wg));
+    }
+    if (r == KVRT_SUCCESS) {
+        MergePush m{static_cast<uint32_t>(n_rows), shape.n_heads, splits_total, io.out_offset_words,
+                    io.out_stride_words, opt.sinks ? 1u : 0u, words_base + sinks_offset, partials_base};
+        vk::BufferUse part_read = partials;
+        part_read.write = false;
+        const vk::BufferUse uses[3] = {part_read, io.out, words_use};
+        r = stream.dispatch(*merge, uses, 3, &m, static_cast<uint32_t>(std::min<uint64_t>(n_rows, 65535)));
+    }
+    stream.end_op();
+    return r;
+}
+
+}  // namespace kvrt::ops

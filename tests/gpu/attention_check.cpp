@@ -1,0 +1,183 @@
+#include "attention_check.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "api/handles.hpp"
+#include "reference/attention.hpp"
+#include "reference/half.hpp"
+#include "reference/metrics.hpp"
+
+namespace kvrt_test {
+
+namespace {
+
+constexpr uint32_t kGuard = 64;  // sentinel words on each side of the output
+constexpr uint32_t kSentinel = 0x7FBADBADu;
+
+std::vector<uint8_t> encode(const std::vector<float>& x, kvrt_type t) {
+    std::vector<uint8_t> out(x.size() * (t == KVRT_TYPE_F16 ? 2 : 4));
+    for (size_t i = 0; i < x.size(); ++i) {
+        if (t == KVRT_TYPE_F16) {
+            const uint16_t h = kvrt::ref::f32_to_f16(x[i]);
+            std::memcpy(&out[2 * i], &h, 2);
+        } else {
+            std::memcpy(&out[4 * i], &x[i], 4);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
+    AttnOutcome outcome;
+    kvrt_cache_desc desc = KVRT_CACHE_DESC_INIT;
+    desc.n_layers = c.layers;
+    desc.n_heads = c.n_heads;
+    desc.n_kv_heads = c.n_kv_heads;
+    desc.head_dim_k = c.dk;
+    desc.head_dim_v = c.dv;
+    desc.capacity = c.capacity;
+    desc.type_k = c.k_type;
+    desc.type_v = c.v_type;
+    std::vector<uint32_t> windows(c.layers, c.window);
+    desc.layer_windows = windows.data();
+    kvrt_cache cache = nullptr;
+    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, &cache));
+
+    std::mt19937 rng(c.seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const uint32_t ke = c.n_kv_heads * c.dk, ve = c.n_kv_heads * c.dv;
+    // Unquantized K/V of every cell, per layer, for the f32 comparison.
+    std::vector<std::vector<float>> k_f32(c.layers, std::vector<float>(size_t{c.capacity} * ke)),
+        v_f32(c.layers, std::vector<float>(size_t{c.capacity} * ve));
+
+    auto store = [&](const std::vector<int32_t>& pos, int32_t seq) {
+        const uint32_t n = static_cast<uint32_t>(pos.size());
+        std::vector<float> k(size_t{c.layers} * n * ke), v(size_t{c.layers} * n * ve);
+        for (auto& x : k) x = normal(rng);
+        for (auto& x : v) x = normal(rng);
+        std::vector<int32_t> seqs(n, seq);
+        kvrt_batch b{n, pos.data(), nullptr, seqs.data()};
+        const kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0}, vr{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
+        std::vector<uint32_t> cells(n);
+        KVRT_REQUIRE_OK(kvrt_cache_store(cache, nullptr, &b, -1, &kr, &vr, cells.data()));
+        for (uint32_t l = 0; l < c.layers; ++l)
+            for (uint32_t i = 0; i < n; ++i) {
+                std::memcpy(&k_f32[l][size_t{cells[i]} * ke], &k[(size_t{l} * n + i) * ke], ke * 4);
+                std::memcpy(&v_f32[l][size_t{cells[i]} * ve], &v[(size_t{l} * n + i) * ve], ve * 4);
+            }
+    };
+
+    // Sequence 0 first; the others share its first `shared_prefix` tokens and
+    // add their own, in interleaved batches so their cells mix.
+    for (uint32_t s = 0; s < c.n_seqs; ++s) {
+        const uint32_t start = s == 0 ? 0 : c.shared_prefix;
+        if (s > 0 && c.shared_prefix > 0)
+            KVRT_REQUIRE_OK(kvrt_cache_seq_cp(cache, 0, static_cast<int32_t>(s), 0, static_cast<int32_t>(c.shared_prefix)));
+        for (uint32_t p = start; p < c.tokens_per_seq; p += 37) {
+            std::vector<int32_t> pos;
+            for (uint32_t q = p; q < std::min(c.tokens_per_seq, p + 37); ++q) pos.push_back(static_cast<int32_t>(q));
+            store(pos, static_cast<int32_t>(s));
+        }
+    }
+    if (c.holes > 0)
+        for (uint32_t s = 0; s < c.n_seqs; ++s)
+            for (uint32_t p = c.shared_prefix + 1; p + c.n_queries < c.tokens_per_seq; p += c.holes)
+                KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache, static_cast<int32_t>(s), static_cast<int32_t>(p),
+                                                  static_cast<int32_t>(p + 1)));
+
+    // Queries: the last n_queries positions of every sequence.
+    std::vector<int32_t> qpos, qseq;
+    for (uint32_t s = 0; s < c.n_seqs; ++s)
+        for (uint32_t i = 0; i < c.n_queries; ++i) {
+            qpos.push_back(static_cast<int32_t>(c.tokens_per_seq - c.n_queries + i + c.query_pos_shift));
+            qseq.push_back(static_cast<int32_t>(s));
+        }
+    const uint32_t nq = static_cast<uint32_t>(qpos.size());
+    const uint32_t qe = c.n_heads * c.dk, oe = c.n_heads * c.dv;
+
+    // Reference inputs: the cells as the table sees them.
+    const auto& table = reinterpret_cast<kvrt_cache_T*>(cache)->cache->table();
+    std::vector<kvrt::ref::AttnCell> ref_cells(c.capacity);
+    for (uint32_t cell = 0; cell < c.capacity; ++cell) {
+        ref_cells[cell].pos = table.cell_pos(cell);
+        for (uint32_t s = 0; s < c.n_seqs; ++s)
+            if (table.cell_has_seq(cell, static_cast<int32_t>(s))) ref_cells[cell].seq_ids.push_back(static_cast<int32_t>(s));
+    }
+    std::vector<kvrt::ref::AttnQuery> ref_q(nq);
+    for (uint32_t i = 0; i < nq; ++i) ref_q[i] = {qpos[i], qseq[i]};
+    kvrt::ref::AttnParams rp;
+    rp.n_heads = static_cast<int>(c.n_heads);
+    rp.n_kv_heads = static_cast<int>(c.n_kv_heads);
+    rp.head_dim_k = static_cast<int>(c.dk);
+    rp.head_dim_v = static_cast<int>(c.dv);
+    rp.scale = c.params.scale != 0.0f ? c.params.scale : 1.0 / std::sqrt(static_cast<double>(c.dk));
+    rp.causal = !(c.params.flags & KVRT_ATTENTION_NON_CAUSAL);
+    rp.window = static_cast<int32_t>(c.window);
+    rp.n_keep = static_cast<int32_t>(c.params.n_keep);
+    rp.max_bias = c.params.max_bias;
+    rp.softcap = c.params.softcap;
+    if (c.params.sinks) rp.sinks.assign(c.params.sinks, c.params.sinks + c.n_heads);
+
+    std::vector<uint32_t> all_cells(c.capacity);
+    for (uint32_t i = 0; i < c.capacity; ++i) all_cells[i] = i;
+    double err = 0, ref_norm = 0, err32 = 0, ref32_norm = 0;
+    const size_t out_bytes = size_t{nq} * oe * (c.out_type == KVRT_TYPE_F16 ? 2 : 4);
+    kvrt_buffer out_buf = nullptr;
+    kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+    bd.size = out_bytes + 2 * 4 * kGuard;
+    KVRT_REQUIRE_OK(kvrt_buffer_create(ctx, &bd, &out_buf));
+    for (uint32_t l = 0; l < c.layers; ++l) {
+        std::vector<float> q(size_t{nq} * qe);
+        for (auto& x : q) x = normal(rng);
+        if (c.q_type == KVRT_TYPE_F16)
+            for (auto& x : q) x = kvrt::ref::round_to_f16(x);
+        const auto qbytes = encode(q, c.q_type);
+        const kvrt_tensor_ref qr{nullptr, qbytes.data(), c.q_type, 0, 0, 0};
+        std::vector<uint32_t> guard(bd.size / 4, kSentinel);
+        KVRT_REQUIRE_OK(kvrt_buffer_upload(out_buf, 0, guard.data(), bd.size));
+        const kvrt_output_ref orf{out_buf, nullptr, c.out_type, 4 * kGuard, 0};
+        KVRT_REQUIRE_OK(kvrt_cache_attention(cache, nullptr, static_cast<int32_t>(l), nq, qpos.data(), qseq.data(), &qr,
+                                             &orf, &c.params));
+        std::vector<uint32_t> back(bd.size / 4);
+        KVRT_REQUIRE_OK(kvrt_buffer_download(out_buf, 0, back.data(), bd.size));
+        for (uint32_t i = 0; i < kGuard; ++i)
+            outcome.guard_ok = outcome.guard_ok && back[i] == kSentinel && back[back.size() - 1 - i] == kSentinel;
+        std::vector<float> got(size_t{nq} * oe);
+        if (c.out_type == KVRT_TYPE_F16) {
+            const auto* h = reinterpret_cast<const uint16_t*>(back.data() + kGuard);
+            for (size_t i = 0; i < got.size(); ++i) got[i] = kvrt::ref::f16_to_f32(h[i]);
+        } else {
+            std::memcpy(got.data(), back.data() + kGuard, got.size() * 4);
+        }
+
+        // The cache's own K/V, dequantized, are the reference's inputs.
+        std::vector<float> kd(size_t{c.capacity} * ke), vd(size_t{c.capacity} * ve);
+        KVRT_REQUIRE_OK(kvrt_cache_read(cache, static_cast<int32_t>(l), c.capacity, all_cells.data(), kd.data(), vd.data()));
+        const auto expect = kvrt::ref::attention(rp, q.data(), ref_q, kd.data(), vd.data(), ref_cells);
+        const auto expect32 = kvrt::ref::attention(rp, q.data(), ref_q, k_f32[l].data(), v_f32[l].data(), ref_cells);
+        for (size_t i = 0; i < got.size(); ++i) {
+            const double d = got[i] - expect[i];
+            err += d * d;
+            ref_norm += expect[i] * expect[i];
+            const double d32 = got[i] - expect32[i];
+            err32 += d32 * d32;
+            ref32_norm += expect32[i] * expect32[i];
+            outcome.max_abs = std::max(outcome.max_abs, std::abs(d));
+        }
+        if (std::getenv("KVRT_TEST_DEBUG")) for (int i = 0; i < 4; ++i) std::printf("got %g expect %g\n", got[i], expect[i]);
+        outcome.values += got.size();
+    }
+    outcome.nmse = ref_norm > 0 ? err / ref_norm : err;
+    outcome.nmse_vs_f32 = ref32_norm > 0 ? err32 / ref32_norm : err32;
+    kvrt_buffer_destroy(out_buf);
+    kvrt_cache_destroy(cache);
+    return outcome;
+}
+
+}  // namespace kvrt_test

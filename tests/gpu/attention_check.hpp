@@ -1,0 +1,42 @@
+// A harness for attention tests: a cache filled with random tokens of several
+// sequences, the kernels' output for a batch of queries, and the
+// double-precision reference computed from the cache's own (dequantized) K/V.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu_test.hpp"
+
+namespace kvrt_test {
+
+struct AttnCase {
+    uint32_t layers = 1;
+    uint32_t n_heads = 4, n_kv_heads = 2, dk = 64, dv = 64;
+    uint32_t capacity = 256;
+    kvrt_type k_type = KVRT_TYPE_F16, v_type = KVRT_TYPE_F16;
+    kvrt_type q_type = KVRT_TYPE_F32, out_type = KVRT_TYPE_F32;
+    uint32_t window = 0;            // of every layer
+    uint32_t n_seqs = 1;            // sequences, each with `tokens_per_seq` tokens
+    uint32_t tokens_per_seq = 100;
+    uint32_t shared_prefix = 0;     // tokens of sequence 0 that the others share (seq_cp)
+    uint32_t holes = 0;             // every holes-th token removed again (fragmentation)
+    uint32_t n_queries = 1;         // per sequence: the last positions of each
+    uint32_t query_pos_shift = 0;   // added to the queries' positions
+    kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+    uint32_t seed = 1;
+};
+
+struct AttnOutcome {
+    double nmse = 0;          // against the reference on the same dequantized K/V
+    double nmse_vs_f32 = 0;   // against the reference on the unquantized f32 inputs
+    double max_abs = 0;
+    uint64_t values = 0;
+    bool guard_ok = true;     // sentinel words around the output untouched
+};
+
+// Builds the cache on `ctx`, runs attention for every layer, compares.
+AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c);
+
+}  // namespace kvrt_test

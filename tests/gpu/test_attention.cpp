@@ -1,0 +1,172 @@
+// Attention kernels against the double-precision reference (SPEC 4 and 8):
+// NMSE <= 1e-6 on the same dequantized K/V for every type, head dim, GQA
+// ratio, mask and option, in both kernel variants (subgroup shuffle and
+// portable); guard bands around every output.
+#include "attention_check.hpp"
+
+#include <cstdio>
+
+using namespace kvrt_test;
+
+namespace {
+
+AttnOutcome expect_accurate(kvrt_context ctx, const AttnCase& c, const std::string& what) {
+    const AttnOutcome o = run_attention_case(ctx, c);
+    INFO(what << ": nmse " << o.nmse << " (vs f32 inputs " << o.nmse_vs_f32 << "), max abs " << o.max_abs);
+    CHECK(o.values > 0);
+    CHECK(o.nmse <= 1e-6);
+    CHECK(o.guard_ok);
+    return o;
+}
+
+const char* name(kvrt_type t) {
+    switch (t) {
+        case KVRT_TYPE_F32: return "f32";
+        case KVRT_TYPE_F16: return "f16";
+        case KVRT_TYPE_Q8_0: return "q8_0";
+        default: return "q4_0";
+    }
+}
+
+const kvrt_type kTypes[] = {KVRT_TYPE_F32, KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0};
+
+}  // namespace
+
+TEST_CASE("attention is accurate for every K/V type, head dim and kernel variant", "[attention]") {
+    for (kvrt_flags flags : {0u, static_cast<kvrt_flags>(KVRT_CONTEXT_PORTABLE_KERNELS)}) {
+        GpuContext ctx(flags);
+        for (kvrt_type t : kTypes) {
+            for (uint32_t dim : {64u, 80u, 96u, 128u, 256u}) {
+                if ((t == KVRT_TYPE_Q8_0 || t == KVRT_TYPE_Q4_0) && dim % 32) continue;  // not storable
+                AttnCase c;
+                c.k_type = c.v_type = t;
+                c.dk = c.dv = dim;
+                c.tokens_per_seq = 90;
+                c.seed = dim;
+                const AttnOutcome o =
+                    expect_accurate(ctx, c, std::string(name(t)) + " dim " + std::to_string(dim) +
+                                                (flags ? " portable" : " shuffle"));
+                if (dim == 128 && !flags)
+                    std::printf("attention %s: nmse %.3g on the same dequantized K/V, %.3g against f32 inputs\n", name(t),
+                                o.nmse, o.nmse_vs_f32);
+            }
+        }
+    }
+}
+
+TEST_CASE("attention handles mixed K/V types, head dims and query/output types", "[attention]") {
+    GpuContext ctx;
+    AttnCase c;
+    c.k_type = KVRT_TYPE_Q8_0;
+    c.v_type = KVRT_TYPE_Q4_0;
+    c.dk = 128;
+    c.dv = 64;
+    expect_accurate(ctx, c, "q8_0 K 128, q4_0 V 64");
+    c.k_type = KVRT_TYPE_F16;
+    c.v_type = KVRT_TYPE_F32;
+    c.q_type = KVRT_TYPE_F16;
+    c.out_type = KVRT_TYPE_F16;
+    expect_accurate(ctx, c, "f16 queries and output");
+}
+
+TEST_CASE("attention covers GQA ratios 1 to 8 and MQA, with several queries", "[attention]") {
+    GpuContext ctx;
+    for (uint32_t kv : {8u, 4u, 2u, 1u}) {
+        for (uint32_t nq : {1u, 3u, 8u}) {
+            AttnCase c;
+            c.n_heads = 8;
+            c.n_kv_heads = kv;
+            c.n_queries = nq;
+            c.k_type = KVRT_TYPE_Q8_0;
+            c.tokens_per_seq = 70;
+            expect_accurate(ctx, c, "kv heads " + std::to_string(kv) + ", queries " + std::to_string(nq));
+        }
+    }
+    AttnCase mqa;  // 32 query heads on one KV head
+    mqa.n_heads = 32;
+    mqa.n_kv_heads = 1;
+    mqa.n_queries = 2;
+    expect_accurate(ctx, mqa, "MQA 32:1");
+}
+
+TEST_CASE("attention masks sequences, shared cells, holes and sliding windows", "[attention]") {
+    GpuContext ctx;
+    AttnCase c;
+    c.n_seqs = 4;
+    c.shared_prefix = 20;
+    c.tokens_per_seq = 60;
+    c.holes = 7;
+    c.n_queries = 2;
+    c.capacity = 256;
+    expect_accurate(ctx, c, "4 sequences sharing a prefix, with holes");
+    c.window = 16;
+    expect_accurate(ctx, c, "sliding window 16");
+    c.params.n_keep = 4;
+    expect_accurate(ctx, c, "window 16 with 4 StreamingLLM sinks");
+}
+
+TEST_CASE("attention options: ALiBi, soft-capping, learned sinks, scale, non-causal", "[attention]") {
+    GpuContext ctx;
+    AttnCase c;
+    c.n_heads = 8;
+    c.n_kv_heads = 2;
+    c.n_queries = 4;
+    c.params.max_bias = 8.0f;
+    expect_accurate(ctx, c, "ALiBi");
+    c.params = kvrt_attention_params KVRT_ATTENTION_PARAMS_INIT;
+    c.params.softcap = 5.0f;
+    c.params.scale = 0.3f;  // large logits, so the cap bites
+    expect_accurate(ctx, c, "soft-cap 5 with scale 0.3");
+    c.params = kvrt_attention_params KVRT_ATTENTION_PARAMS_INIT;
+    const float sinks[8] = {0.5f, -1.0f, 2.0f, 3.0f, -4.0f, 0.0f, 1.5f, 10.0f};
+    c.params.sinks = sinks;
+    expect_accurate(ctx, c, "learned sinks");
+    c.params = kvrt_attention_params KVRT_ATTENTION_PARAMS_INIT;
+    c.params.flags = KVRT_ATTENTION_NON_CAUSAL;
+    c.n_queries = 1;
+    expect_accurate(ctx, c, "non-causal");
+}
+
+TEST_CASE("prefill chunks are causal inside the chunk", "[attention]") {
+    // 512 queries: every token of the last 512 positions attends to the cells
+    // at or before its own position, including earlier tokens of the chunk.
+    GpuContext ctx;
+    AttnCase c;
+    c.capacity = 768;
+    c.tokens_per_seq = 700;
+    c.n_queries = 512;
+    c.n_heads = 4;
+    c.n_kv_heads = 1;
+    c.dk = c.dv = 64;
+    c.k_type = KVRT_TYPE_Q4_0;
+    expect_accurate(ctx, c, "512-query chunk");
+}
+
+TEST_CASE("attention reads cells spread over many binding pieces", "[attention]") {
+    GpuContext ctx(0, 64 << 10);  // 64 KiB bindings: K and V rows split into pieces at different cells
+    AttnCase c;
+    c.capacity = 320;
+    c.tokens_per_seq = 150;
+    c.holes = 5;
+    c.n_seqs = 2;
+    c.shared_prefix = 10;
+    for (kvrt_type t : {KVRT_TYPE_F16, KVRT_TYPE_Q8_0}) {
+        c.k_type = t;
+        c.v_type = KVRT_TYPE_F32;
+        expect_accurate(ctx, c, std::string("pieces, K ") + name(t));
+    }
+}
+
+TEST_CASE("a query that sees no cell gets zeros", "[attention]") {
+    GpuContext ctx;
+    AttnCase c;
+    c.window = 4;            // the queries are far past every cell: nothing in the window
+    c.query_pos_shift = 50;
+    c.n_queries = 2;
+    const AttnOutcome o = run_attention_case(ctx, c);
+    CHECK(o.guard_ok);
+    CHECK(o.nmse == 0.0);  // the reference is all zeros too: nmse is the output's energy
+    const float sinks[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    c.params.sinks = sinks;  // a sink alone does not make a row non-zero
+    CHECK(run_attention_case(ctx, c).nmse == 0.0);
+}
