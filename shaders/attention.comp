@@ -27,6 +27,12 @@ layout(constant_id = 1) const uint D_K = 128;
 layout(constant_id = 2) const uint D_V = 128;
 layout(constant_id = 3) const uint R = 4;   // rows per tile
 layout(constant_id = 4) const uint LG = 8;  // lanes per group (1 without SHUFFLE)
+// Deferred RoPE: K is stored unrotated; rotate it to each cell's position.
+// Rather than rotating K, each row's query is rotated by the opposite angle
+// (q . R(p) k = R(-p) q . k), from the pair frequencies in meta_words.
+layout(constant_id = 5) const uint DEFERRED = 0;
+layout(constant_id = 6) const uint N_ROT = 0;
+layout(constant_id = 7) const uint NEOX = 0;
 
 const uint OK = (D_K / 8u + LG - 1u) / LG;  // K octets per lane
 const uint OV = (D_V / 8u + LG - 1u) / LG;  // V octets per lane
@@ -67,6 +73,8 @@ layout(push_constant) uniform Push {
     uint causal;
     uint n_kv_heads;
     uint partials_offset;  // float offset of row 0's first partial
+    uint theta_offset;     // deferred RoPE: word offset of the N_ROT/2 pair frequencies
+    float rope_mscale;     // deferred RoPE: magnitude (YaRN)
 } pc;
 
 KVRT_DEFINE_OCTET_LOADER(load_k, k_words, K_FMT)
@@ -155,6 +163,36 @@ void main() {
         }
     }
 
+    // Deferred RoPE: each owned dim's partner value and rotation sign.
+    float qp[R][OK * 8u];
+    if (DEFERRED != 0u) {
+        for (uint r = 0u; r < R; ++r) {
+            const uint base = pc.q_offset + r_query[r] * pc.q_stride;
+            for (uint i = 0u; i < OK; ++i) {
+                const uint o = lane + i * LG;
+                for (uint j = 0u; j < 8u; ++j) {
+                    const uint d = o * 8u + j;
+                    float x = 0.0;
+                    if (o < D_K / 8u && d < N_ROT) {
+                        const uint half_rot = N_ROT / 2u;
+                        const bool first = NEOX != 0u ? d < half_rot : (d & 1u) == 0u;
+                        const uint partner = NEOX != 0u ? (first ? d + half_rot : d - half_rot) : (d ^ 1u);
+#ifdef Q_F16
+                        const uint e = base * 2u + r_head[r] * D_K + partner;
+                        const vec2 h = unpackHalf2x16(q_words[e >> 1]);
+                        x = (e & 1u) != 0u ? h.y : h.x;
+#else
+                        x = uintBitsToFloat(q_words[base + r_head[r] * D_K + partner]);
+#endif
+                        // k_a weighs q_a c + q_b s; k_b weighs q_b c - q_a s.
+                        x *= first ? pc.scale : -pc.scale;
+                    }
+                    qp[r][i * 8u + j] = x;
+                }
+            }
+        }
+    }
+
     float m[R], l[R], acc[R][OV * 8u];
     for (uint r = 0u; r < R; ++r) {
         m[r] = -1.0 / 0.0;
@@ -178,6 +216,21 @@ void main() {
             if (o >= D_K / 8u) break;
             float kv[8];
             load_k(kb, o, kv);
+            if (DEFERRED != 0u) {
+                for (uint j = 0u; j < 8u; ++j) {
+                    const uint d = o * 8u + j;
+                    float c = 1.0, sn = 0.0;
+                    if (d < N_ROT) {
+                        const uint pair = NEOX != 0u ? d % (N_ROT / 2u) : d >> 1;
+                        const float angle = float(cpos) * uintBitsToFloat(meta_words[pc.theta_offset + pair]);
+                        // The magnitude scales rotated dims only, as in GGML.
+                        c = cos(angle) * pc.rope_mscale;
+                        sn = sin(angle) * pc.rope_mscale;
+                    }
+                    for (uint r = 0u; r < R; ++r) s[r] += (q[r][i * 8u + j] * c + qp[r][i * 8u + j] * sn) * kv[j];
+                }
+                continue;
+            }
             for (uint r = 0u; r < R; ++r)
                 for (uint j = 0u; j < 8u; ++j) s[r] += q[r][i * 8u + j] * kv[j];
         }

@@ -55,3 +55,9 @@ foreach(kt ${kvrt_attn_types})
 endforeach()
 kvrt_add_shader(NAME attn_merge_f32 SOURCE shaders/attention_merge.comp)
 kvrt_add_shader(NAME attn_merge_f16 SOURCE shaders/attention_merge.comp DEFINES OUT_F16)
+
+# RoPE shift, in place, per K type.
+kvrt_add_shader(NAME rope_shift_f32 SOURCE shaders/rope_shift.comp DEFINES K_FMT=1)
+kvrt_add_shader(NAME rope_shift_f16 SOURCE shaders/rope_shift.comp DEFINES K_FMT=2)
+kvrt_add_shader(NAME rope_shift_q8_0 SOURCE shaders/rope_shift.comp DEFINES K_FMT=3)
+kvrt_add_shader(NAME rope_shift_q4_0 SOURCE shaders/rope_shift.comp DEFINES K_FMT=4)

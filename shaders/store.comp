@@ -44,44 +44,15 @@ const uint BLOCK_BYTES = 18u;
 const uint PAIR_WORDS = 9u;
 #endif
 
+KVRT_DEFINE_QUANTIZERS(PAIR_WORDS)
+
 void quantize_block(uint row_word, uint block, uint base, inout uint w[PAIR_WORDS]) {
     float x[32];
     for (uint j = 0u; j < 32u; ++j) x[j] = load(row_word, block * 32u + j);
 #if defined(DST_Q8_0)
-    float amax = 0.0;
-    for (uint j = 0u; j < 32u; ++j) amax = max(amax, abs(x[j]));
-    const float d = kvrt_div(amax, 127.0);
-    const float id = d != 0.0 ? kvrt_div(1.0, d) : 0.0;
-    const uint dh = kvrt_f32_to_f16(d);
-    KVRT_PUT_BYTE(w, base, dh);
-    KVRT_PUT_BYTE(w, base + 1u, dh >> 8);
-    for (uint j = 0u; j < 32u; ++j) {
-        precise float s = x[j] * id;
-        KVRT_PUT_BYTE(w, base + 2u + j, uint(int(kvrt_roundf(s))));
-    }
+    kvrt_quantize_q8_0(x, base, w);
 #else
-    // The value of largest magnitude, keeping its sign (first one on ties).
-    float amax = 0.0, m = 0.0;
-    for (uint j = 0u; j < 32u; ++j) {
-        if (amax < abs(x[j])) {
-            amax = abs(x[j]);
-            m = x[j];
-        }
-    }
-    const float d = kvrt_div(m, -8.0);
-    const float id = d != 0.0 ? kvrt_div(1.0, d) : 0.0;
-    const uint dh = kvrt_f32_to_f16(d);
-    KVRT_PUT_BYTE(w, base, dh);
-    KVRT_PUT_BYTE(w, base + 1u, dh >> 8);
-    for (uint j = 0u; j < 16u; ++j) {
-        precise float s0 = x[j] * id;
-        precise float s1 = x[j + 16u] * id;
-        precise float t0 = s0 + 8.5;
-        precise float t1 = s1 + 8.5;
-        const uint q0 = min(15u, uint(int(t0)));  // truncation, as the C cast does
-        const uint q1 = min(15u, uint(int(t1)));
-        KVRT_PUT_BYTE(w, base + 2u + j, q0 | (q1 << 4));
-    }
+    kvrt_quantize_q4_0(x, base, w);
 #endif
 }
 #endif

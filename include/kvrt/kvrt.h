@@ -130,6 +130,8 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_CACHE_ESTIMATE = 11,
     KVRT_STRUCT_TYPE_CACHE_INFO = 12,
     KVRT_STRUCT_TYPE_ATTENTION_PARAMS = 13,
+    KVRT_STRUCT_TYPE_MEMORY_DESC = 20,
+    KVRT_STRUCT_TYPE_MEMORY_BATCH = 21,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
     KVRT_STRUCT_TYPE_MAX_ENUM = 0x7FFFFFFF
 } kvrt_struct_type;
@@ -494,6 +496,16 @@ typedef struct kvrt_rope_params {
     uint32_t n_ctx_orig;     /* YaRN original context; 0 = none */
 } kvrt_rope_params;
 
+typedef enum kvrt_cache_flag_bits {
+    /* Deferred RoPE: the engine stores K before rotation, and attention
+     * rotates each cell's K by its current position. Shifts (seq_add,
+     * seq_div, context shifts) then change metadata only and never touch K,
+     * so repeated shifts add no error. Queries are rotated by the engine as
+     * usual. */
+    KVRT_CACHE_DEFERRED_ROPE = 0x00000001,
+    KVRT_CACHE_FLAG_MAX_ENUM = 0x7FFFFFFF
+} kvrt_cache_flag_bits;
+
 typedef struct kvrt_cache_desc {
     kvrt_struct_type type;
     const void* next;
@@ -513,13 +525,14 @@ typedef struct kvrt_cache_desc {
     const uint32_t* layer_windows;
     kvrt_rope_params rope;
     const char* label;       /* debug name for Vulkan tools; may be NULL */
+    kvrt_flags flags;        /* kvrt_cache_flag_bits */
 } kvrt_cache_desc;
 
 #define KVRT_CACHE_DESC_INIT                                                                  \
     {                                                                                         \
         KVRT_STRUCT_TYPE_CACHE_DESC, NULL, 0, 0, 0, 0, 0, 0, 0, KVRT_TYPE_DEFAULT,            \
             KVRT_TYPE_DEFAULT, KVRT_LAYOUT_DEFAULT, NULL,                                     \
-            {KVRT_ROPE_NORMAL, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0}, NULL                \
+            {KVRT_ROPE_NORMAL, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0}, NULL, 0             \
     }
 
 /* Sizes of a cache, computed before anything is allocated. */
@@ -684,6 +697,46 @@ KVRT_API kvrt_result kvrt_cache_compact(kvrt_cache cache, kvrt_stream stream, fl
                                         uint32_t max_moves, uint32_t* out_moved);
 
 /* ========================================================================== */
+/* Positions: RoPE shifts and context management                              */
+/* ========================================================================== */
+
+/* Applies every pending RoPE shift (recorded by seq_add and seq_div) to the
+ * keys of all layers in one batched dispatch, rotating each cell's K by its
+ * accumulated delta with the cache's RoPE parameters (quantized K is
+ * dequantized, rotated and quantized again in place). kvrt_cache_attention
+ * does this by itself when shifts are pending; call it to choose when the work
+ * happens. With a deferred-RoPE cache (KVRT_CACHE_DEFERRED_ROPE) shifts touch
+ * metadata only and this does nothing. With `stream` NULL, synchronous; with a
+ * stream, the deltas are cleared at once and restored if the recording is
+ * dropped. Thread-safety: Unsafe (on the cache and the stream). */
+KVRT_API kvrt_result kvrt_cache_apply_shifts(kvrt_cache cache, kvrt_stream stream);
+
+/* Context shift of a full sequence, as llama.cpp does it: keeps positions
+ * [0, n_keep) (attention sinks), drops the next `n_discard` positions (0 =
+ * half of those after n_keep), and moves the rest left by n_discard:
+ * seq_rm(seq, n_keep, n_keep + n_discard) then
+ * seq_add(seq, n_keep + n_discard, n_past, -n_discard), where n_past is the
+ * sequence's largest position + 1. The K rotation is pending until the next
+ * attention or kvrt_cache_apply_shifts. `out_n_past` (may be NULL) gets the
+ * new largest position + 1. Fails with KVRT_ERROR_INVALID_ARGUMENT for an
+ * unknown sequence, n_keep < 0 or n_discard < 0, or when nothing would be
+ * discarded; nothing changes then. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_context_shift(kvrt_cache cache, int32_t seq, int32_t n_keep, int32_t n_discard,
+                                              int32_t* out_n_past);
+
+/* The "discard and re-evaluate" alternative to a context shift: keeps
+ * [0, n_keep), drops everything after it, and tells the engine which of the
+ * dropped tokens to evaluate again (the runtime cannot recompute K/V): the
+ * tokens the engine had at positions [*out_src_pos, *out_src_pos + *out_count)
+ * must be stored again at positions [*out_dst_pos, *out_dst_pos + *out_count).
+ * They are the newest tokens after discarding `n_discard` (0 = half of those
+ * after n_keep). Same errors as kvrt_cache_context_shift. Thread-safety:
+ * Unsafe. */
+KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32_t seq, int32_t n_keep,
+                                                         int32_t n_discard, int32_t* out_src_pos,
+                                                         int32_t* out_dst_pos, int32_t* out_count);
+
+/* ========================================================================== */
 /* Attention                                                                  */
 /* ========================================================================== */
 
@@ -744,6 +797,245 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
                                           const int32_t* seq_ids, const kvrt_tensor_ref* q,
                                           const kvrt_output_ref* out,
                                           const kvrt_attention_params* params);
+
+/* ========================================================================== */
+/* Fixed-capacity memory                                                      */
+/* ========================================================================== */
+
+/* A fixed-capacity memory (the "MV/MK" memory of SPEC.md section 6) is a cache
+ * whose size never grows. For each layer and head it holds n_slots keys MK (of
+ * key_dim values, fixed at creation) and, for each sequence, n_slots values MV
+ * (of value_dim values: the sequence's state). A token with projections wq
+ * (key_dim values) and wv (value_dim values) updates its sequence's state:
+ *
+ *     ww = softmax(MK wq)            (n_slots weights, no scale)
+ *     MV = MV + ww (outer) wv
+ *
+ * and a query q (key_dim values) reads it as attention over MK and MV:
+ *
+ *     out = softmax(scale * MK q) MV (value_dim values)
+ *
+ * Memory and time per token are constant however long the input. The tokens
+ * of a sequence are processed in chunks of up to chunk_tokens tokens with
+ * matrix products and a causal mask; the result equals token-by-token
+ * processing, in which a token's read sees the state including its own update.
+ *
+ * Sequences: ids 0..max_seqs-1 always exist and start in the initial state
+ * (MV as given at creation, MK shared by all sequences).
+ *
+ * All or nothing: every sequence has two state slots per layer. An update
+ * reads the current slot and writes only the other one (through a scratch slot
+ * when the call needs several chunks) and the current slot changes only when
+ * the call succeeded. A call that fails for any reason (bad argument, out of
+ * memory, a failed submission, KVRT_ERROR_TIMEOUT, ...) therefore leaves every
+ * sequence's state exactly as it was, even if its GPU work completes later.
+ *
+ * Streams: every operation takes a stream. With NULL the call records,
+ * submits and waits itself (up to the context's wait timeout). With a stream
+ * the work is recorded into it and later calls see its effects at once; if the
+ * recording is dropped or its submission fails, the memory returns to the
+ * state before the recorded calls. Record the work on one memory into one
+ * stream at a time and submit it before using the memory with another stream
+ * or with NULL. */
+typedef struct kvrt_memory_T* kvrt_memory;
+
+/* Element type of the state and of data given to or returned by a memory. */
+typedef enum kvrt_memory_type {
+    KVRT_MEMORY_TYPE_DEFAULT = 0, /* F32 */
+    KVRT_MEMORY_TYPE_F32 = 1,
+    KVRT_MEMORY_TYPE_F16 = 2,     /* IEEE binary16 */
+    KVRT_MEMORY_TYPE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_memory_type;
+
+/* Where the initial MK or MV values come from. */
+typedef enum kvrt_memory_source {
+    KVRT_MEMORY_SOURCE_ZERO = 0,   /* all zero (for MK: every slot weighs the same) */
+    KVRT_MEMORY_SOURCE_HOST = 1,   /* host memory at `host` */
+    KVRT_MEMORY_SOURCE_BUFFER = 2, /* a kvrt_buffer of the same context at `offset` */
+    /* Pseudo-random values in [-1, 1) for tests and benchmarks: element i of the
+     * layout below is (splitmix64(seed + i) >> 40) * 2^-23 - 1, where
+     * splitmix64(x) is the output function of the SplitMix64 generator:
+     * z = x + 0x9E3779B97F4A7C15; z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
+     * z = (z ^ (z >> 27)) * 0x94D049BB133111EB; return z ^ (z >> 31). */
+    KVRT_MEMORY_SOURCE_SEED = 3,
+    KVRT_MEMORY_SOURCE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_memory_source;
+
+/* Initial values of MK or MV for every layer and head: n_layers * n_heads
+ * blocks (layer-major) of n_slots rows of key_dim (MK) or value_dim (MV)
+ * values, row-major, with no padding. Copied during kvrt_memory_create. */
+typedef struct kvrt_memory_init {
+    kvrt_memory_source source;
+    kvrt_memory_type data_type; /* of host or buffer data: F32 (0) or F16 */
+    const void* host;           /* KVRT_MEMORY_SOURCE_HOST */
+    kvrt_buffer buffer;         /* KVRT_MEMORY_SOURCE_BUFFER */
+    uint64_t offset;            /* bytes into `buffer`; a multiple of 4 */
+    uint64_t seed;              /* KVRT_MEMORY_SOURCE_SEED */
+} kvrt_memory_init;
+
+typedef struct kvrt_memory_desc {
+    kvrt_struct_type type;
+    const void* next;
+    uint32_t n_layers;
+    uint32_t n_heads;
+    uint32_t n_slots;             /* M: key and value vectors per layer and head */
+    uint32_t key_dim;             /* E: size of MK rows, wq and q */
+    uint32_t value_dim;           /* D: size of MV rows, wv and outputs; 0 = key_dim */
+    uint32_t max_seqs;            /* sequence ids are 0..max_seqs-1; 0 = 1 */
+    /* Precision of MV: 0 = F32. F16 halves the state; it is rounded to f16 at
+     * the end of every chunk (and the initial values once). */
+    kvrt_memory_type state_type;
+    uint32_t chunk_tokens;        /* tokens per chunk, 1..512; 0 = 512. Smaller
+                                   * chunks need less working memory. */
+    kvrt_memory_init keys;        /* MK; default all zero */
+    kvrt_memory_init values;      /* initial MV; default all zero */
+    const char* label;            /* debug name for Vulkan tools; may be NULL */
+} kvrt_memory_desc;
+
+#define KVRT_MEMORY_DESC_INIT                                                                      \
+    {                                                                                              \
+        KVRT_STRUCT_TYPE_MEMORY_DESC, NULL, 0, 0, 0, 0, 0, 0, KVRT_MEMORY_TYPE_DEFAULT, 0,         \
+            {KVRT_MEMORY_SOURCE_ZERO, KVRT_MEMORY_TYPE_DEFAULT, NULL, NULL, 0, 0},                 \
+            {KVRT_MEMORY_SOURCE_ZERO, KVRT_MEMORY_TYPE_DEFAULT, NULL, NULL, 0, 0}, NULL            \
+    }
+
+/* Per-token input vectors (wq, wv or q) of a batch: for each layer of the call
+ * (one, or all of them, layer-major), n_tokens rows (in batch order) of
+ * n_heads * dim values, head-major, packed. Exactly one of `buffer` and `host`
+ * is set. Host data is copied during the call. The bytes of one layer must lie
+ * inside one piece of the buffer (pieces are the context's largest binding,
+ * 128 MiB on lavapipe; smaller buffers are one piece). */
+typedef struct kvrt_memory_input {
+    kvrt_buffer buffer;
+    const void* host;
+    kvrt_memory_type type;  /* F32 (0) or F16 */
+    uint64_t offset;        /* bytes into `buffer` (a multiple of 4); ignored for host */
+} kvrt_memory_input;
+
+/* Where a read writes its outputs: the same layout as kvrt_memory_input, with
+ * dim = value_dim. F16 outputs need n_heads * value_dim even (rows of whole
+ * 32-bit words). Host outputs need a NULL stream and are written only when the
+ * call succeeds. A buffer's bytes outside the output range are never written;
+ * inside it they are unspecified after a failed call. */
+typedef struct kvrt_memory_output {
+    kvrt_buffer buffer;
+    void* host;
+    kvrt_memory_type type;  /* F32 (0) or F16 */
+    uint64_t offset;        /* bytes into `buffer` (a multiple of 4); ignored for host */
+} kvrt_memory_output;
+
+/* A batch of tokens for kvrt_memory_update, _read and _update_read. Tokens of
+ * several sequences may be mixed in any order; the tokens of one sequence are
+ * processed in batch order. */
+typedef struct kvrt_memory_batch {
+    kvrt_struct_type type;
+    const void* next;
+    uint32_t n_tokens;         /* >= 1 */
+    const int32_t* seq_ids;    /* n_tokens sequence ids; NULL: all in sequence 0 */
+    int32_t layer;             /* a layer, or -1 for all layers (then every
+                                * input and output holds n_layers blocks) */
+    kvrt_memory_input wq;      /* update keys (key_dim per head) */
+    kvrt_memory_input wv;      /* update values (value_dim per head) */
+    kvrt_memory_input q;       /* read queries (key_dim per head) */
+    kvrt_memory_output out;    /* read outputs (value_dim per head) */
+    float scale;               /* read scale; 0 = 1/sqrt(key_dim) */
+} kvrt_memory_batch;
+
+#define KVRT_MEMORY_BATCH_INIT                                                                    \
+    {                                                                                             \
+        KVRT_STRUCT_TYPE_MEMORY_BATCH, NULL, 0, NULL, 0, {NULL, NULL, KVRT_MEMORY_TYPE_DEFAULT, 0}, \
+            {NULL, NULL, KVRT_MEMORY_TYPE_DEFAULT, 0}, {NULL, NULL, KVRT_MEMORY_TYPE_DEFAULT, 0},  \
+            {NULL, NULL, KVRT_MEMORY_TYPE_DEFAULT, 0}, 0.0f                                       \
+    }
+
+/* The device memory, in bytes, that kvrt_memory_create allocates for `desc`:
+ * the keys, two state slots per sequence and layer, the initial values (unless
+ * zero) and the working memory of one chunk. It does not depend on how many
+ * tokens are ever processed. Calls add only transient upload memory (host
+ * inputs, in their stream) and, for reads into host memory, a staging buffer
+ * of the outputs. Assumes kvrt's 128 MiB pieces, which every context uses
+ * unless it was created with a smaller max_binding_bytes; the driver's own
+ * allocation rounding is not included. Fails with KVRT_ERROR_INVALID_ARGUMENT
+ * (and writes nothing) for NULL arguments, an invalid descriptor (the checks
+ * of kvrt_memory_create that need no context) or sizes that overflow.
+ * Thread-safety: Safe. */
+KVRT_API kvrt_result kvrt_memory_estimate(const kvrt_memory_desc* desc, uint64_t* out_bytes);
+
+/* Creates a memory, every sequence in the initial state. Fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad context or initial-data buffer;
+ * KVRT_ERROR_INVALID_ARGUMENT for a zero size, chunk_tokens above 512, an
+ * unknown type or source, missing, misaligned or out-of-range initial data, a
+ * buffer of another context, sizes that overflow, or a geometry where one
+ * head's keys, state or working memory exceed a 128 MiB binding (lower
+ * chunk_tokens); KVRT_ERROR_OUT_OF_DEVICE_MEMORY when it does not fit. Nothing
+ * stays allocated on failure. Thread-safety: Unsafe (on the context). */
+KVRT_API kvrt_result kvrt_memory_create(kvrt_context context, const kvrt_memory_desc* desc,
+                                        kvrt_memory* out_memory);
+
+/* Destroys a memory; device memory still used by submitted work is released
+ * when that work completes, and recordings that use it can no longer be
+ * submitted. NULL is a no-op. Thread-safety: Unsafe. */
+KVRT_API void kvrt_memory_destroy(kvrt_memory memory);
+
+/* Updates the state of the batch's sequences with `wq` and `wv` (`q` and `out`
+ * are ignored). All or nothing: on any failure no sequence's state changed.
+ * Fails with KVRT_ERROR_INVALID_HANDLE for a bad memory, stream or buffer;
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL batch or wrong batch->type, n_tokens
+ * 0, an unknown sequence id, a layer out of range, missing, doubly given or
+ * misaligned data, data outside its buffer or straddling a piece, a stream or
+ * buffer of another context; KVRT_ERROR_INVALID_STATE when the stream is not
+ * recording; and with device errors (KVRT_ERROR_OUT_OF_DEVICE_MEMORY,
+ * _DEVICE_LOST, _TIMEOUT). Thread-safety: Unsafe (on the memory and stream). */
+KVRT_API kvrt_result kvrt_memory_update(kvrt_memory memory, kvrt_stream stream,
+                                        const kvrt_memory_batch* batch);
+
+/* Reads the current state with the queries `q` into `out` (`wq` and `wv` are
+ * ignored): every token reads its sequence's state as it is before the call.
+ * Changes no state. Same errors as kvrt_memory_update, and
+ * KVRT_ERROR_INVALID_ARGUMENT for a scale that is not finite, host outputs
+ * with a stream, or F16 outputs with n_heads * value_dim odd.
+ * Thread-safety: Unsafe (on the memory and stream). */
+KVRT_API kvrt_result kvrt_memory_read(kvrt_memory memory, kvrt_stream stream,
+                                      const kvrt_memory_batch* batch);
+
+/* Updates and reads in one pass: token t of a sequence first updates the state
+ * with wq[t] and wv[t], then reads it with q[t], so each read sees the updates
+ * of the earlier tokens of its sequence and its own. All or nothing; the
+ * errors of kvrt_memory_update and kvrt_memory_read.
+ * Thread-safety: Unsafe (on the memory and stream). */
+KVRT_API kvrt_result kvrt_memory_update_read(kvrt_memory memory, kvrt_stream stream,
+                                             const kvrt_memory_batch* batch);
+
+/* Returns sequence `seq` (or every sequence, for seq < 0) to the initial
+ * state. Changes metadata only, so it cannot fail on the device. Fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad memory or stream,
+ * KVRT_ERROR_INVALID_ARGUMENT for an unknown sequence id or a stream of another
+ * context, KVRT_ERROR_INVALID_STATE for a stream that is not recording.
+ * Thread-safety: Unsafe (on the memory and stream). */
+KVRT_API kvrt_result kvrt_memory_seq_reset(kvrt_memory memory, kvrt_stream stream, int32_t seq);
+
+/* Makes `dst` a copy of the state of `src` (all layers), like llama.cpp's
+ * seq_cp; later updates of either do not affect the other. Copies device
+ * memory (into dst's other slots) unless `src` is in the initial state. All or
+ * nothing; fails like kvrt_memory_seq_reset (negative ids included) and with
+ * device errors. Thread-safety: Unsafe (on the memory and stream). */
+KVRT_API kvrt_result kvrt_memory_seq_fork(kvrt_memory memory, kvrt_stream stream, int32_t src,
+                                          int32_t dst);
+
+/* Removes sequence `seq` (or every sequence, for seq < 0), like llama.cpp's
+ * seq_rm over all positions. A fixed-capacity memory has nothing to free, so
+ * the sequence returns to the initial state: the same effect and errors as
+ * kvrt_memory_seq_reset. Thread-safety: Unsafe (on the memory and stream). */
+KVRT_API kvrt_result kvrt_memory_seq_remove(kvrt_memory memory, kvrt_stream stream, int32_t seq);
+
+/* Copies the state MV of sequence `seq` at `layer` into `out` as f32:
+ * n_heads * n_slots * value_dim values, head-major, row-major. Waits (up to the
+ * context's wait timeout) for submitted work on the memory; work recorded but
+ * not yet submitted is not included. For tests and debugging. Fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad memory, KVRT_ERROR_INVALID_ARGUMENT for
+ * an unknown sequence, a layer out of range or NULL `out`, KVRT_ERROR_TIMEOUT
+ * or a device error while waiting. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int32_t layer, float* out);
 
 #ifdef __cplusplus
 }

@@ -51,4 +51,47 @@ float kvrt_roundf(float x) {
 // Block byte writer: a block pair's bytes collected in words.
 #define KVRT_PUT_BYTE(words, pos, val) words[(pos) >> 2] |= (uint(val) & 0xffu) << (((pos) & 3u) * 8u)
 
+// GGML's Q8_0 / Q4_0 quantization of one block of 32 values, written as bytes
+// from byte `base` of the word array `w` (zeroed by the caller). Defined as
+// macros so one definition serves word arrays of any length.
+#define KVRT_DEFINE_QUANTIZERS(NW)                                                     \
+    void kvrt_quantize_q8_0(float x[32], uint base, inout uint w[NW]) {                \
+        float amax = 0.0;                                                              \
+        for (uint j = 0u; j < 32u; ++j) amax = max(amax, abs(x[j]));                   \
+        const float d = kvrt_div(amax, 127.0);                                         \
+        const float id = d != 0.0 ? kvrt_div(1.0, d) : 0.0;                            \
+        const uint dh = kvrt_f32_to_f16(d);                                            \
+        KVRT_PUT_BYTE(w, base, dh);                                                    \
+        KVRT_PUT_BYTE(w, base + 1u, dh >> 8);                                          \
+        for (uint j = 0u; j < 32u; ++j) {                                              \
+            precise float s = x[j] * id;                                               \
+            KVRT_PUT_BYTE(w, base + 2u + j, uint(int(kvrt_roundf(s))));                \
+        }                                                                              \
+    }                                                                                  \
+    void kvrt_quantize_q4_0(float x[32], uint base, inout uint w[NW]) {                \
+        /* The value of largest magnitude, keeping its sign (first on ties). */        \
+        float amax = 0.0, m = 0.0;                                                     \
+        for (uint j = 0u; j < 32u; ++j) {                                              \
+            if (amax < abs(x[j])) {                                                    \
+                amax = abs(x[j]);                                                      \
+                m = x[j];                                                              \
+            }                                                                          \
+        }                                                                              \
+        const float d = kvrt_div(m, -8.0);                                             \
+        const float id = d != 0.0 ? kvrt_div(1.0, d) : 0.0;                            \
+        const uint dh = kvrt_f32_to_f16(d);                                            \
+        KVRT_PUT_BYTE(w, base, dh);                                                    \
+        KVRT_PUT_BYTE(w, base + 1u, dh >> 8);                                          \
+        for (uint j = 0u; j < 16u; ++j) {                                              \
+            precise float s0 = x[j] * id;                                              \
+            precise float s1 = x[j + 16u] * id;                                        \
+            precise float t0 = s0 + 8.5;                                               \
+            precise float t1 = s1 + 8.5;                                               \
+            /* truncation, as the C cast does */                                       \
+            const uint q0 = min(15u, uint(int(t0)));                                   \
+            const uint q1 = min(15u, uint(int(t1)));                                   \
+            KVRT_PUT_BYTE(w, base + 2u + j, q0 | (q1 << 4));                           \
+        }                                                                              \
+    }
+
 #endif

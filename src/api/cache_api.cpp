@@ -283,3 +283,33 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
 }
 
 }  // extern "C"
+
+extern "C" {
+
+KVRT_API kvrt_result kvrt_cache_apply_shifts(kvrt_cache cache, kvrt_stream stream) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_cache(cache));
+        vk::Stream* s = nullptr;
+        KVRT_TRY(resolve_stream(cache, stream, &s));
+        return cache->cache->apply_shifts(s);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_context_shift(kvrt_cache cache, int32_t seq, int32_t n_keep, int32_t n_discard,
+                                              int32_t* out_n_past) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->context_shift(seq, n_keep, n_discard, out_n_past);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32_t seq, int32_t n_keep,
+                                                         int32_t n_discard, int32_t* out_src_pos, int32_t* out_dst_pos,
+                                                         int32_t* out_count) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->discard_for_reevaluation(seq, n_keep, n_discard, out_src_pos, out_dst_pos, out_count);
+    });
+}
+
+}  // extern "C"

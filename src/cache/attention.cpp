@@ -2,6 +2,7 @@
 // the kernels' inputs, and records the two attention passes.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "cache/cache.hpp"
@@ -18,7 +19,8 @@ uint64_t elem_size(kvrt_type t) { return t == KVRT_TYPE_F16 ? 2 : 4; }
 // the device, without splits so small that merging dominates.
 uint32_t choose_splits(const vk::Context& ctx, uint32_t n_cells, uint32_t n_tiles) {
     const bool cpu = ctx.info().props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    const uint32_t target_groups = cpu ? 64 : 1024;
+    uint32_t target_groups = cpu ? 64 : 1024;
+    if (const char* e = std::getenv("KVRT_EXP_TARGET")) target_groups = static_cast<uint32_t>(std::atoi(e));
     const uint32_t min_cells = cpu ? 128 : 64;
     uint32_t splits = (target_groups + n_tiles - 1) / n_tiles;
     splits = std::min(splits, std::max<uint32_t>(1, n_cells / min_cells));
@@ -54,8 +56,6 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: host memory needs a synchronous call (stream NULL)");
     if (out.offset % 4 || out.row_stride % 4)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: offset and row_stride must be multiples of 4");
-    if (table_.has_pending_shift())
-        return fail(KVRT_ERROR_INVALID_STATE, "RoPE shifts are pending; apply them before attention");
 
     // q: n_heads * head_dim_k values per token, in one piece of its buffer.
     if (q.type != KVRT_TYPE_F32 && q.type != KVRT_TYPE_F16)
@@ -89,6 +89,9 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
             out_use = vk::BufferUse{out.buffer, piece, 0, 0, true};
             off = in;
         }
+        // Pending shifts go first, into the same stream.
+        std::vector<std::pair<uint32_t, int32_t>> saved;
+        KVRT_TRY(shifts_before(*stream, false, &saved));
         return record_attention(*stream, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off,
                                 o_stride, out.type, params);
     }
@@ -112,12 +115,15 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
         out_use.offset = 0;
         out_use.write = true;
     }
+    std::vector<std::pair<uint32_t, int32_t>> saved;
+    if (r == KVRT_SUCCESS) r = shifts_before(*own_, true, &saved);
     if (r == KVRT_SUCCESS)
         r = record_attention(*own_, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off, o_stride,
                              out.type, params);
     if (r == KVRT_SUCCESS) r = finish_own();
     if (r != KVRT_SUCCESS) {
         own_->abort();
+        restore_shifts(saved);
         return r;
     }
     if (out.host) KVRT_TRY(const_cast<vk::Buffer*>(out_use.buffer)->download(off, out.host, o_bytes));
@@ -187,6 +193,15 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     const uint32_t need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
     shape.portable = ctx_.options().portable_kernels || (dev.subgroup_ops & need) != need || dev.subgroup_size < 2;
     shape.subgroup_size = dev.subgroup_size;
+    std::vector<float> thetas;
+    if (deferred_) {
+        shape.deferred = true;
+        shape.n_rot = static_cast<uint32_t>(rope_math_.n_rot);
+        shape.neox = rope_math_.neox;
+        for (int i = 0; i < rope_math_.n_rot / 2; ++i) thetas.push_back(static_cast<float>(rope_math_.theta(i)));
+        shape.thetas = &thetas;
+        shape.mscale = static_cast<float>(rope_math_.mscale());
+    }
 
     const uint32_t group = geo_.n_heads / geo_.n_kv_heads;
     const uint32_t r = std::min<uint32_t>(8, n_queries * group);

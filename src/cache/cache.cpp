@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
 #include <utility>
 
 #include "core/checked.hpp"
@@ -37,7 +38,12 @@ struct PlacedBatch {
 
     void give_back(kv::CellTable& table) {
         if (!placement.applied()) return;
+        // An exact rollback works only while the placement is the table's last
+        // change. Its refusal is expected, and must not replace the detail
+        // message of the failure that is being undone.
+        const std::string message = last_error_message();
         if (table.rollback(placement) == KVRT_SUCCESS) return;
+        (void)fail(KVRT_SUCCESS, "%s", message.c_str());
         for (size_t i = 0; i < pos.size(); ++i)
             for (uint32_t j = seq_begin[i]; j < seq_begin[i + 1]; ++j)
                 (void)table.seq_rm(seqs[j], pos[i], pos[i] + 1);
@@ -49,6 +55,14 @@ struct PlacedBatch {
 Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_ptr<Cache>* out) {
     std::unique_ptr<Cache> c(new Cache(ctx));
     KVRT_TRY(kv::CacheGeometry::from_desc(desc, ctx.max_binding_bytes(), &c->geo_));
+    // A cache larger than the device's memory can never be allocated: fail
+    // before the host table (its size grows with the capacity) and before the
+    // driver is asked (some, lavapipe among them, overcommit: each layer's
+    // buffer would be handed out and touched, and fail only much later).
+    const uint64_t heap = ctx.info().device_local_bytes;
+    if (heap && c->geo_.device_bytes > heap)
+        return fail(KVRT_ERROR_OUT_OF_DEVICE_MEMORY, "the cache needs %llu bytes, the device has %llu",
+                    static_cast<unsigned long long>(c->geo_.device_bytes), static_cast<unsigned long long>(heap));
     KVRT_TRY(c->table_.init(c->geo_.capacity, c->geo_.max_seqs));
     if (desc.layer_windows) c->windows_.assign(desc.layer_windows, desc.layer_windows + desc.n_layers);
     else c->windows_.assign(desc.n_layers, 0);
@@ -59,6 +73,14 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
                     c->rope_.n_rot, c->geo_.k.head_dim);
     if (c->rope_.mode != KVRT_ROPE_NORMAL && c->rope_.mode != KVRT_ROPE_NEOX)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown rope mode %d", static_cast<int>(c->rope_.mode));
+    if (c->rope_.ext_factor != 0.0f && c->rope_.n_ctx_orig == 0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "YaRN (rope.ext_factor != 0) needs rope.n_ctx_orig");
+    if (!(c->rope_.freq_base >= 0.0f) || !(c->rope_.freq_scale >= 0.0f))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "rope.freq_base and rope.freq_scale must be >= 0");
+    if (desc.flags & ~static_cast<kvrt_flags>(KVRT_CACHE_DEFERRED_ROPE))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown cache flags 0x%x", static_cast<unsigned>(desc.flags));
+    c->deferred_ = desc.flags & KVRT_CACHE_DEFERRED_ROPE;
+    c->rope_math_ = kv::Rope::from_params(c->rope_, static_cast<int>(c->geo_.k.head_dim));
     std::unique_ptr<CellArena> arena;
     KVRT_TRY(CellArena::create(ctx, c->geo_, desc.label, &arena));
     c->arena_ = std::move(arena);
@@ -103,13 +125,19 @@ Result Cache::check_source(const char* what, const Source& s, uint32_t n, int32_
     if (stride < row_bytes)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: row_stride %llu is below the row size %llu", what,
                     static_cast<unsigned long long>(s.row_stride), static_cast<unsigned long long>(row_bytes));
-    if (!s.buffer || n == 0) return KVRT_SUCCESS;
+    if (n == 0) return KVRT_SUCCESS;
+    // The extent of the rows, for host memory too: its addresses are computed
+    // from the same offset and strides and must not wrap around.
     const uint32_t n_layers = layer < 0 ? geo_.n_layers : 1;
     uint64_t lstride = 0, span = 0, end = 0, t = 0;
     if (!checked_mul(stride, n, &lstride)) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: size overflows", what);
     if (s.layer_stride) lstride = s.layer_stride;
     if (!checked_mul(lstride, n_layers - 1, &span) || !checked_mul(stride, n - 1, &t) || !checked_add(span, t, &span) ||
-        !checked_add(span, row_bytes, &span) || !checked_add(s.offset, span, &end) || end > s.buffer->size())
+        !checked_add(span, row_bytes, &span) || !checked_add(s.offset, span, &end) ||
+        (s.host && end > UINTPTR_MAX - reinterpret_cast<uintptr_t>(s.host)))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the offset and strides of %u rows of %u layer(s) overflow", what, n,
+                    n_layers);
+    if (s.buffer && end > s.buffer->size())
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: %u rows of %u layer(s) do not fit in the buffer of %llu bytes", what,
                     n, n_layers, static_cast<unsigned long long>(s.buffer->size()));
     return KVRT_SUCCESS;

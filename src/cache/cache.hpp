@@ -9,6 +9,7 @@
 #include "core/result.hpp"
 #include "kv/cell_table.hpp"
 #include "kv/geometry.hpp"
+#include "kv/rope.hpp"
 #include "vk/stream.hpp"
 
 namespace kvrt::cache {
@@ -59,6 +60,15 @@ public:
         uint64_t offset = 0;
         uint64_t row_stride = 0;
     };
+    // kvrt_cache_apply_shifts.
+    Result apply_shifts(vk::Stream* stream);
+    // kvrt_cache_context_shift / kvrt_cache_discard_for_reevaluation.
+    Result context_shift(int32_t seq, int32_t n_keep, int32_t n_discard, int32_t* out_n_past);
+    Result discard_for_reevaluation(int32_t seq, int32_t n_keep, int32_t n_discard, int32_t* src_pos,
+                                    int32_t* dst_pos, int32_t* count);
+    bool deferred_rope() const { return deferred_; }
+    const kv::Rope& rope() const { return rope_math_; }
+
     // kvrt_cache_attention.
     Result attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
                      const int32_t* seq_ids, const Source& q, const Output& out, const kvrt_attention_params& params);
@@ -80,6 +90,15 @@ private:
                             uint64_t out_offset, uint64_t out_stride, kvrt_type out_type,
                             const kvrt_attention_params& params);
 
+    // Records the pending shifts into `s` and clears them; `saved` gets the
+    // cleared (cell, delta) pairs for an undo.
+    Result record_shifts(vk::Stream& s, std::vector<std::pair<uint32_t, int32_t>>* saved);
+    void restore_shifts(const std::vector<std::pair<uint32_t, int32_t>>& saved);
+    // Records pending shifts ahead of other work in `s`: for a caller's stream
+    // with an undo hook; for the cache's own stream the caller restores on
+    // failure through `saved`.
+    Result shifts_before(vk::Stream& s, bool own, std::vector<std::pair<uint32_t, int32_t>>* saved);
+
     // The cache's own stream for synchronous calls.
     Result begin_own();
     Result finish_own();
@@ -90,6 +109,8 @@ private:
     std::unique_ptr<Arena> arena_;
     std::vector<uint32_t> windows_;
     kvrt_rope_params rope_{};
+    kv::Rope rope_math_;
+    bool deferred_ = false;
     std::unique_ptr<vk::Stream> own_;
     bool own_pending_ = false;
 };

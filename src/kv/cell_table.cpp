@@ -202,6 +202,12 @@ void CellTable::index_remove(uint32_t seq, int32_t pos) {
     --seq_cells_[seq];
 }
 
+void CellTable::restore_pending_shift(uint32_t cell, int32_t delta) {
+    if (cell >= capacity_ || pos_[cell] < 0 || delta == 0) return;
+    set_delta(cell, int32_t(int64_t(delta_[cell]) + delta));
+    touch();
+}
+
 void CellTable::set_delta(uint32_t cell, int32_t delta) {
     const bool was = delta_[cell] != 0;
     const bool now = delta != 0;

@@ -221,6 +221,11 @@ public:
     // Sets every pending shift to 0; call after the device applied them.
     void clear_pending_shifts();
 
+    // Adds `delta` back to the pending shift of `cell` when the cell is in
+    // use (undo of a clear_pending_shifts() whose device work never ran).
+    // Out-of-range or empty cells are ignored.
+    void restore_pending_shift(uint32_t cell, int32_t delta);
+
     // ---- Compaction ------------------------------------------------------------
 
     // Moves cell metadata (position, delta, sequences) for each move in order:

@@ -20,13 +20,15 @@ struct AttnPush {
     float scale, softcap, alibi_m0, alibi_m1;
     uint32_t alibi_n_log2;
     int32_t window, n_keep;
-    uint32_t causal, n_kv_heads, partials_offset;
+    uint32_t causal, n_kv_heads, partials_offset, theta_offset;
+    float rope_mscale;
 };
-static_assert(sizeof(AttnPush) == 104, "AttnPush layout");
+static_assert(sizeof(AttnPush) == 112, "AttnPush layout");
 static_assert(offsetof(AttnPush, n_splits) == 36 && offsetof(AttnPush, scale) == 64 &&
                   offsetof(AttnPush, alibi_n_log2) == 80 && offsetof(AttnPush, window) == 84 &&
                   offsetof(AttnPush, causal) == 92 && offsetof(AttnPush, n_kv_heads) == 96 &&
-                  offsetof(AttnPush, partials_offset) == 100,
+                  offsetof(AttnPush, partials_offset) == 100 && offsetof(AttnPush, theta_offset) == 104 &&
+                  offsetof(AttnPush, rope_mscale) == 108,
               "AttnPush offsets");
 
 // Mirrors `Push` in shaders/attention_merge.comp.
@@ -69,6 +71,13 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     std::vector<uint32_t> words(cell_seq_words);
     const uint32_t query_offset = static_cast<uint32_t>(words.size());
     words.insert(words.end(), queries.begin(), queries.end());
+    const uint32_t theta_offset = static_cast<uint32_t>(words.size());
+    if (shape.deferred)
+        for (float t : *shape.thetas) {
+            uint32_t bits;
+            std::memcpy(&bits, &t, 4);
+            words.push_back(bits);
+        }
     const uint32_t sinks_offset = static_cast<uint32_t>(words.size());
     if (opt.sinks)
         for (uint32_t h = 0; h < shape.n_heads; ++h) {
@@ -92,7 +101,10 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     const vk::Pipeline* attn = nullptr;
     const vk::Pipeline* merge = nullptr;
     KVRT_TRY(stream.context().pipelines().get(
-        {variant, 6, uint32_t{sizeof(AttnPush)}, {wg, shape.head_dim_k, shape.head_dim_v, R, lg}}, &attn));
+        {variant, 6, uint32_t{sizeof(AttnPush)},
+         {wg, shape.head_dim_k, shape.head_dim_v, R, lg, shape.deferred ? 1u : 0u, shape.deferred ? shape.n_rot : 0u,
+          shape.deferred && shape.neox ? 1u : 0u}},
+        &attn));
     KVRT_TRY(stream.context().pipelines().get(
         {shape.out_type == KVRT_TYPE_F16 ? "attn_merge_f16" : "attn_merge_f32", 3, uint32_t{sizeof(MergePush)},
          {64, shape.head_dim_v}},
@@ -107,6 +119,8 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     p.seq_words = shape.seq_words;
     p.query_offset = words_base + query_offset;
     p.partials_offset = partials_base;
+    p.theta_offset = words_base + theta_offset;
+    p.rope_mscale = shape.mscale;
     p.n_queries = shape.n_queries;
     p.n_heads = shape.n_heads;
     p.group = group;

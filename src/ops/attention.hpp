@@ -39,6 +39,12 @@ struct AttnShape {
     uint32_t seq_words;                   // 32-bit words of sequence bits per cell
     bool portable;                        // no subgroup operations
     uint32_t subgroup_size;
+    // Deferred RoPE (K stored unrotated): pair frequencies and magnitude.
+    bool deferred = false;
+    uint32_t n_rot = 0;
+    bool neox = false;
+    const std::vector<float>* thetas = nullptr;
+    float mscale = 1.0f;
 };
 
 struct AttnOptions {

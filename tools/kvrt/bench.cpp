@@ -106,7 +106,7 @@ namespace {
 
 void usage(FILE* out) {
     std::fprintf(out,
-                 "usage: kvrt bench <case> [options] [--runs N] [--warmup N] [--json] [--device D]\n"
+                 "usage: kvrt bench <case> [options] [--runs N] [--warmup N] [--json] [--device D] [--portable]\n"
                  "       kvrt bench standard   runs the standard set and prints a table\n\n"
                  "cases:\n");
     for (const auto& [name, c] : cases()) std::fprintf(out, "  %-14s %s\n", name.c_str(), c.usage);
@@ -128,7 +128,7 @@ int cmd_bench(int argc, char** argv) {
     const std::string name = argv[0];
     Args args;
     std::string error;
-    if (!args.parse(argc - 1, argv + 1, {"json", "help", "quiet"}, &error)) {
+    if (!args.parse(argc - 1, argv + 1, {"json", "help", "quiet", "portable"}, &error)) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 2;
     }
@@ -164,6 +164,7 @@ int cmd_bench(int argc, char** argv) {
     const std::string device = args.str("device");
     if (!device.empty()) desc.device = device.c_str();
     desc.log_callback = &log_to_stderr;
+    if (args.has("portable")) desc.flags |= KVRT_CONTEXT_PORTABLE_KERNELS;
     kvrt_result r = kvrt_context_create(&desc, &env.ctx);
     if (r != KVRT_SUCCESS) return report("creating the context", r);
     env.info = kvrt_device_info KVRT_DEVICE_INFO_INIT;

@@ -1,0 +1,112 @@
+// `kvrt bench attn`: attention over a cell cache, decode or prefill.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+
+namespace cli::bench {
+
+namespace {
+
+int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
+    std::string error;
+    uint64_t cells, heads, kv_heads, dim, queries;
+    if (!args.u64("cells", 4096, &cells, &error) || !args.u64("heads", 32, &heads, &error) ||
+        !args.u64("kv-heads", 8, &kv_heads, &error) || !args.u64("head-dim", 128, &dim, &error) ||
+        !args.u64("queries", 1, &queries, &error)) {
+        std::fprintf(stderr, "error: %s\n", error.c_str());
+        return 2;
+    }
+    if (cells == 0 || cells > (1u << 22) || kv_heads == 0 || heads % kv_heads || heads > 256 || dim == 0 ||
+        dim > 1024 || queries == 0 || queries > cells) {
+        std::fprintf(stderr, "error: sizes out of range (heads a multiple of kv-heads, 0 < queries <= cells)\n");
+        return 2;
+    }
+    const std::string tname = args.str("type", "f16");
+    kvrt_type type = KVRT_TYPE_F16;
+    if (tname == "f32") type = KVRT_TYPE_F32;
+    else if (tname == "q8_0") type = KVRT_TYPE_Q8_0;
+    else if (tname == "q4_0") type = KVRT_TYPE_Q4_0;
+    else if (tname != "f16") {
+        std::fprintf(stderr, "error: unknown --type '%s'\n", tname.c_str());
+        return 2;
+    }
+
+    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
+    d.n_layers = 1;
+    d.n_heads = static_cast<uint32_t>(heads);
+    d.n_kv_heads = static_cast<uint32_t>(kv_heads);
+    d.head_dim_k = static_cast<uint32_t>(dim);
+    d.capacity = static_cast<uint32_t>(cells);
+    d.type_k = d.type_v = type;
+    kvrt_cache cache = nullptr;
+    kvrt_result r = kvrt_cache_create(env.ctx, &d, &cache);
+
+    // Fill every cell with random K/V of one sequence, in chunks.
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    const uint32_t chunk = 256;
+    const size_t row = static_cast<size_t>(kv_heads * dim);
+    std::vector<float> kv(chunk * row);
+    for (uint32_t p = 0; p < cells && r == KVRT_SUCCESS; p += chunk) {
+        const uint32_t n = std::min<uint32_t>(chunk, static_cast<uint32_t>(cells) - p);
+        for (auto& x : kv) x = normal(rng);
+        std::vector<int32_t> pos(n), seq(n, 0);
+        for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(p + i);
+        kvrt_batch b{n, pos.data(), nullptr, seq.data()};
+        const kvrt_tensor_ref t{nullptr, kv.data(), KVRT_TYPE_F32, 0, 0, 0};
+        r = kvrt_cache_store(cache, nullptr, &b, 0, &t, &t, nullptr);
+    }
+    // Queries: the last positions, in device buffers, as an engine has them.
+    const uint64_t nq = queries;
+    kvrt_buffer qbuf = nullptr, obuf = nullptr;
+    kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+    bd.size = nq * heads * dim * 4;
+    if (r == KVRT_SUCCESS) r = kvrt_buffer_create(env.ctx, &bd, &qbuf);
+    if (r == KVRT_SUCCESS) r = kvrt_buffer_create(env.ctx, &bd, &obuf);
+    std::vector<float> q(nq * heads * dim);
+    for (auto& x : q) x = normal(rng);
+    if (r == KVRT_SUCCESS) r = kvrt_buffer_upload(qbuf, 0, q.data(), bd.size);
+    std::vector<int32_t> qpos(nq), qseq(nq, 0);
+    for (uint64_t i = 0; i < nq; ++i) qpos[i] = static_cast<int32_t>(cells - nq + i);
+    TimedStream s(env.ctx);
+    if (r == KVRT_SUCCESS) r = s.result();
+    Row out;
+    out.name = "attn";
+    out.params = {{"type", tname}, {"cells", std::to_string(cells)}, {"heads", std::to_string(heads)},
+                  {"kv_heads", std::to_string(kv_heads)}, {"head_dim", std::to_string(dim)},
+                  {"queries", std::to_string(nq)}};
+    if (r == KVRT_SUCCESS) {
+        const kvrt_tensor_ref qr{qbuf, nullptr, KVRT_TYPE_F32, 0, 0, 0};
+        const kvrt_output_ref orf{obuf, nullptr, KVRT_TYPE_F32, 0, 0};
+        r = measure(env, s,
+                    [&] {
+                        return kvrt_cache_attention(cache, s, 0, static_cast<uint32_t>(nq), qpos.data(), qseq.data(), &qr,
+                                                    &orf, nullptr);
+                    },
+                    "attention", &out.m);
+    }
+    kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
+    if (r == KVRT_SUCCESS) r = kvrt_cache_get_info(cache, &info);
+    kvrt_buffer_destroy(qbuf);
+    kvrt_buffer_destroy(obuf);
+    kvrt_cache_destroy(cache);
+    if (r != KVRT_SUCCESS) return report("bench attn", r);
+    // Effective bandwidth: the K and V bytes of the attended cells, read once.
+    out.bytes = static_cast<double>(info.bytes_per_token) * static_cast<double>(cells);
+    rows->push_back(out);
+    return 0;
+}
+
+const bool registered = register_case(
+    {"attn",
+     "[--cells N] [--heads N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32] [--queries N]: "
+     "GPU time of one attention call over N filled cells (GB/s = K/V bytes / time)",
+     run_attn,
+     {{"--type", "f16", "--cells", "4096"}, {"--type", "q8_0", "--cells", "4096"}, {"--type", "q4_0", "--cells", "4096"},
+      {"--type", "f16", "--cells", "512"}, {"--type", "f16", "--cells", "4096", "--queries", "512"}}});
+
+}  // namespace
+
+}  // namespace cli::bench
