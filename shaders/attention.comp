@@ -15,7 +15,12 @@
 //
 // Defines: K_FMT, V_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0); Q_F16 (queries in
 // f16, else f32); SHUFFLE.
+//
+// Every loop but the cell loop is [[unroll]]: besides being faster, this is a
+// workaround for llvmpipe (lavapipe), which silently leaves loops after 65535
+// back-edges per invocation in total; the host keeps splits below that.
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #ifdef SHUFFLE
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -125,7 +130,7 @@ void main() {
     uint r_seq[R];
     bool r_live[R];
     float slope[R];
-    for (uint r = 0u; r < R; ++r) {
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint idx = first_row + r;
         r_live[r] = idx < pc.n_queries * pc.group;
         r_query[r] = r_live[r] ? idx / pc.group : 0u;
@@ -137,7 +142,7 @@ void main() {
 
     // This lane's octets of each row's query, pre-scaled.
     float q[R][OK * 8u];
-    for (uint r = 0u; r < R; ++r) {
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint base = pc.q_offset + r_query[r] * pc.q_stride;
 #ifdef Q_F16
         const uint head_elem = r_head[r] * D_K;
@@ -145,9 +150,9 @@ void main() {
 #else
         const uint hb = base + r_head[r] * D_K;
 #endif
-        for (uint i = 0u; i < OK; ++i) {
+        [[unroll]] for (uint i = 0u; i < OK; ++i) {
             const uint o = lane + i * LG;
-            for (uint j = 0u; j < 8u; ++j) {
+            [[unroll]] for (uint j = 0u; j < 8u; ++j) {
                 float x = 0.0;
                 if (o < D_K / 8u) {
 #ifdef Q_F16
@@ -166,11 +171,11 @@ void main() {
     // Deferred RoPE: each owned dim's partner value and rotation sign.
     float qp[R][OK * 8u];
     if (DEFERRED != 0u) {
-        for (uint r = 0u; r < R; ++r) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
             const uint base = pc.q_offset + r_query[r] * pc.q_stride;
-            for (uint i = 0u; i < OK; ++i) {
+            [[unroll]] for (uint i = 0u; i < OK; ++i) {
                 const uint o = lane + i * LG;
-                for (uint j = 0u; j < 8u; ++j) {
+                [[unroll]] for (uint j = 0u; j < 8u; ++j) {
                     const uint d = o * 8u + j;
                     float x = 0.0;
                     if (o < D_K / 8u && d < N_ROT) {
@@ -194,10 +199,10 @@ void main() {
     }
 
     float m[R], l[R], acc[R][OV * 8u];
-    for (uint r = 0u; r < R; ++r) {
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
         m[r] = -1.0 / 0.0;
         l[r] = 0.0;
-        for (uint i = 0u; i < OV * 8u; ++i) acc[r][i] = 0.0;
+        [[unroll]] for (uint i = 0u; i < OV * 8u; ++i) acc[r][i] = 0.0;
     }
 
     const uint per_split = (pc.n_cells + pc.n_splits - 1u) / pc.n_splits;
@@ -210,14 +215,14 @@ void main() {
         const uint vb = cell.y + kvh * pc.v_head_bytes;
 
         float s[R];
-        for (uint r = 0u; r < R; ++r) s[r] = 0.0;
-        for (uint i = 0u; i < OK; ++i) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) s[r] = 0.0;
+        [[unroll]] for (uint i = 0u; i < OK; ++i) {
             const uint o = lane + i * LG;
             if (o >= D_K / 8u) break;
             float kv[8];
             load_k(kb, o, kv);
             if (DEFERRED != 0u) {
-                for (uint j = 0u; j < 8u; ++j) {
+                [[unroll]] for (uint j = 0u; j < 8u; ++j) {
                     const uint d = o * 8u + j;
                     float c = 1.0, sn = 0.0;
                     if (d < N_ROT) {
@@ -227,17 +232,17 @@ void main() {
                         c = cos(angle) * pc.rope_mscale;
                         sn = sin(angle) * pc.rope_mscale;
                     }
-                    for (uint r = 0u; r < R; ++r) s[r] += (q[r][i * 8u + j] * c + qp[r][i * 8u + j] * sn) * kv[j];
+                    [[unroll]] for (uint r = 0u; r < R; ++r) s[r] += (q[r][i * 8u + j] * c + qp[r][i * 8u + j] * sn) * kv[j];
                 }
                 continue;
             }
-            for (uint r = 0u; r < R; ++r)
-                for (uint j = 0u; j < 8u; ++j) s[r] += q[r][i * 8u + j] * kv[j];
+            [[unroll]] for (uint r = 0u; r < R; ++r)
+                [[unroll]] for (uint j = 0u; j < 8u; ++j) s[r] += q[r][i * 8u + j] * kv[j];
         }
 
         float p[R];
         bool any = false;
-        for (uint r = 0u; r < R; ++r) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
             float x = group_sum(s[r]);
             const uint sw = meta_words[pc.seq_offset + c * pc.seq_words + (r_seq[r] >> 5)];
             bool vis = r_live[r] && ((sw >> (r_seq[r] & 31u)) & 1u) != 0u;
@@ -254,22 +259,22 @@ void main() {
             const float corr = exp(m[r] - m_new);
             p[r] = exp(x - m_new);
             l[r] = l[r] * corr + p[r];
-            for (uint i = 0u; i < OV * 8u; ++i) acc[r][i] *= corr;
+            [[unroll]] for (uint i = 0u; i < OV * 8u; ++i) acc[r][i] *= corr;
             m[r] = m_new;
         }
         if (!any) continue;
-        for (uint i = 0u; i < OV; ++i) {
+        [[unroll]] for (uint i = 0u; i < OV; ++i) {
             const uint o = lane + i * LG;
             if (o >= D_V / 8u) break;
             float vv[8];
             load_v(vb, o, vv);
-            for (uint r = 0u; r < R; ++r)
-                for (uint j = 0u; j < 8u; ++j) acc[r][i * 8u + j] += p[r] * vv[j];
+            [[unroll]] for (uint r = 0u; r < R; ++r)
+                [[unroll]] for (uint j = 0u; j < 8u; ++j) acc[r][i * 8u + j] += p[r] * vv[j];
         }
     }
 
     // Partial of each live row: [max, sum, acc[D_V]] at its slot.
-    for (uint r = 0u; r < R; ++r) {
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
         if (!r_live[r]) continue;
         const uint row = r_query[r] * pc.n_heads + r_head[r];
         const uint base = pc.partials_offset + (row * pc.splits_total + pc.split_base + split) * (D_V + 2u);
@@ -277,10 +282,10 @@ void main() {
             partials[base] = m[r];
             partials[base + 1u] = l[r];
         }
-        for (uint i = 0u; i < OV; ++i) {
+        [[unroll]] for (uint i = 0u; i < OV; ++i) {
             const uint o = lane + i * LG;
             if (o >= D_V / 8u) break;
-            for (uint j = 0u; j < 8u; ++j) partials[base + 2u + o * 8u + j] = acc[r][i * 8u + j];
+            [[unroll]] for (uint j = 0u; j < 8u; ++j) partials[base + 2u + o * 8u + j] = acc[r][i * 8u + j];
         }
     }
 }

@@ -22,7 +22,12 @@ uint32_t choose_splits(const vk::Context& ctx, uint32_t n_cells, uint32_t n_tile
     const uint32_t min_cells = cpu ? 128 : 64;
     uint32_t splits = (target_groups + n_tiles - 1) / n_tiles;
     splits = std::min(splits, std::max<uint32_t>(1, n_cells / min_cells));
-    return std::max<uint32_t>(1, std::min<uint32_t>(splits, 256));
+    // llvmpipe (lavapipe) ends any loop of an invocation after 65535 total
+    // back-edges (its guard against endless loops), silently. The kernel's
+    // inner loops are unrolled, so only its cell loop counts: keep every
+    // split at or below 32768 cells.
+    splits = std::max(splits, (n_cells + 32767) / 32768);
+    return std::max<uint32_t>(1, std::min<uint32_t>(splits, 4096));
 }
 
 }  // namespace

@@ -17,36 +17,27 @@ namespace {
 
 uint64_t elem_bytes(kvrt_type t) { return t == KVRT_TYPE_F16 ? 2 : 4; }
 
-// A copy of a placed batch, so that it can be given back even when it is no
-// longer the table's latest change (then per token and sequence).
+// A placed batch, so that it can be given back if its data never reaches the
+// device: exactly (rollback) while it is the table's latest change, otherwise
+// cell by cell, freeing each cell that still holds the token placed there.
 struct PlacedBatch {
     kv::Placement placement;
-    std::vector<int32_t> pos;
-    std::vector<uint32_t> seq_begin;
-    std::vector<int32_t> seqs;
+    std::vector<uint64_t> epochs;  // of placement.cells(), right after apply
 
-    void remember(const kv::Token* tokens, uint32_t n) {
-        pos.resize(n);
-        seq_begin.assign(1, 0);
-        seqs.clear();
-        for (uint32_t i = 0; i < n; ++i) {
-            pos[i] = tokens[i].pos;
-            seqs.insert(seqs.end(), tokens[i].seq_ids, tokens[i].seq_ids + tokens[i].n_seq);
-            seq_begin.push_back(static_cast<uint32_t>(seqs.size()));
-        }
+    void remember(const kv::CellTable& table) {
+        epochs.clear();
+        for (uint32_t c : placement.cells()) epochs.push_back(table.cell_epoch(c));
     }
 
     void give_back(kv::CellTable& table) {
         if (!placement.applied()) return;
-        // An exact rollback works only while the placement is the table's last
-        // change. Its refusal is expected, and must not replace the detail
-        // message of the failure that is being undone.
+        // The exact rollback's refusal is expected, and must not replace the
+        // detail message of the failure that is being undone.
         const std::string message = last_error_message();
         if (table.rollback(placement) == KVRT_SUCCESS) return;
         (void)fail(KVRT_SUCCESS, "%s", message.c_str());
-        for (size_t i = 0; i < pos.size(); ++i)
-            for (uint32_t j = seq_begin[i]; j < seq_begin[i + 1]; ++j)
-                (void)table.seq_rm(seqs[j], pos[i], pos[i] + 1);
+        for (size_t i = 0; i < epochs.size(); ++i) (void)table.release_cell(placement.cells()[i], epochs[i]);
+        epochs.clear();
     }
 };
 
@@ -229,7 +220,6 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
     auto batch = std::make_shared<PlacedBatch>();
     KVRT_TRY(table_.plan(tokens, n, &batch->placement));
     if (n == 0) return KVRT_SUCCESS;
-    batch->remember(tokens, n);
 
     vk::Stream* s = stream;
     if (!s) {
@@ -240,6 +230,7 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
         if (!stream) own_->abort();
         return r;
     }
+    batch->remember(table_);
     if (stream) stream->on_abort(this, [this, batch]() { batch->give_back(table_); });
 
     Result r = record_writes(*s, n, batch->placement.cells().data(), layer, k, v);

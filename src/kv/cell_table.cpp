@@ -119,6 +119,7 @@ Result CellTable::init(uint32_t capacity, uint32_t max_seqs) {
         std::vector<SeqIndex> index(max_seqs);
         std::vector<uint32_t> seq_cells(max_seqs, 0);
         std::vector<uint8_t> scratch(capacity, 0);
+        std::vector<uint64_t> epoch(capacity, 0);
         // Nothing below throws.
         pos_.swap(pos);
         delta_.swap(delta);
@@ -126,6 +127,7 @@ Result CellTable::init(uint32_t capacity, uint32_t max_seqs) {
         index_.swap(index);
         seq_cells_.swap(seq_cells);
         scratch_.swap(scratch);
+        epoch_.swap(epoch);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "cell table: out of host memory for %u cells", capacity);
     } catch (const std::length_error&) {
@@ -200,6 +202,13 @@ void CellTable::index_remove(uint32_t seq, int32_t pos) {
         if (spare_.size() < kMaxSpareNodes) spare_.insert(spare_.end(), std::move(node));
     }
     --seq_cells_[seq];
+}
+
+bool CellTable::release_cell(uint32_t cell, uint64_t epoch) {
+    if (cell >= capacity_ || pos_[cell] < 0 || epoch_[cell] != epoch) return false;
+    free_cell(cell);
+    touch();
+    return true;
 }
 
 void CellTable::restore_pending_shift(uint32_t cell, int32_t delta) {
@@ -376,6 +385,7 @@ Result CellTable::apply(Placement& p) {
             ++seq_cells_[s];
         }
         pos_[c] = pos;
+        epoch_[c] = ++last_epoch_;
         used_end_ = std::max(used_end_, c + 1);
     }
     used_ += n;
@@ -642,6 +652,7 @@ Result CellTable::apply_moves(const CellMove* moves, size_t n) {
         const uint32_t dst = moves[i].dst_cell;
         pos_[dst] = pos_[src];
         delta_[dst] = delta_[src];
+        epoch_[dst] = epoch_[src];
         uint64_t* ws = cell_words(src);
         std::copy(ws, ws + words_per_cell_, cell_words(dst));
         std::fill(ws, ws + words_per_cell_, 0);

@@ -221,6 +221,15 @@ public:
     // Sets every pending shift to 0; call after the device applied them.
     void clear_pending_shifts();
 
+    // Every placement stamps its cells with a new epoch (moved along by
+    // apply_moves). release_cell empties `cell` for all its sequences when it
+    // still carries `epoch`, i.e. holds the token that placement put there,
+    // whatever sequence operations happened since; otherwise it does nothing
+    // and returns false. Used to give back cells whose data never reached the
+    // device.
+    uint64_t cell_epoch(uint32_t cell) const { return epoch_[cell]; }
+    bool release_cell(uint32_t cell, uint64_t epoch);
+
     // Adds `delta` back to the pending shift of `cell` when the cell is in
     // use (undo of a clear_pending_shifts() whose device work never ran).
     // Out-of-range or empty cells are ignored.
@@ -318,6 +327,8 @@ private:
     uint32_t words_per_cell_ = 0;
     std::vector<int32_t> pos_;
     std::vector<int32_t> delta_;
+    std::vector<uint64_t> epoch_;        // per cell: the placement that filled it
+    uint64_t last_epoch_ = 0;
     std::vector<uint64_t> words_;
     std::vector<SeqIndex> index_;        // per sequence
     std::vector<uint32_t> seq_cells_;    // per sequence: number of cells

@@ -170,7 +170,16 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
             ref32_norm += expect32[i] * expect32[i];
             outcome.max_abs = std::max(outcome.max_abs, std::abs(d));
         }
-        if (std::getenv("KVRT_TEST_DEBUG")) for (int i = 0; i < 4; ++i) std::printf("got %g expect %g\n", got[i], expect[i]);
+        if (std::getenv("KVRT_TEST_DEBUG"))
+            for (uint32_t qi = 0; qi < nq; ++qi) {
+                double e = 0, n = 0;
+                for (uint32_t j = 0; j < oe; ++j) {
+                    const double d = got[size_t{qi} * oe + j] - expect[size_t{qi} * oe + j];
+                    e += d * d;
+                    n += expect[size_t{qi} * oe + j] * expect[size_t{qi} * oe + j];
+                }
+                std::printf("query %u pos %d nmse %g\n", qi, qpos[qi], e / n);
+            }
         outcome.values += got.size();
     }
     outcome.nmse = ref_norm > 0 ? err / ref_norm : err;
