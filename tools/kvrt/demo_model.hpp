@@ -1,0 +1,76 @@
+// The model of `kvrt demo`: a small llama-style decoder (RMSNorm, RoPE,
+// grouped-query attention, SwiGLU) with random weights from a fixed seed. Its
+// matmuls run on the CPU, as an engine's would; attention is delegated to a
+// callback, which the demo routes through kvrt's KV cache.
+//
+// The weights are random, so the text it writes is noise. What matters is that
+// the activations look like a real model's (normalized, unit-scale Q and K,
+// softmax neither flat nor one-hot), so the cache sees realistic data.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace cli::demo {
+
+struct ModelConfig {
+    int n_layers = 4;
+    int d_model = 512;
+    int n_heads = 8;      // query heads
+    int n_kv_heads = 2;   // KV heads (grouped-query attention: 4 query heads each)
+    int head_dim = 64;
+    int d_ffn = 1024;     // SwiGLU hidden size
+    int vocab = 256;      // one token per byte
+    double rope_base = 10000.0;
+    float norm_eps = 1e-5f;
+    uint64_t seed = 0x6b767274u;  // "kvrt"
+
+    int q_dim() const { return n_heads * head_dim; }
+    int kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+// One layer's attention for a batch of n tokens; every array is row-major, one
+// row per token.
+struct AttentionIO {
+    int layer = 0;
+    int n = 0;
+    const float* q = nullptr;      // [n][q_dim], rotated to the token's position
+    const float* k = nullptr;      // [n][kv_dim], rotated to the token's position
+    const float* k_raw = nullptr;  // [n][kv_dim], the same keys before rotation
+    const float* v = nullptr;      // [n][kv_dim]
+    float* out = nullptr;          // [n][q_dim]: the attention output, written by the callback
+};
+
+class Model {
+public:
+    explicit Model(const ModelConfig& cfg);
+
+    const ModelConfig& config() const { return cfg_; }
+
+    // Fills io.out for one layer. Returns false to stop the forward pass (the
+    // callback has reported why).
+    using AttendFn = std::function<bool(const AttentionIO& io)>;
+
+    // Runs `tokens` (at `positions`) through every layer, calling `attend`
+    // once per layer with the whole batch, and writes the logits of the rows
+    // listed in `logit_rows` to `logits` ([logit_rows.size()][vocab]).
+    // Returns false when `attend` did.
+    bool forward(const std::vector<int>& tokens, const std::vector<int32_t>& positions,
+                 const std::vector<int>& logit_rows, const AttendFn& attend, std::vector<float>* logits);
+
+private:
+    struct Layer {
+        std::vector<float> attn_norm, ffn_norm;  // [d_model]
+        std::vector<float> wq, wk, wv, wo;       // [in][out]
+        std::vector<float> w_gate, w_up, w_down;
+    };
+
+    ModelConfig cfg_;
+    std::vector<float> embed_;   // [vocab][d_model]
+    std::vector<float> output_;  // [vocab][d_model], the vocabulary projection
+    std::vector<float> out_norm_;
+    std::vector<Layer> layers_;
+};
+
+}  // namespace cli::demo

@@ -1,0 +1,499 @@
+// The run loop of `kvrt demo`; see demo_run.hpp.
+#include "demo_run.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+
+#include "cli.hpp"
+#include "demo_model.hpp"
+
+namespace cli::demo {
+
+const char* const kPrompt = "kvrt keeps every key and value on the GPU.";
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Waits of the demo's own submissions.
+constexpr uint64_t kWaitNs = 60ull * 1000 * 1000 * 1000;
+
+// Adds the wall-clock time of its scope to *total.
+class ScopeTimer {
+public:
+    explicit ScopeTimer(double* total) : total_(total), start_(Clock::now()) {}
+    ~ScopeTimer() { *total_ += seconds_since(start_); }
+    ScopeTimer(const ScopeTimer&) = delete;
+    ScopeTimer& operator=(const ScopeTimer&) = delete;
+
+private:
+    double* total_;
+    Clock::time_point start_;
+};
+
+// Tokens evaluated together, one sequence each.
+struct Batch {
+    std::vector<int> tokens;
+    std::vector<int32_t> positions;
+    std::vector<int32_t> seq_ids;
+    std::vector<int> logit_rows;  // rows whose logits are needed
+
+    void add(int token, size_t pos, uint32_t seq) {
+        tokens.push_back(token);
+        positions.push_back(static_cast<int32_t>(pos));
+        seq_ids.push_back(static_cast<int32_t>(seq));
+    }
+    uint32_t size() const { return static_cast<uint32_t>(tokens.size()); }
+};
+
+struct Sequence {
+    std::vector<int> tokens;  // the token at each position of the sequence: its n_past is tokens.size()
+    int pending = 0;          // sampled from the last logits, evaluated by the next step
+};
+
+// The token of rank `r` (0 = most likely) in a row of logits, among the
+// printable ASCII bytes only: a logit mask (as engines apply for grammars)
+// that keeps the output of the random model showable.
+int ranked_token(const float* logits, uint32_t r) {
+    std::vector<int> order(0x7f - 0x20);
+    std::iota(order.begin(), order.end(), 0x20);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+    return order[r];
+}
+
+class Runner {
+public:
+    Runner(const Options& opt, Results* res)
+        : opt_(opt),
+          res_(*res),
+          model_(ModelConfig{}),
+          mirror_(model_.config(), opt.capacity),
+          checker_(model_.config(), opt.kv_type),
+          seqs_(opt.seqs),
+          steps_(opt.tokens) {}
+
+    ~Runner() {
+        kvrt_buffer_destroy(out_);
+        kvrt_stream_destroy(stream_);
+        kvrt_cache_destroy(cache_);
+        kvrt_context_destroy(ctx_);
+    }
+
+    Runner(const Runner&) = delete;
+    Runner& operator=(const Runner&) = delete;
+
+    int run() {
+        const Clock::time_point t0 = Clock::now();
+        bool done = setup();
+        res_.setup_s = seconds_since(t0);
+        done = done && prompt() && decode();
+        if (ctx_) finish();
+        return done ? 0 : 1;
+    }
+
+private:
+    // Reports a failed kvrt call; true when `r` is a success.
+    bool ok(kvrt_result r, const char* what) {
+        if (r == KVRT_SUCCESS) return true;
+        progress_clear();
+        report(what, r);
+        return false;
+    }
+
+    // Reports a disagreement between kvrt and the demo's own bookkeeping;
+    // returns false.
+    bool mismatch(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+    bool setup();
+    bool prompt();
+    bool decode();
+    bool make_room();
+    bool evaluate(const Batch& b, bool check, std::vector<float>* logits);
+    bool attend(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells, bool check);
+    bool submit(const char* what);
+    bool verify_metadata();
+    void finish();
+    void progress(uint32_t step, double elapsed_s);
+    void progress_clear();
+
+    const Options& opt_;
+    Results& res_;
+    Model model_;
+    Mirror mirror_;
+    Checker checker_;
+    std::vector<Sequence> seqs_;
+    const uint32_t steps_;
+    // Positions [0, shared_end_) are cells shared by every sequence (the
+    // prompt, copied with kvrt_cache_seq_cp); 0 with a single sequence.
+    int32_t shared_end_ = 0;
+
+    kvrt_context ctx_ = nullptr;
+    kvrt_cache cache_ = nullptr;
+    kvrt_stream stream_ = nullptr;
+    kvrt_buffer out_ = nullptr;  // attention outputs, downloaded after each layer
+
+    const bool tty_ = isatty(fileno(stderr)) != 0;
+    double last_progress_s_ = -1;
+    bool progress_shown_ = false;
+};
+
+bool Runner::mismatch(const char* fmt, ...) {
+    progress_clear();
+    std::va_list args;
+    va_start(args, fmt);
+    std::fprintf(stderr, "error: ");
+    std::vfprintf(stderr, fmt, args);
+    std::fprintf(stderr, "\n");
+    va_end(args);
+    return false;
+}
+
+bool Runner::setup() {
+    const ModelConfig& cfg = model_.config();
+    kvrt_context_desc cd = KVRT_CONTEXT_DESC_INIT;
+    cd.device = opt_.device.empty() ? nullptr : opt_.device.c_str();
+    cd.log_callback = log_to_stderr;
+    if (!ok(kvrt_context_create(&cd, &ctx_), "creating the context")) return false;
+    kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
+    if (!ok(kvrt_context_get_device_info(ctx_, &info), "reading the device")) return false;
+    res_.device = info.name;
+
+    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
+    d.n_layers = static_cast<uint32_t>(cfg.n_layers);
+    d.n_heads = static_cast<uint32_t>(cfg.n_heads);
+    d.n_kv_heads = static_cast<uint32_t>(cfg.n_kv_heads);
+    d.head_dim_k = static_cast<uint32_t>(cfg.head_dim);
+    d.capacity = opt_.capacity;
+    d.max_seqs = opt_.seqs;
+    d.type_k = d.type_v = opt_.kv_type;
+    d.rope.mode = KVRT_ROPE_NORMAL;  // the model's RoPE, for kvrt's shifts
+    d.rope.freq_base = static_cast<float>(cfg.rope_base);
+    d.label = "kvrt demo cache";
+    if (!ok(kvrt_cache_create(ctx_, &d, &cache_), "creating the cache")) return false;
+
+    // GPU timestamps around every operation, where the queue has them.
+    kvrt_stream_desc sd = KVRT_STREAM_DESC_INIT;
+    sd.flags = KVRT_STREAM_TIMESTAMPS;
+    sd.label = "kvrt demo";
+    kvrt_result r = kvrt_stream_create(ctx_, &sd, &stream_);
+    if (r == KVRT_ERROR_UNSUPPORTED) {
+        sd.flags = 0;
+        r = kvrt_stream_create(ctx_, &sd, &stream_);
+    }
+    if (!ok(r, "creating the stream")) return false;
+    res_.timestamps = sd.flags != 0;
+
+    // The largest batch is the prompt or a re-evaluation, never above capacity.
+    kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+    bd.size = uint64_t{opt_.capacity} * static_cast<uint64_t>(cfg.q_dim()) * sizeof(float);
+    bd.label = "kvrt demo attention output";
+    return ok(kvrt_buffer_create(ctx_, &bd, &out_), "creating the output buffer");
+}
+
+// Evaluates the prompt as one batch in sequence 0, then lets every other
+// sequence share its cells. Sequence s starts from the s-th most likely next
+// token (and decodes greedily after that), so that the sequences differ.
+bool Runner::prompt() {
+    const Clock::time_point t0 = Clock::now();
+    const double check0 = res_.check_s;
+    const size_t n = std::strlen(kPrompt);
+    Batch b;
+    for (size_t i = 0; i < n; ++i) b.add(static_cast<unsigned char>(kPrompt[i]), i, 0);
+    b.logit_rows = {static_cast<int>(n - 1)};
+    std::vector<float> logits;
+    if (!evaluate(b, true, &logits)) return false;
+    res_.prompt_tokens = static_cast<uint32_t>(n);
+    for (uint32_t s = 0; s < opt_.seqs; ++s) {
+        if (s > 0) {
+            ScopeTimer t(&res_.runtime_s);
+            if (!ok(kvrt_cache_seq_cp(cache_, 0, static_cast<int32_t>(s), -1, -1), "sharing the prompt")) return false;
+            mirror_.seq_cp(0, static_cast<int>(s));
+        }
+        seqs_[s].tokens = b.tokens;
+        seqs_[s].pending = ranked_token(logits.data(), s);
+    }
+    shared_end_ = opt_.seqs > 1 ? static_cast<int32_t>(n) : 0;
+    res_.text.assign(opt_.seqs, std::string());
+    res_.prompt_s = seconds_since(t0) - (res_.check_s - check0);
+    return true;
+}
+
+// The decode loop: each step evaluates the pending token of every sequence
+// in one batch and samples the next greedily. When the cache has no cell left
+// for the step, the strategy makes room first.
+bool Runner::decode() {
+    const Clock::time_point t0 = Clock::now();
+    const double check0 = res_.check_s;
+    const int vocab = model_.config().vocab;
+    bool made_room = false;
+    for (uint32_t step = 0; step < steps_; ++step) {
+        // Make room until the step fits: with shared cells, one round may free
+        // fewer cells than there are sequences.
+        for (;;) {
+            kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
+            {
+                ScopeTimer t(&res_.runtime_s);
+                if (!ok(kvrt_cache_get_info(cache_, &info), "reading the cache's occupancy")) return false;
+            }
+            if (info.capacity - info.used >= opt_.seqs) break;
+            if (!make_room()) return false;
+            made_room = true;
+        }
+        Batch b;
+        for (uint32_t s = 0; s < opt_.seqs; ++s) {
+            b.add(seqs_[s].pending, seqs_[s].tokens.size(), s);
+            b.logit_rows.push_back(static_cast<int>(s));
+        }
+        // Check every check_every steps, and the first step after a context shift
+        // or re-evaluation (the re-evaluated batch itself is checked too).
+        const bool check = made_room || (step + 1) % opt_.check_every == 0;
+        std::vector<float> logits;
+        if (!evaluate(b, check, &logits)) return false;
+        made_room = false;
+        for (uint32_t s = 0; s < opt_.seqs; ++s) {
+            Sequence& seq = seqs_[s];
+            seq.tokens.push_back(seq.pending);
+            res_.text[s].push_back(static_cast<char>(seq.pending));
+            seq.pending = ranked_token(logits.data() + static_cast<size_t>(s) * vocab, 0);
+        }
+        res_.generated += opt_.seqs;
+        progress(step + 1, seconds_since(t0) - (res_.check_s - check0));
+    }
+    progress_clear();
+    res_.decode_s = seconds_since(t0) - (res_.check_s - check0);
+    return true;
+}
+
+// Frees cells in every sequence: keeps the first n_keep positions (attention
+// sinks) and drops n_discard after them, half of the rest by default.
+//   shift:      kvrt_cache_context_shift moves the newer half down by
+//               n_discard; kvrt rotates their keys (applied here, in a
+//               submission of its own, so that its GPU time shows apart).
+//   reevaluate: kvrt_cache_discard_for_reevaluation drops everything after
+//               the sinks and names the tokens to evaluate again at their new
+//               positions; the model runs them as one batch.
+bool Runner::make_room() {
+    const int32_t n_past = static_cast<int32_t>(seqs_[0].tokens.size());
+    const int32_t n_keep = static_cast<int32_t>(opt_.n_keep);
+    // Cells shared by all sequences must leave all of them in the same round:
+    // a shift moves a shared cell for every sequence that uses it (kvrt.h,
+    // kvrt_cache_seq_add), and re-evaluated tokens become private copies. So
+    // at least the shared positions past the sinks are discarded.
+    const int32_t n_discard = std::max((n_past - n_keep) / 2, shared_end_ - n_keep);
+    if (opt_.strategy == Strategy::Shift) {
+        for (uint32_t s = 0; s < opt_.seqs; ++s) {
+            const int32_t seq = static_cast<int32_t>(s);
+            int32_t new_past = -1;
+            {
+                ScopeTimer t(&res_.runtime_s);
+                if (!ok(kvrt_cache_context_shift(cache_, seq, n_keep, n_discard, &new_past), "context shift"))
+                    return false;
+            }
+            mirror_.seq_rm(seq, n_keep, n_keep + n_discard);
+            mirror_.seq_add(seq, n_keep + n_discard, n_past, -n_discard);
+            std::vector<int>& tokens = seqs_[s].tokens;
+            tokens.erase(tokens.begin() + n_keep, tokens.begin() + n_keep + n_discard);
+            if (new_past != static_cast<int32_t>(tokens.size()))
+                return mismatch("kvrt_cache_context_shift left sequence %u at n_past %d, expected %zu", s, new_past,
+                                tokens.size());
+        }
+        {
+            ScopeTimer t(&res_.runtime_s);
+            if (!ok(kvrt_stream_begin(stream_), "recording the RoPE shift") ||
+                !ok(kvrt_cache_apply_shifts(cache_, stream_), "recording the RoPE shift") ||
+                !submit("applying the RoPE shift"))
+                return false;
+        }
+        ++res_.shifts;
+    } else {
+        Batch b;
+        for (uint32_t s = 0; s < opt_.seqs; ++s) {
+            const int32_t seq = static_cast<int32_t>(s);
+            int32_t src = -1, dst = -1, count = -1;
+            {
+                ScopeTimer t(&res_.runtime_s);
+                if (!ok(kvrt_cache_discard_for_reevaluation(cache_, seq, n_keep, n_discard, &src, &dst, &count),
+                        "discarding for re-evaluation"))
+                    return false;
+            }
+            mirror_.seq_rm(seq, n_keep, -1);
+            if (dst != n_keep || src != n_keep + n_discard || count != n_past - src)
+                return mismatch("kvrt_cache_discard_for_reevaluation asked to move [%d, %d) to %d; expected [%d, %d) to %d",
+                                src, src + count, dst, n_keep + n_discard, n_past, n_keep);
+            std::vector<int>& tokens = seqs_[s].tokens;
+            for (int32_t i = 0; i < count; ++i) b.add(tokens[static_cast<size_t>(src + i)], static_cast<size_t>(dst + i), s);
+            tokens.erase(tokens.begin() + dst, tokens.begin() + src);
+        }
+        ++res_.reevaluations;
+        res_.reevaluated += b.size();
+        std::vector<float> no_logits;
+        if (b.size() && !evaluate(b, true, &no_logits)) return false;
+    }
+    res_.discarded += uint64_t{opt_.seqs} * static_cast<uint64_t>(n_discard);
+    shared_end_ = std::min(shared_end_, n_keep);
+    return verify_metadata();
+}
+
+// Places a batch, then runs the model over it; the model calls attend() for
+// every layer.
+bool Runner::evaluate(const Batch& b, bool check, std::vector<float>* logits) {
+    std::vector<uint32_t> cells(b.size());
+    const kvrt_batch kb{b.size(), b.positions.data(), nullptr, b.seq_ids.data()};
+    {
+        ScopeTimer t(&res_.runtime_s);
+        if (!ok(kvrt_cache_place(cache_, &kb, cells.data()), "placing the batch")) return false;
+    }
+    for (size_t i = 0; i < cells.size(); ++i) mirror_.place(cells[i], b.positions[i], b.seq_ids[i]);
+    double attend_s = 0;
+    const Clock::time_point t0 = Clock::now();
+    const bool done = model_.forward(
+        b.tokens, b.positions, b.logit_rows,
+        [&](const AttentionIO& io) {
+            ScopeTimer t(&attend_s);
+            return attend(io, b, cells, check);
+        },
+        logits);
+    res_.model_s += seconds_since(t0) - attend_s;
+    res_.evaluated += b.size();
+    if (check) ++res_.checkpoints;
+    return done;
+}
+
+// One layer: writes the batch's K/V into its cells and runs attention over
+// the cache, both recorded into one stream and submitted together; then the
+// optional reference check.
+bool Runner::attend(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells, bool check) {
+    const ModelConfig& cfg = model_.config();
+    const uint32_t n = static_cast<uint32_t>(io.n);
+    const size_t kvd = static_cast<size_t>(cfg.kv_dim());
+    const kvrt_tensor_ref k{nullptr, io.k, KVRT_TYPE_F32, 0, 0, 0};
+    const kvrt_tensor_ref v{nullptr, io.v, KVRT_TYPE_F32, 0, 0, 0};
+    const kvrt_tensor_ref q{nullptr, io.q, KVRT_TYPE_F32, 0, 0, 0};
+    const kvrt_output_ref out{out_, nullptr, KVRT_TYPE_F32, 0, 0};
+    {
+        ScopeTimer t(&res_.runtime_s);
+        if (!ok(kvrt_stream_begin(stream_), "starting a recording") ||
+            !ok(kvrt_cache_write(cache_, stream_, n, cells.data(), io.layer, &k, &v), "recording the K/V store") ||
+            !ok(kvrt_cache_attention(cache_, stream_, io.layer, n, b.positions.data(), b.seq_ids.data(), &q, &out,
+                                     nullptr),
+                "recording attention") ||
+            !submit("running store and attention") ||
+            !ok(kvrt_buffer_download(out_, 0, io.out, uint64_t{n} * static_cast<uint64_t>(cfg.q_dim()) * sizeof(float)),
+                "downloading the attention output"))
+            return false;
+    }
+    for (size_t i = 0; i < cells.size(); ++i) mirror_.set_layer(cells[i], io.layer, io.k_raw + i * kvd, io.v + i * kvd);
+    if (!check) return true;
+
+    ScopeTimer t(&res_.check_s);
+    const std::vector<uint32_t> used = mirror_.used_cells();
+    std::vector<float> cache_k(used.size() * kvd), cache_v(used.size() * kvd);
+    if (!ok(kvrt_cache_read(cache_, io.layer, static_cast<uint32_t>(used.size()), used.data(), cache_k.data(),
+                            cache_v.data()),
+            "reading the cache back"))
+        return false;
+    AttentionCall call;
+    call.layer = io.layer;
+    call.n = io.n;
+    call.q = io.q;
+    call.positions = b.positions.data();
+    call.seq_ids = b.seq_ids.data();
+    call.out = io.out;
+    checker_.check(call, mirror_, used, cache_k.data(), cache_v.data());
+    return true;
+}
+
+// Submits the recording, waits, and adds its GPU timings per operation label.
+bool Runner::submit(const char* what) {
+    if (!ok(kvrt_stream_submit(stream_), what) || !ok(kvrt_stream_wait(stream_, kWaitNs), what)) return false;
+    if (!res_.timestamps) return true;
+    uint32_t count = 0;
+    if (!ok(kvrt_stream_get_timings(stream_, nullptr, &count), "reading GPU timings")) return false;
+    std::vector<kvrt_timing> timings(count);
+    if (!ok(kvrt_stream_get_timings(stream_, timings.data(), &count), "reading GPU timings")) return false;
+    for (uint32_t i = 0; i < count; ++i) {
+        OpTime& op = res_.gpu[timings[i].label];
+        ++op.count;
+        op.ms += static_cast<double>(timings[i].ns) / 1e6;
+    }
+    return true;
+}
+
+// Compares kvrt's cell metadata with the demo's after a context change.
+bool Runner::verify_metadata() {
+    ScopeTimer t(&res_.runtime_s);
+    kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
+    if (!ok(kvrt_cache_get_info(cache_, &info), "reading the cache's occupancy")) return false;
+    if (info.used != mirror_.used())
+        return mismatch("kvrt reports %u cells in use, the demo counts %u", info.used, mirror_.used());
+    if (info.pending_shifts != 0) return mismatch("%u cells still wait for their RoPE shift", info.pending_shifts);
+    for (uint32_t s = 0; s < opt_.seqs; ++s) {
+        const int32_t seq = static_cast<int32_t>(s);
+        int32_t lo = -1, hi = -1;
+        if (!ok(kvrt_cache_seq_pos_min(cache_, seq, &lo), "reading a sequence's positions") ||
+            !ok(kvrt_cache_seq_pos_max(cache_, seq, &hi), "reading a sequence's positions"))
+            return false;
+        if (lo != mirror_.pos_min(seq) || hi != mirror_.pos_max(seq))
+            return mismatch("sequence %u spans positions [%d, %d] in kvrt, [%d, %d] in the demo", s, lo, hi,
+                            mirror_.pos_min(seq), mirror_.pos_max(seq));
+    }
+    return true;
+}
+
+// Gathers the figures of the end of the run.
+void Runner::finish() {
+    res_.cache = KVRT_CACHE_INFO_INIT;
+    if (cache_) (void)kvrt_cache_get_info(cache_, &res_.cache);
+    kvrt_context_stats stats = KVRT_CONTEXT_STATS_INIT;
+    if (kvrt_context_get_stats(ctx_, &stats) == KVRT_SUCCESS) {
+        res_.peak_device_bytes = stats.peak_device_bytes;
+        res_.validation_errors = stats.validation_errors;
+        res_.validation_warnings = stats.validation_warnings;
+    }
+    res_.checked_calls = checker_.calls();
+    res_.vs_cache = checker_.vs_cache();
+    res_.vs_fresh = checker_.vs_fresh();
+    res_.cache_limit = Checker::cache_limit();
+    res_.fresh_limit = checker_.fresh_limit();
+    res_.checks_passed = checker_.calls() > 0 && checker_.passed();
+}
+
+// A progress line on stderr: redrawn in place on a terminal (at most 10 times
+// a second), otherwise one line per eighth of the run.
+void Runner::progress(uint32_t step, double elapsed_s) {
+    if (tty_ ? elapsed_s - last_progress_s_ < 0.1 && step != steps_ : step % std::max(1u, steps_ / 8) != 0) return;
+    last_progress_s_ = elapsed_s;
+    std::fprintf(stderr, "%stoken %u/%u | cache %u/%u cells | %s %u | %.1f tokens/s%s", tty_ ? "\r" : "", step, steps_,
+                 mirror_.used(), opt_.capacity, opt_.strategy == Strategy::Shift ? "context shifts" : "re-evaluations",
+                 opt_.strategy == Strategy::Shift ? res_.shifts : res_.reevaluations,
+                 elapsed_s > 0 ? step * opt_.seqs / elapsed_s : 0.0, tty_ ? "\033[K" : "\n");
+    progress_shown_ = tty_;
+}
+
+// Erases the progress line of a terminal, before other output.
+void Runner::progress_clear() {
+    if (!progress_shown_) return;
+    std::fprintf(stderr, "\r\033[K");
+    progress_shown_ = false;
+}
+
+}  // namespace
+
+uint32_t min_capacity(const Options& opt) {
+    return static_cast<uint32_t>(std::strlen(kPrompt)) + 4 * opt.seqs;
+}
+
+int run(const Options& opt, Results* out) {
+    Runner runner(opt, out);
+    return runner.run();
+}
+
+}  // namespace cli::demo

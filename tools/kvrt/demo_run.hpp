@@ -1,0 +1,84 @@
+// The run loop of `kvrt demo`: an engine's decode loop over kvrt's KV cache.
+//
+// The model (demo_model.hpp) computes Q, K and V on the CPU; everything about
+// the cache goes through the public C API: kvrt_cache_place once per batch,
+// then per layer kvrt_cache_write and kvrt_cache_attention recorded into one
+// stream and submitted together. When the cache is full, the chosen strategy
+// makes room (kvrt_cache_context_shift, or kvrt_cache_discard_for_reevaluation
+// followed by evaluating the returned tokens again at their new positions).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "demo_check.hpp"
+#include "kvrt/kvrt.h"
+
+namespace cli::demo {
+
+enum class Strategy { Shift, Reevaluate };
+
+struct Options {
+    Strategy strategy = Strategy::Shift;
+    kvrt_type kv_type = KVRT_TYPE_F16;
+    uint32_t seqs = 1;
+    uint32_t capacity = 256;
+    uint32_t tokens = 1024;  // decode steps per sequence
+    uint32_t n_keep = 4;     // attention sinks kept when making room
+    uint32_t check_every = 64;  // reference check every N decode steps
+    std::string device;      // kvrt_context_desc.device
+};
+
+// The demo's fixed prompt, one token per byte.
+extern const char* const kPrompt;
+
+// The smallest --capacity that `opt` can run with.
+uint32_t min_capacity(const Options& opt);
+
+// GPU time of one kind of operation, from the stream's timestamps.
+struct OpTime {
+    uint64_t count = 0;
+    double ms = 0;
+};
+
+struct Results {
+    std::string device;
+    uint32_t prompt_tokens = 0;
+    uint64_t generated = 0;        // tokens generated, all sequences together
+    uint64_t evaluated = 0;        // tokens run through the model, re-evaluations included
+    std::vector<std::string> text; // the bytes each sequence generated
+
+    // Wall clock, seconds. decode_s covers the generation loop with its
+    // context management and without the reference checks (check_s).
+    double setup_s = 0, prompt_s = 0, decode_s = 0, check_s = 0;
+    double model_s = 0;    // the CPU model (matmuls, norms, RoPE)
+    double runtime_s = 0;  // kvrt calls, submission and waits included
+
+    bool timestamps = false;                // gpu holds figures
+    std::map<std::string, OpTime> gpu;      // by operation label
+
+    // Rounds of making room; each round shifts (or discards in) every sequence.
+    uint32_t shifts = 0;                    // strategy shift
+    uint32_t reevaluations = 0;             // strategy reevaluate
+    uint64_t discarded = 0;                 // positions dropped, all sequences
+    uint64_t reevaluated = 0;               // tokens evaluated again
+
+    kvrt_cache_info cache{};                // at the end of the run
+    uint64_t peak_device_bytes = 0;
+    uint64_t validation_errors = 0;
+    uint64_t validation_warnings = 0;
+
+    uint64_t checkpoints = 0;               // steps whose attention was checked
+    uint64_t checked_calls = 0;             // attention calls compared
+    ErrorFigures vs_cache, vs_fresh;
+    double cache_limit = 0, fresh_limit = 0;
+    bool checks_passed = false;
+};
+
+// Runs the demo. Returns 0, or 1 after printing why it stopped; `out` holds
+// the figures gathered so far either way.
+int run(const Options& opt, Results* out);
+
+}  // namespace cli::demo
