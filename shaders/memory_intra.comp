@@ -28,7 +28,7 @@ layout(push_constant) uniform Push {
 void main() {
     const uint g = gl_GlobalInvocationID.x;
     const uint cols8 = MEM_SUBCHUNK / 8u;
-    if (g >= cols8 * (pc.rows / INTRA_T)) return;
+    if (g >= cols8 * ((pc.tokens + INTRA_T - 1u) / INTRA_T)) return;
     const uint head = gl_WorkGroupID.z;
     const uint cg = g % cols8, row0 = (g / cols8) * INTRA_T;
     const uint first = (row0 / MEM_SUBCHUNK) * MEM_SUBCHUNK + 8u * cg;  // token of column 0

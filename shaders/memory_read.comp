@@ -32,7 +32,7 @@ layout(push_constant) uniform Push {
 void main() {
     const uint g = gl_GlobalInvocationID.x;
     const uint blocks = (pc.d8 + MEM_COLS - 1u) / MEM_COLS;
-    if (g >= blocks * (pc.rows / MEM_ROWS)) return;
+    if (g >= blocks * ((pc.tokens + MEM_ROWS - 1u) / MEM_ROWS)) return;
     const uint head = gl_WorkGroupID.z;
     const uint cg0 = (g % blocks) * MEM_COLS, row0 = (g / blocks) * MEM_ROWS;
     const uint j = pc.intra != 0u ? row0 / MEM_SUBCHUNK : 0u;

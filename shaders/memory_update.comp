@@ -1,12 +1,13 @@
 #version 450
 // Fixed-capacity memory: the state update of one chunk for the heads of a
 // group, MV_new = MV + WW^T WV, summed over the chunk's tokens in order as
-// outer products: each invocation owns UPD_M slots x UPD_D value elements, and
-// per token loads UPD_M weights ww_t and UPD_D values wv_t (both rows of their
-// [token][...] layouts) for UPD_M * UPD_D multiply-adds. When the chunk is
-// also read, the state at the start of every 64-token sub-chunk is kept (f32)
-// for memory_read. The source state is never written: the result goes to
-// another slot (all-or-nothing, see src/ops/memory.hpp).
+// outer products: each invocation owns UPD_M slots x 8 * UPD_DG value
+// elements, and per token loads UPD_M weights of ww_t and 8 * UPD_DG values of
+// wv_t (both rows of their [token][...] layouts) for UPD_M * 8 * UPD_DG
+// multiply-adds, UPD_T tokens at a time. When the chunk is also read, the
+// state at the start of every 64-token sub-chunk is kept (f32) for
+// memory_read. The source state is never written: the result goes to another
+// slot (all-or-nothing, see src/ops/memory.hpp).
 //
 // STATE_F16: the state (source and destination) is stored as f16.
 #include "memory_common.glsl"

@@ -830,13 +830,13 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
  * memory, a failed submission, KVRT_ERROR_TIMEOUT, ...) therefore leaves every
  * sequence's state exactly as it was, even if its GPU work completes later.
  *
- * Streams: every operation takes a stream. With NULL the call records,
- * submits and waits itself (up to the context's wait timeout). With a stream
- * the work is recorded into it and later calls see its effects at once; if the
- * recording is dropped or its submission fails, the memory returns to the
- * state before the recorded calls. Record the work on one memory into one
- * stream at a time and submit it before using the memory with another stream
- * or with NULL. */
+ * Streams: updates, reads and sequence operations take a stream. With NULL
+ * the call records, submits and waits itself (up to the context's wait
+ * timeout). With a stream the work is recorded into it and later calls see its
+ * effects at once; if the recording is dropped or its submission fails, the
+ * memory returns to the state before the recorded calls. Record the work on
+ * one memory into one stream at a time and submit it before using the memory
+ * with another stream or with NULL. */
 typedef struct kvrt_memory_T* kvrt_memory;
 
 /* Element type of the state and of data given to or returned by a memory. */

@@ -34,6 +34,12 @@ int main(void) {
         kvrt_attention_params attention = KVRT_ATTENTION_PARAMS_INIT;
         (void)attention;
     }
+    {
+        kvrt_memory_desc memory_desc = KVRT_MEMORY_DESC_INIT;
+        kvrt_memory_batch memory_batch = KVRT_MEMORY_BATCH_INIT;
+        (void)memory_desc;
+        (void)memory_batch;
+    }
 #endif
 #ifdef KVRT_VULKAN_H
     kvrt_vulkan_import_desc import_desc = KVRT_VULKAN_IMPORT_DESC_INIT;

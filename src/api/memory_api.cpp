@@ -1,0 +1,273 @@
+// Fixed-capacity memory (kvrt_memory_*): argument and handle checks, then
+// kvrt::ops::Memory.
+#include "kvrt/kvrt.h"
+
+#include <memory>
+
+#include "api/handles.hpp"
+#include "core/checked.hpp"
+#include "ops/memory.hpp"
+
+struct kvrt_memory_T {
+    kvrt_context_T* owner = nullptr;
+    std::unique_ptr<kvrt::ops::Memory> memory;
+};
+
+using namespace kvrt;
+using namespace kvrt::api;
+
+namespace {
+
+void destroy_memory(void* h) {
+    auto* m = static_cast<kvrt_memory_T*>(h);
+    unregister_handle(m);
+    delete m;
+}
+
+Result read_type(kvrt_memory_type type, const char* name, bool* f16) {
+    switch (type) {
+        case KVRT_MEMORY_TYPE_DEFAULT:
+        case KVRT_MEMORY_TYPE_F32: *f16 = false; return KVRT_SUCCESS;
+        case KVRT_MEMORY_TYPE_F16: *f16 = true; return KVRT_SUCCESS;
+        default: return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: unknown type %d", name, static_cast<int>(type));
+    }
+}
+
+// The structural checks of an initial-data description (no handles).
+Result read_init(const kvrt_memory_init& in, const char* name, ops::MemoryInit* out) {
+    KVRT_TRY(read_type(in.data_type, name, &out->f16));
+    switch (in.source) {
+        case KVRT_MEMORY_SOURCE_ZERO: out->source = ops::MemorySource::Zero; break;
+        case KVRT_MEMORY_SOURCE_HOST:
+            if (!in.host) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: source HOST with host NULL", name);
+            out->source = ops::MemorySource::Host;
+            out->host = in.host;
+            break;
+        case KVRT_MEMORY_SOURCE_BUFFER:
+            if (!in.buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: source BUFFER with buffer NULL", name);
+            if (in.offset % 4) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: offset is not a multiple of 4", name);
+            out->source = ops::MemorySource::Buffer;
+            out->offset = in.offset;
+            break;
+        case KVRT_MEMORY_SOURCE_SEED:
+            out->source = ops::MemorySource::Seed;
+            out->seed = in.seed;
+            break;
+        default:
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: unknown source %d", name, static_cast<int>(in.source));
+    }
+    return KVRT_SUCCESS;
+}
+
+// Everything kvrt_memory_estimate and kvrt_memory_create check without a context.
+Result read_desc(const kvrt_memory_desc* desc, ops::Memory::Params* out) {
+    KVRT_TRY(check_struct(desc, desc ? desc->type : KVRT_STRUCT_TYPE_UNDEFINED, KVRT_STRUCT_TYPE_MEMORY_DESC, "desc"));
+    ops::MemoryGeometry& geo = out->geo;
+    const struct {
+        uint32_t value;
+        const char* name;
+    } sizes[] = {{desc->n_layers, "n_layers"}, {desc->n_heads, "n_heads"}, {desc->n_slots, "n_slots"},
+                 {desc->key_dim, "key_dim"}};
+    for (const auto& s : sizes)
+        if (s.value == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->%s is 0", s.name);
+    geo.n_layers = desc->n_layers;
+    geo.n_heads = desc->n_heads;
+    geo.m = desc->n_slots;
+    geo.e = desc->key_dim;
+    geo.d = desc->value_dim ? desc->value_dim : desc->key_dim;
+    geo.max_seqs = desc->max_seqs ? desc->max_seqs : 1;
+    if (desc->chunk_tokens > ops::kMemoryMaxChunk)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->chunk_tokens %u is above %u", desc->chunk_tokens,
+                    ops::kMemoryMaxChunk);
+    geo.chunk = desc->chunk_tokens ? desc->chunk_tokens : ops::kMemoryMaxChunk;
+    KVRT_TRY(read_type(desc->state_type, "desc->state_type", &geo.state_f16));
+    KVRT_TRY(read_init(desc->keys, "desc->keys", &out->keys));
+    KVRT_TRY(read_init(desc->values, "desc->values", &out->values));
+    geo.has_init = out->values.source != ops::MemorySource::Zero;
+    if (desc->label) out->label = desc->label;
+    return KVRT_SUCCESS;
+}
+
+// The buffer of an initial-data description: live, of `ctx`, range inside.
+Result resolve_init_buffer(kvrt_context_T* ctx, const kvrt_memory_init& in, const char* name, uint64_t values,
+                           ops::MemoryInit* out) {
+    if (out->source != ops::MemorySource::Buffer) return KVRT_SUCCESS;
+    KVRT_TRY(check_handle(in.buffer, Kind::Buffer, name));
+    if (in.buffer->owner != ctx) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the buffer belongs to another context", name);
+    uint64_t bytes = 0;
+    if (!checked_mul(values, out->f16 ? 2 : 4, &bytes) || !range_inside(in.offset, bytes, in.buffer->buffer->size()))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the initial data is outside the buffer", name);
+    out->buffer = in.buffer->buffer.get();
+    return KVRT_SUCCESS;
+}
+
+Result check_memory(kvrt_memory_T* m) {
+    KVRT_TRY(check_handle(m, Kind::Memory, "memory"));
+    return check_context(m->owner, "the memory's context");
+}
+
+// NULL, or a live stream of the memory's context.
+Result resolve_stream(kvrt_memory_T* m, kvrt_stream_T* s, vk::Stream** out) {
+    *out = nullptr;
+    if (!s) return KVRT_SUCCESS;
+    KVRT_TRY(check_handle(s, Kind::Stream, "stream"));
+    if (s->owner != m->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "stream belongs to another context");
+    *out = s->stream.get();
+    return KVRT_SUCCESS;
+}
+
+Result resolve_buffer(kvrt_memory_T* m, kvrt_buffer_T* b, const char* name, const vk::Buffer** out) {
+    *out = nullptr;
+    if (!b) return KVRT_SUCCESS;
+    KVRT_TRY(check_handle(b, Kind::Buffer, name));
+    if (b->owner != m->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the buffer belongs to another context", name);
+    *out = b->buffer.get();
+    return KVRT_SUCCESS;
+}
+
+Result resolve_batch(kvrt_memory_T* m, const kvrt_memory_batch* in, ops::MemoryOp op, ops::MemoryBatch* out) {
+    KVRT_TRY(check_struct(in, in ? in->type : KVRT_STRUCT_TYPE_UNDEFINED, KVRT_STRUCT_TYPE_MEMORY_BATCH, "batch"));
+    out->n_tokens = in->n_tokens;
+    out->seq_ids = in->seq_ids;
+    out->layer = in->layer;
+    out->scale = in->scale;
+    const auto input = [&](const kvrt_memory_input& src, const char* name, ops::MemoryData* dst) -> Result {
+        KVRT_TRY(read_type(src.type, name, &dst->f16));
+        KVRT_TRY(resolve_buffer(m, src.buffer, name, &dst->buffer));
+        dst->host = src.host;
+        dst->offset = src.offset;
+        return KVRT_SUCCESS;
+    };
+    if (op != ops::MemoryOp::Read) {
+        KVRT_TRY(input(in->wq, "wq", &out->wq));
+        KVRT_TRY(input(in->wv, "wv", &out->wv));
+    }
+    if (op != ops::MemoryOp::Update) {
+        KVRT_TRY(input(in->q, "q", &out->q));
+        KVRT_TRY(read_type(in->out.type, "out", &out->out.f16));
+        KVRT_TRY(resolve_buffer(m, in->out.buffer, "out", &out->out.buffer));
+        out->out.host_out = in->out.host;
+        out->out.offset = in->out.offset;
+    }
+    return KVRT_SUCCESS;
+}
+
+kvrt_result run(kvrt_memory memory, kvrt_stream stream, const kvrt_memory_batch* batch, ops::MemoryOp op) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_memory(memory));
+        vk::Stream* s = nullptr;
+        KVRT_TRY(resolve_stream(memory, stream, &s));
+        ops::MemoryBatch b;
+        KVRT_TRY(resolve_batch(memory, batch, op, &b));
+        return memory->memory->run(s, op, b);
+    });
+}
+
+Result check_seq(const kvrt_memory_T* m, int32_t seq, bool allow_all, const char* name) {
+    const uint32_t n = m->memory->geometry().max_seqs;
+    if ((seq < 0 && !allow_all) || (seq >= 0 && static_cast<uint32_t>(seq) >= n))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s %d is not a sequence of this memory (0..%u)", name, seq, n - 1);
+    return KVRT_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+KVRT_API kvrt_result kvrt_memory_estimate(const kvrt_memory_desc* desc, uint64_t* out_bytes) {
+    return guarded([&]() -> Result {
+        if (!out_bytes) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_bytes is NULL");
+        ops::Memory::Params params;
+        KVRT_TRY(read_desc(desc, &params));
+        ops::MemoryLayout layout;
+        KVRT_TRY(layout.compute(params.geo, ops::kMemoryPieceCap));
+        *out_bytes = layout.total_bytes;
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API kvrt_result kvrt_memory_create(kvrt_context context, const kvrt_memory_desc* desc, kvrt_memory* out_memory) {
+    return guarded([&]() -> Result {
+        if (!out_memory) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_memory is NULL");
+        *out_memory = nullptr;
+        KVRT_TRY(check_context(context, "context"));
+        ops::Memory::Params params;
+        KVRT_TRY(read_desc(desc, &params));
+        const ops::MemoryGeometry& geo = params.geo;
+        uint64_t per_dim = 0;  // values of the initial data per element of a row
+        if (!checked_mul(static_cast<uint64_t>(geo.n_layers) * geo.n_heads, geo.m, &per_dim))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "the memory's sizes overflow 64 bits");
+        uint64_t key_values = 0, value_values = 0;
+        if (!checked_mul(per_dim, geo.e, &key_values) || !checked_mul(per_dim, geo.d, &value_values))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "the memory's sizes overflow 64 bits");
+        KVRT_TRY(resolve_init_buffer(context, desc->keys, "desc->keys", key_values, &params.keys));
+        KVRT_TRY(resolve_init_buffer(context, desc->values, "desc->values", value_values, &params.values));
+        auto handle = std::make_unique<kvrt_memory_T>();
+        handle->owner = context;
+        KVRT_TRY(ops::Memory::create(*context->ctx, params, &handle->memory));
+        context->children.add(handle.get(), &destroy_memory);
+        register_handle(handle.get(), Kind::Memory);
+        *out_memory = handle.release();
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API void kvrt_memory_destroy(kvrt_memory memory) {
+    guarded_void([&]() {
+        if (!memory || !is_live(memory, Kind::Memory)) return;
+        memory->owner->children.remove(memory);
+        destroy_memory(memory);
+    });
+}
+
+KVRT_API kvrt_result kvrt_memory_update(kvrt_memory memory, kvrt_stream stream, const kvrt_memory_batch* batch) {
+    return run(memory, stream, batch, ops::MemoryOp::Update);
+}
+
+KVRT_API kvrt_result kvrt_memory_read(kvrt_memory memory, kvrt_stream stream, const kvrt_memory_batch* batch) {
+    return run(memory, stream, batch, ops::MemoryOp::Read);
+}
+
+KVRT_API kvrt_result kvrt_memory_update_read(kvrt_memory memory, kvrt_stream stream,
+                                             const kvrt_memory_batch* batch) {
+    return run(memory, stream, batch, ops::MemoryOp::UpdateRead);
+}
+
+KVRT_API kvrt_result kvrt_memory_seq_reset(kvrt_memory memory, kvrt_stream stream, int32_t seq) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_memory(memory));
+        vk::Stream* s = nullptr;
+        KVRT_TRY(resolve_stream(memory, stream, &s));
+        KVRT_TRY(check_seq(memory, seq, true, "seq"));
+        return memory->memory->seq_reset(s, seq);
+    });
+}
+
+KVRT_API kvrt_result kvrt_memory_seq_fork(kvrt_memory memory, kvrt_stream stream, int32_t src, int32_t dst) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_memory(memory));
+        vk::Stream* s = nullptr;
+        KVRT_TRY(resolve_stream(memory, stream, &s));
+        KVRT_TRY(check_seq(memory, src, false, "src"));
+        KVRT_TRY(check_seq(memory, dst, false, "dst"));
+        return memory->memory->seq_fork(s, static_cast<uint32_t>(src), static_cast<uint32_t>(dst));
+    });
+}
+
+KVRT_API kvrt_result kvrt_memory_seq_remove(kvrt_memory memory, kvrt_stream stream, int32_t seq) {
+    return kvrt_memory_seq_reset(memory, stream, seq);
+}
+
+KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int32_t layer, float* out) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_memory(memory));
+        KVRT_TRY(check_seq(memory, seq, false, "seq"));
+        const ops::MemoryGeometry& geo = memory->memory->geometry();
+        if (layer < 0 || static_cast<uint32_t>(layer) >= geo.n_layers)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is outside 0..%u", layer, geo.n_layers - 1);
+        if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+        return memory->memory->get_state(static_cast<uint32_t>(seq), static_cast<uint32_t>(layer), out);
+    });
+}
+
+}  // extern "C"
