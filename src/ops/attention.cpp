@@ -53,7 +53,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
                         const std::vector<uint32_t>& queries, std::vector<AttnSegment> segments, const AttnIo& io) {
     const uint32_t group = shape.n_heads / shape.n_kv_heads;
     const uint32_t rows_per_kv = shape.n_queries * group;
-    const uint32_t R = std::min<uint32_t>(shape.portable ? 4 : 8, pow2_at_least(rows_per_kv));
+    const uint32_t R = std::min<uint32_t>(8, pow2_at_least(rows_per_kv));
     const uint32_t tiles_per_kv = (rows_per_kv + R - 1) / R;
     const uint32_t n_tiles = tiles_per_kv * shape.n_kv_heads;
     // Lane groups: enough lanes to cover the head's octets, at most a subgroup.
