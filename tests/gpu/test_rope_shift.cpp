@@ -302,3 +302,25 @@ TEST_CASE("deferred RoPE: the error after 1,000 shifts equals the error after on
         CHECK(e <= 1e-12);
     }
 }
+
+TEST_CASE("SelfExtend grouping (seq_div) rotates K to the grouped positions", "[shift]") {
+    GpuContext ctx;
+    for (kvrt_type t : {KVRT_TYPE_F32, KVRT_TYPE_F16}) {
+        ShiftCache c(ctx, t, rope_params(KVRT_ROPE_NEOX, 0, false));
+        const auto raw = random_raw(40, c.row(), 13);
+        const auto pos = iota(100, 40);
+        const auto cells = c.store(pos, 0, raw);
+        KVRT_REQUIRE_OK(kvrt_cache_seq_div(c.cache, 0, 0, -1, 4));
+        int32_t lo = -1, hi = -1;
+        KVRT_REQUIRE_OK(kvrt_cache_seq_pos_min(c.cache, 0, &lo));
+        KVRT_REQUIRE_OK(kvrt_cache_seq_pos_max(c.cache, 0, &hi));
+        CHECK(lo == 25);
+        CHECK(hi == 34);
+        KVRT_REQUIRE_OK(kvrt_cache_apply_shifts(c.cache, nullptr));
+        std::vector<int32_t> grouped(pos.size());
+        for (size_t i = 0; i < pos.size(); ++i) grouped[i] = pos[i] / 4;
+        const double e = ref::nmse(c.read_k(cells, 1), c.exact(grouped, raw));
+        INFO("type " << t << " nmse " << e);
+        CHECK(e <= 1e-7);
+    }
+}
