@@ -65,6 +65,17 @@ Result resolve_batch(const kvrt_batch* b, std::vector<kv::Token>* out) {
     return KVRT_SUCCESS;
 }
 
+// kvrt_cache_seq_pos_min / _max.
+Result seq_pos(kvrt_cache_T* cache, int32_t seq, int32_t* out_pos, bool max) {
+    KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+    if (!out_pos) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_pos is NULL");
+    const auto& t = cache->cache->table();
+    if (seq < 0 || static_cast<uint32_t>(seq) >= t.max_seqs())
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, t.max_seqs() - 1);
+    *out_pos = max ? t.seq_pos_max(seq) : t.seq_pos_min(seq);
+    return KVRT_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -205,27 +216,11 @@ KVRT_API kvrt_result kvrt_cache_seq_div(kvrt_cache cache, int32_t seq, int32_t p
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_pos_min(kvrt_cache cache, int32_t seq, int32_t* out_pos) {
-    return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        if (!out_pos) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_pos is NULL");
-        const auto& t = cache->cache->table();
-        if (seq < 0 || static_cast<uint32_t>(seq) >= t.max_seqs())
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, t.max_seqs() - 1);
-        *out_pos = t.seq_pos_min(seq);
-        return KVRT_SUCCESS;
-    });
+    return guarded([&]() -> Result { return seq_pos(cache, seq, out_pos, false); });
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_pos_max(kvrt_cache cache, int32_t seq, int32_t* out_pos) {
-    return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        if (!out_pos) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_pos is NULL");
-        const auto& t = cache->cache->table();
-        if (seq < 0 || static_cast<uint32_t>(seq) >= t.max_seqs())
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, t.max_seqs() - 1);
-        *out_pos = t.seq_pos_max(seq);
-        return KVRT_SUCCESS;
-    });
+    return guarded([&]() -> Result { return seq_pos(cache, seq, out_pos, true); });
 }
 
 KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache) {

@@ -15,6 +15,17 @@ namespace kvrt::vk {
 namespace {
 // Staging transfers move at most this much per one-off submission.
 constexpr uint64_t kStagingChunk = 16ull << 20;
+
+// The mapped range covering [in, in + n) of a piece, widened to whole
+// non-coherent atoms as flushes and invalidations require.
+VkMappedMemoryRange atom_range(const Buffer::Piece& p, uint64_t in, uint64_t n, uint64_t atom) {
+    VkMappedMemoryRange mr{};
+    mr.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
+    mr.memory = p.memory;
+    mr.offset = align_down(in, atom);
+    mr.size = std::min(align_up(in + n, atom), p.size) - mr.offset;
+    return mr;
+}
 }  // namespace
 
 Result Buffer::create(Context& ctx, uint64_t size, uint64_t piece_bytes, const char* label,
@@ -204,15 +215,7 @@ Result Buffer::upload(uint64_t offset, const void* data, uint64_t size) {
         locate(offset, &pi, &in);
         const uint64_t n = std::min(size, pieces_[pi].size - in);
         std::memcpy(static_cast<uint8_t*>(pieces_[pi].mapped) + in, src, static_cast<size_t>(n));
-        if (!coherent_) {
-            const uint64_t atom = ctx_.non_coherent_atom();
-            VkMappedMemoryRange mr{};
-            mr.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
-            mr.memory = pieces_[pi].memory;
-            mr.offset = align_down(in, atom);
-            mr.size = std::min(align_up(in + n, atom), pieces_[pi].size) - mr.offset;
-            ranges.push_back(mr);
-        }
+        if (!coherent_) ranges.push_back(atom_range(pieces_[pi], in, n, ctx_.non_coherent_atom()));
         src += n;
         offset += n;
         size -= n;
@@ -234,12 +237,7 @@ Result Buffer::download(uint64_t offset, void* data, uint64_t size) {
         locate(offset, &pi, &in);
         const uint64_t n = std::min(size, pieces_[pi].size - in);
         if (!coherent_) {
-            const uint64_t atom = ctx_.non_coherent_atom();
-            VkMappedMemoryRange mr{};
-            mr.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE;
-            mr.memory = pieces_[pi].memory;
-            mr.offset = align_down(in, atom);
-            mr.size = std::min(align_up(in + n, atom), pieces_[pi].size) - mr.offset;
+            const VkMappedMemoryRange mr = atom_range(pieces_[pi], in, n, ctx_.non_coherent_atom());
             KVRT_TRY(ctx_.check(ctx_.fn().vkInvalidateMappedMemoryRanges(ctx_.device(), 1, &mr),
                                 "vkInvalidateMappedMemoryRanges"));
         }

@@ -33,16 +33,7 @@ bool parse_shape(const Args& args, CacheShape* s) {
     s->head_dim = static_cast<uint32_t>(dim);
     s->layers = static_cast<uint32_t>(layers);
     s->tokens = static_cast<uint32_t>(tokens);
-    s->type_name = args.str("type", "f16");
-    const std::pair<const char*, kvrt_type> names[] = {
-        {"f32", KVRT_TYPE_F32}, {"f16", KVRT_TYPE_F16}, {"q8_0", KVRT_TYPE_Q8_0}, {"q4_0", KVRT_TYPE_Q4_0}};
-    for (const auto& [n, t] : names)
-        if (s->type_name == n) {
-            s->type = t;
-            return true;
-        }
-    std::fprintf(stderr, "error: unknown --type '%s'\n", s->type_name.c_str());
-    return false;
+    return type_option(args, "type", "f16", &s->type, &s->type_name);
 }
 
 kvrt_result make_cache(const Env& env, const CacheShape& s, kvrt_cache* out) {

@@ -22,15 +22,9 @@ int run_shift(Env& env, const Args& args, std::vector<Row>* rows) {
         std::fprintf(stderr, "error: sizes out of range\n");
         return 2;
     }
-    const std::string tname = args.str("type", "f16");
+    std::string tname;
     kvrt_type type = KVRT_TYPE_F16;
-    if (tname == "f32") type = KVRT_TYPE_F32;
-    else if (tname == "q8_0") type = KVRT_TYPE_Q8_0;
-    else if (tname == "q4_0") type = KVRT_TYPE_Q4_0;
-    else if (tname != "f16") {
-        std::fprintf(stderr, "error: unknown --type '%s'\n", tname.c_str());
-        return 2;
-    }
+    if (!type_option(args, "type", "f16", &type, &tname)) return 2;
     kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
     d.n_layers = static_cast<uint32_t>(layers);
     d.n_heads = d.n_kv_heads = static_cast<uint32_t>(kv_heads);

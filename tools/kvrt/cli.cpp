@@ -71,6 +71,21 @@ bool Args::f64(const std::string& name, double def, double* out, std::string* er
     return true;
 }
 
+bool type_option(const Args& args, const char* name, const char* def, kvrt_type* out, std::string* text) {
+    static const std::pair<const char*, kvrt_type> names[] = {
+        {"f32", KVRT_TYPE_F32}, {"f16", KVRT_TYPE_F16}, {"q8_0", KVRT_TYPE_Q8_0}, {"q4_0", KVRT_TYPE_Q4_0}};
+    const std::string s = args.str(name, def);
+    for (const auto& [n, t] : names) {
+        if (s == n) {
+            *out = t;
+            if (text) *text = s;
+            return true;
+        }
+    }
+    std::fprintf(stderr, "error: --%s: unknown type '%s' (f32, f16, q8_0, q4_0)\n", name, s.c_str());
+    return false;
+}
+
 int report(const char* what, kvrt_result r) {
     const char* detail = kvrt_last_error_message();
     std::fprintf(stderr, "error: %s: %s%s%s%s\n", what, kvrt_result_string(r), *detail ? " (" : "", detail,

@@ -28,6 +28,11 @@ private:
     std::vector<std::string> positional_;
 };
 
+// Reads option --<name> as a cache element type (f32, f16, q8_0, q4_0; `def`
+// when absent) into *out and its text into *text (may be NULL); prints an
+// error and returns false for an unknown name.
+bool type_option(const Args& args, const char* name, const char* def, kvrt_type* out, std::string* text);
+
 // Prints "error: <what>: <result> (<detail>)" to stderr and returns 1.
 int report(const char* what, kvrt_result r);
 

@@ -14,19 +14,6 @@ const char* kUsage =
     "  Prints the bytes per token and the device memory of a cache with this geometry\n"
     "  (assuming a 128 MiB largest binding, the common mobile and lavapipe limit).\n";
 
-bool parse_type_arg(const Args& args, const char* name, const char* def, kvrt_type* out) {
-    const std::string s = args.str(name, def);
-    static const std::pair<const char*, kvrt_type> names[] = {
-        {"f32", KVRT_TYPE_F32}, {"f16", KVRT_TYPE_F16}, {"q8_0", KVRT_TYPE_Q8_0}, {"q4_0", KVRT_TYPE_Q4_0}};
-    for (const auto& [n, t] : names) {
-        if (s == n) {
-            *out = t;
-            return true;
-        }
-    }
-    std::fprintf(stderr, "error: --%s: unknown type '%s' (f32, f16, q8_0, q4_0)\n", name, s.c_str());
-    return false;
-}
 
 std::string human(double bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -76,9 +63,9 @@ int cmd_estimate(int argc, char** argv) {
     d.head_dim_k = static_cast<uint32_t>(dk);
     d.head_dim_v = static_cast<uint32_t>(dv);
     d.capacity = static_cast<uint32_t>(cells);
-    if (!parse_type_arg(args, "type", "f16", &d.type_k)) return 2;
+    if (!type_option(args, "type", "f16", &d.type_k, nullptr)) return 2;
     d.type_v = d.type_k;
-    if (args.has("type-v") && !parse_type_arg(args, "type-v", "f16", &d.type_v)) return 2;
+    if (args.has("type-v") && !type_option(args, "type-v", "f16", &d.type_v, nullptr)) return 2;
 
     kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
     const kvrt_result r = kvrt_cache_estimate_size(nullptr, &d, &e);

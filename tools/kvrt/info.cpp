@@ -19,13 +19,8 @@ const char* type_name(kvrt_device_type t) {
     }
 }
 
-std::string feature_list(kvrt_flags f) {
-    static const std::pair<kvrt_flags, const char*> names[] = {
-        {KVRT_DEVICE_FEATURE_SHADER_FLOAT16, "float16"}, {KVRT_DEVICE_FEATURE_SHADER_INT8, "int8"},
-        {KVRT_DEVICE_FEATURE_SHADER_INT16, "int16"},     {KVRT_DEVICE_FEATURE_SHADER_INT64, "int64"},
-        {KVRT_DEVICE_FEATURE_STORAGE_16BIT, "storage16"}, {KVRT_DEVICE_FEATURE_STORAGE_8BIT, "storage8"},
-        {KVRT_DEVICE_FEATURE_TIMESTAMPS, "timestamps"},   {KVRT_DEVICE_FEATURE_UNIFIED_MEMORY, "unified-memory"},
-    };
+template <size_t N>
+std::string bit_names(kvrt_flags f, const std::pair<kvrt_flags, const char*> (&names)[N]) {
     std::string out;
     for (const auto& [bit, name] : names) {
         if (!(f & bit)) continue;
@@ -35,6 +30,16 @@ std::string feature_list(kvrt_flags f) {
     return out.empty() ? "none" : out;
 }
 
+std::string feature_list(kvrt_flags f) {
+    static const std::pair<kvrt_flags, const char*> names[] = {
+        {KVRT_DEVICE_FEATURE_SHADER_FLOAT16, "float16"}, {KVRT_DEVICE_FEATURE_SHADER_INT8, "int8"},
+        {KVRT_DEVICE_FEATURE_SHADER_INT16, "int16"},     {KVRT_DEVICE_FEATURE_SHADER_INT64, "int64"},
+        {KVRT_DEVICE_FEATURE_STORAGE_16BIT, "storage16"}, {KVRT_DEVICE_FEATURE_STORAGE_8BIT, "storage8"},
+        {KVRT_DEVICE_FEATURE_TIMESTAMPS, "timestamps"},   {KVRT_DEVICE_FEATURE_UNIFIED_MEMORY, "unified-memory"},
+    };
+    return bit_names(f, names);
+}
+
 std::string subgroup_list(kvrt_flags f) {
     static const std::pair<kvrt_flags, const char*> names[] = {
         {KVRT_SUBGROUP_OP_BASIC, "basic"},     {KVRT_SUBGROUP_OP_VOTE, "vote"},
@@ -42,13 +47,7 @@ std::string subgroup_list(kvrt_flags f) {
         {KVRT_SUBGROUP_OP_SHUFFLE, "shuffle"}, {KVRT_SUBGROUP_OP_SHUFFLE_RELATIVE, "shuffle-relative"},
         {KVRT_SUBGROUP_OP_CLUSTERED, "clustered"}, {KVRT_SUBGROUP_OP_QUAD, "quad"},
     };
-    std::string out;
-    for (const auto& [bit, name] : names) {
-        if (!(f & bit)) continue;
-        if (!out.empty()) out += " ";
-        out += name;
-    }
-    return out.empty() ? "none" : out;
+    return bit_names(f, names);
 }
 
 std::string version(uint32_t v) {
