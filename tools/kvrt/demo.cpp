@@ -4,6 +4,7 @@
 // demo_check.cpp the reference.
 #include "demo.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,22 +37,40 @@ const char* kUsage =
     "                                  rotates the moved keys in place\n"
     "                      reevaluate  drop the newer half too, then run those tokens\n"
     "                                  through the model again at their new positions\n"
+    "                      memory      no cache to fill: every layer's attention is\n"
+    "                                  replaced by kvrt's fixed-capacity memory\n"
+    "                                  (kvrt_memory_*, SPEC 6), --slots keys MK (model\n"
+    "                                  parameters) and values MV (f32 state, from zero)\n"
+    "                                  per layer and head; per token the model computes\n"
+    "                                  wq and wv with projections of their own and reads\n"
+    "                                  with its Q (no RoPE). The device memory stays the\n"
+    "                                  same however many tokens stream through; reads\n"
+    "                                  and final state are checked against a CPU\n"
+    "                                  reference in double (NMSE <= 1e-6)\n"
     "  --kv-type T       K and V storage: f16 (default), q8_0, q4_0 or f32\n"
-    "  --capacity N      cache cells (default 256)\n"
-    "  --tokens N        decode steps per sequence (default 4 x capacity)\n"
-    "  --seqs K          sequences decoding together in one batch, sharing the\n"
-    "                    prompt's cells (default 1, at most 16)\n"
-    "  --keep N          attention sinks kept when making room (default 4)\n"
+    "                    (memory: only f32, the type of its state)\n"
+    "  --capacity N      cache cells (default 256; not with memory)\n"
+    "  --slots M         memory slots per layer and head (default 256; memory only)\n"
+    "  --tokens N        decode steps per sequence (default 4 x capacity; memory:\n"
+    "                    1024)\n"
+    "  --seqs K          sequences decoding together in one batch (default 1, at\n"
+    "                    most 16), sharing the prompt's cells (memory: each with\n"
+    "                    its own state, forked from the prompt's)\n"
+    "  --keep N          attention sinks kept when making room (default 4; not with\n"
+    "                    memory)\n"
     "  --check-every N   check attention every N steps (default 64); also checked:\n"
-    "                    the prompt, and the steps right after making room\n"
+    "                    the prompt, and the steps right after making room (memory:\n"
+    "                    the first step after the forks and the last step)\n"
     "  --device D        device index or name substring (KVRT_DEVICE overrides it)\n"
     "  --json            print the summary as one JSON object\n"
     "\n"
-    "Exit status: 0 when every check passed; 1 after an error, a failed check or a\n"
-    "validation-layer error (KVRT_VALIDATION=1); 2 for bad options.\n";
+    "Exit status: 0 when every check passed; 1 after an error, a failed check (for\n"
+    "memory also: device memory that grew during decoding) or a validation-layer\n"
+    "error (KVRT_VALIDATION=1); 2 for bad options.\n";
 
 constexpr uint32_t kMaxSeqs = 16;
 constexpr uint32_t kMaxCapacity = 16384;
+constexpr uint32_t kMaxSlots = 65536;
 constexpr uint64_t kMaxTokens = 1000000;
 
 const char* type_name(kvrt_type t) {
@@ -63,7 +82,13 @@ const char* type_name(kvrt_type t) {
     }
 }
 
-const char* strategy_name(Strategy s) { return s == Strategy::Shift ? "shift" : "reevaluate"; }
+const char* strategy_name(Strategy s) {
+    switch (s) {
+        case Strategy::Reevaluate: return "reevaluate";
+        case Strategy::Memory: return "memory";
+        default: return "shift";
+    }
+}
 
 int usage_error(const std::string& message) {
     std::fprintf(stderr, "error: %s\nRun 'kvrt demo --help' for the options.\n", message.c_str());
@@ -73,8 +98,8 @@ int usage_error(const std::string& message) {
 // Rejects names Args would accept silently: unknown options and positional
 // arguments.
 bool known_options(int argc, char** argv, std::string* error) {
-    static const char* const names[] = {"strategy", "kv-type", "capacity", "tokens", "seqs",
-                                        "keep",     "check-every", "device", "json",   "help"};
+    static const char* const names[] = {"strategy", "kv-type",     "capacity", "slots", "tokens", "seqs",
+                                        "keep",     "check-every", "device",   "json",  "help"};
     for (int i = 0; i < argc; ++i) {
         const std::string a = argv[i];
         if (a.rfind("--", 0) != 0) {
@@ -106,6 +131,38 @@ bool bounded(const Args& args, const char* name, uint64_t def, uint64_t lo, uint
     return true;
 }
 
+// The options of --strategy memory. The cell cache's options do not apply: the
+// memory never fills (no --capacity, nothing to keep), and its state is f32
+// (--kv-type is accepted only as f32).
+bool parse_memory_options(const Args& args, Options* opt, std::string* error) {
+    for (const char* name : {"capacity", "keep"}) {
+        if (args.has(name)) {
+            *error = "--" + std::string(name) + " does not apply to --strategy memory, which never fills (its size is "
+                     "--slots)";
+            return false;
+        }
+    }
+    const std::string type = args.str("kv-type", "f32");
+    if (type != "f32") {
+        *error = "--kv-type " + type + " does not apply to --strategy memory: its state is f32 (give no --kv-type, or "
+                 "f32)";
+        return false;
+    }
+    uint64_t seqs = 0, slots = 0, tokens = 0, every = 0;
+    if (!bounded(args, "seqs", 1, 1, kMaxSeqs, &seqs, error) ||
+        !bounded(args, "slots", 256, 1, kMaxSlots, &slots, error) ||
+        !bounded(args, "tokens", 1024, 1, kMaxTokens, &tokens, error) ||
+        !bounded(args, "check-every", 64, 1, kMaxTokens, &every, error))
+        return false;
+    opt->kv_type = KVRT_TYPE_F32;  // not used: the memory's state type
+    opt->seqs = static_cast<uint32_t>(seqs);
+    opt->slots = static_cast<uint32_t>(slots);
+    opt->tokens = static_cast<uint32_t>(tokens);
+    opt->check_every = static_cast<uint32_t>(every);
+    opt->device = args.str("device");
+    return true;
+}
+
 // Fills `opt` from the command line; false with a message for bad values.
 bool parse_options(const Args& args, Options* opt, std::string* error) {
     const std::string strategy = args.str("strategy", "shift");
@@ -113,13 +170,19 @@ bool parse_options(const Args& args, Options* opt, std::string* error) {
         opt->strategy = Strategy::Shift;
     } else if (strategy == "reevaluate") {
         opt->strategy = Strategy::Reevaluate;
-    } else if (strategy == "static" || strategy == "memory") {
-        *error = "--strategy " + strategy + " is not available in this build (it needs the " +
-                 (strategy == "static" ? "static padded layout" : "fixed-capacity memory") +
-                 ", which kvrt does not offer yet)";
+    } else if (strategy == "memory") {
+        opt->strategy = Strategy::Memory;
+    } else if (strategy == "static") {
+        *error = "--strategy static is not available in this build (it needs the static padded layout, which kvrt "
+                 "does not offer yet)";
         return false;
     } else {
-        *error = "unknown --strategy '" + strategy + "' (shift or reevaluate)";
+        *error = "unknown --strategy '" + strategy + "' (shift, reevaluate or memory)";
+        return false;
+    }
+    if (opt->strategy == Strategy::Memory) return parse_memory_options(args, opt, error);
+    if (args.has("slots")) {
+        *error = "--slots applies to --strategy memory only (the cell cache's size is --capacity)";
         return false;
     }
 
@@ -182,6 +245,21 @@ bool validation_enabled() {
 
 double tokens_per_s(const Results& r) { return r.decode_s > 0 ? static_cast<double>(r.generated) / r.decode_s : 0; }
 
+// The GPU time per operation label, from the stream's timestamps.
+void print_gpu_times(const Results& r) {
+    if (r.timestamps) {
+        std::printf("  GPU time     per operation, from the stream's timestamps:\n");
+        int width = 12;
+        for (const auto& entry : r.gpu) width = std::max(width, static_cast<int>(entry.first.size()));
+        for (const auto& [label, op] : r.gpu)
+            std::printf("    %-*s %7llu x %8.3f ms = %9.1f ms\n", width, label.c_str(),
+                        static_cast<unsigned long long>(op.count),
+                        op.count ? op.ms / static_cast<double>(op.count) : 0.0, op.ms);
+    } else {
+        std::printf("  GPU time     not measured: the device's queue has no timestamps\n");
+    }
+}
+
 void print_text(const Options& opt, const Results& r) {
     const demo::ModelConfig cfg;
     std::printf("kvrt demo: a small llama-style model on the CPU, its KV cache in kvrt\n\n");
@@ -209,14 +287,7 @@ void print_text(const Options& opt, const Results& r) {
     std::printf("  wall clock   model on the CPU %.2f s; kvrt calls %.2f s (recording, submission, waits);\n"
                 "               reference checks %.2f s; setup %.2f s\n",
                 r.model_s, r.runtime_s, r.check_s, r.setup_s);
-    if (r.timestamps) {
-        std::printf("  GPU time     per operation, from the stream's timestamps:\n");
-        for (const auto& [label, op] : r.gpu)
-            std::printf("    %-12s %7llu x %8.3f ms = %9.1f ms\n", label.c_str(), static_cast<unsigned long long>(op.count),
-                        op.count ? op.ms / static_cast<double>(op.count) : 0.0, op.ms);
-    } else {
-        std::printf("  GPU time     not measured: the device's queue has no timestamps\n");
-    }
+    print_gpu_times(r);
     const std::string each = opt.seqs > 1 ? " (each over all " + std::to_string(opt.seqs) + " sequences)" : "";
     if (opt.strategy == Strategy::Shift)
         std::printf("context        %u context shifts%s, %llu positions discarded\n", r.shifts, each.c_str(),
@@ -248,6 +319,108 @@ void print_text(const Options& opt, const Results& r) {
         std::printf("validation     off (KVRT_VALIDATION=1 runs under the Khronos validation layer)\n");
 }
 
+bool memory_constant(const Results& r) {
+    return r.memory.device_bytes_start != 0 && r.memory.device_bytes_end == r.memory.device_bytes_start;
+}
+
+void print_memory_text(const Options& opt, const Results& r) {
+    demo::ModelConfig cfg;
+    cfg.memory_slots = static_cast<int>(opt.slots);
+    const Results::MemoryFigures& m = r.memory;
+    std::printf("kvrt demo: a small llama-style model on the CPU, its attention replaced by kvrt's\n"
+                "fixed-capacity memory\n\n");
+    std::printf("  device       %s\n", r.device.c_str());
+    std::printf("  model        %d layers, d_model %d, %d heads of dim %d, SwiGLU %d, %d byte tokens,\n"
+                "               random weights; per layer, a memory instead of attention: wq and wv\n"
+                "               from projections of their own, reads with Q (no RoPE)\n",
+                cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ffn, cfg.vocab);
+    std::printf("  memory       %u slots per layer and head, keys and values of %d, f32 state, %u sequence%s:\n"
+                "               %s on the device (kvrt_memory_estimate: %s)\n",
+                opt.slots, cfg.head_dim, opt.seqs, opt.seqs > 1 ? "s" : "",
+                human_bytes(static_cast<double>(m.created_bytes)).c_str(),
+                human_bytes(static_cast<double>(m.estimate_bytes)).c_str());
+    std::printf("  run          %u decode steps after a %u-token prompt, %u sequence%s\n", opt.tokens, r.prompt_tokens,
+                opt.seqs, opt.seqs > 1 ? "s, each forked from the prompt's state" : "");
+    std::printf("\n  prompt       \"%s\"\n", demo::kPrompt);
+    for (size_t s = 0; s < r.text.size(); ++s)
+        std::printf("  output %-5s \"%s\"%s\n", r.text.size() > 1 ? ("#" + std::to_string(s)).c_str() : "",
+                    preview(r.text[s], 56).c_str(), s == 0 ? "  (random weights: noise)" : "");
+
+    std::printf("\nspeed          %.1f tokens/s: %llu tokens in %.2f s (without the reference checks)\n",
+                tokens_per_s(r), static_cast<unsigned long long>(r.generated), r.decode_s);
+    std::printf("  prompt       %u tokens in %.2f s, kvrt's kernels compiled on first use included\n", r.prompt_tokens,
+                r.prompt_s);
+    std::printf("  wall clock   model on the CPU %.2f s; kvrt calls %.2f s (recording, submission, waits);\n"
+                "               reference %.2f s; setup %.2f s\n",
+                r.model_s, r.runtime_s, r.check_s, r.setup_s);
+    print_gpu_times(r);
+    std::printf("device memory context total %s (%llu bytes) after the prompt, %llu tokens absorbed\n"
+                "               per sequence; %s (%llu bytes) after the last step, %llu tokens: %s\n",
+                human_bytes(static_cast<double>(m.device_bytes_start)).c_str(),
+                static_cast<unsigned long long>(m.device_bytes_start), static_cast<unsigned long long>(m.tokens_start),
+                human_bytes(static_cast<double>(m.device_bytes_end)).c_str(),
+                static_cast<unsigned long long>(m.device_bytes_end), static_cast<unsigned long long>(m.tokens_end),
+                memory_constant(r) ? "unchanged" : "GREW (FAILED)");
+    std::printf("               (the memory, the reads' buffer, kvrt's staging); peak %s\n",
+                human_bytes(static_cast<double>(r.peak_device_bytes)).c_str());
+    std::printf("accuracy       %llu update+read calls at %llu checkpoints against a CPU reference in double\n"
+                "               that absorbed every token itself:\n",
+                static_cast<unsigned long long>(r.checked_calls), static_cast<unsigned long long>(r.checkpoints));
+    const auto line = [&](const std::string& what, const demo::ErrorFigures& e) {
+        std::printf("  %-36s max abs %.2e  NMSE %.2e  (limit %.0e)  %s\n", what.c_str(), e.max_abs, e.nmse, m.limit,
+                    e.nmse <= m.limit ? "ok" : "FAILED");
+    };
+    line("reads (the layers' outputs)", m.reads);
+    line("final state MV, " + std::to_string(opt.seqs) + " seq x " + std::to_string(cfg.n_layers) + " layers", m.state);
+    if (validation_enabled())
+        std::printf("validation     %llu errors, %llu warnings from the Khronos validation layer\n",
+                    static_cast<unsigned long long>(r.validation_errors),
+                    static_cast<unsigned long long>(r.validation_warnings));
+    else
+        std::printf("validation     off (KVRT_VALIDATION=1 runs under the Khronos validation layer)\n");
+}
+
+// The GPU times as a JSON object's members.
+void print_gpu_json(const Results& r) {
+    std::printf("\"gpu_timestamps\": %s, \"gpu_ms\": {", r.timestamps ? "true" : "false");
+    const char* sep = "";
+    for (const auto& [label, op] : r.gpu) {
+        std::printf("%s\"%s\": {\"count\": %llu, \"total_ms\": %.4f}", sep, json_escape(label).c_str(),
+                    static_cast<unsigned long long>(op.count), op.ms);
+        sep = ", ";
+    }
+    std::printf("}, ");
+}
+
+void print_memory_json(const Options& opt, const Results& r, bool passed) {
+    const Results::MemoryFigures& m = r.memory;
+    std::printf("{\"device\": \"%s\", \"strategy\": \"memory\", \"state_type\": \"f32\", \"slots\": %u, "
+                "\"seqs\": %u, \"prompt_tokens\": %u, \"decode_steps\": %u, \"generated_tokens\": %llu, "
+                "\"evaluated_tokens\": %llu, ",
+                json_escape(r.device).c_str(), opt.slots, opt.seqs, r.prompt_tokens, opt.tokens,
+                static_cast<unsigned long long>(r.generated), static_cast<unsigned long long>(r.evaluated));
+    std::printf("\"tokens_per_s\": %.3f, \"decode_s\": %.4f, \"prompt_s\": %.4f, \"setup_s\": %.4f, "
+                "\"check_s\": %.4f, \"model_cpu_s\": %.4f, \"kvrt_calls_s\": %.4f, ",
+                tokens_per_s(r), r.decode_s, r.prompt_s, r.setup_s, r.check_s, r.model_s, r.runtime_s);
+    print_gpu_json(r);
+    std::printf("\"forks\": %u, \"memory_estimate_bytes\": %llu, \"memory_device_bytes\": %llu, "
+                "\"device_bytes_start\": %llu, \"tokens_start\": %llu, \"device_bytes_end\": %llu, "
+                "\"tokens_end\": %llu, \"device_bytes_constant\": %s, \"peak_device_bytes\": %llu, ",
+                m.forks, static_cast<unsigned long long>(m.estimate_bytes),
+                static_cast<unsigned long long>(m.created_bytes), static_cast<unsigned long long>(m.device_bytes_start),
+                static_cast<unsigned long long>(m.tokens_start), static_cast<unsigned long long>(m.device_bytes_end),
+                static_cast<unsigned long long>(m.tokens_end), memory_constant(r) ? "true" : "false",
+                static_cast<unsigned long long>(r.peak_device_bytes));
+    std::printf("\"checkpoints\": %llu, \"checked_calls\": %llu, "
+                "\"reads\": {\"max_abs\": %.6e, \"nmse\": %.6e, \"limit\": %.1e}, "
+                "\"state\": {\"max_abs\": %.6e, \"nmse\": %.6e, \"limit\": %.1e}, ",
+                static_cast<unsigned long long>(r.checkpoints), static_cast<unsigned long long>(r.checked_calls),
+                m.reads.max_abs, m.reads.nmse, m.limit, m.state.max_abs, m.state.nmse, m.limit);
+    std::printf("\"validation\": %s, \"validation_errors\": %llu, \"validation_warnings\": %llu, \"passed\": %s}\n",
+                validation_enabled() ? "true" : "false", static_cast<unsigned long long>(r.validation_errors),
+                static_cast<unsigned long long>(r.validation_warnings), passed ? "true" : "false");
+}
+
 void print_json(const Options& opt, const Results& r, bool passed) {
     std::printf("{\"device\": \"%s\", \"strategy\": \"%s\", \"kv_type\": \"%s\", \"seqs\": %u, \"capacity\": %u, "
                 "\"n_keep\": %u, \"prompt_tokens\": %u, \"decode_steps\": %u, \"generated_tokens\": %llu, "
@@ -258,14 +431,8 @@ void print_json(const Options& opt, const Results& r, bool passed) {
     std::printf("\"tokens_per_s\": %.3f, \"decode_s\": %.4f, \"prompt_s\": %.4f, \"setup_s\": %.4f, \"check_s\": %.4f, "
                 "\"model_cpu_s\": %.4f, \"kvrt_calls_s\": %.4f, ",
                 tokens_per_s(r), r.decode_s, r.prompt_s, r.setup_s, r.check_s, r.model_s, r.runtime_s);
-    std::printf("\"gpu_timestamps\": %s, \"gpu_ms\": {", r.timestamps ? "true" : "false");
-    const char* sep = "";
-    for (const auto& [label, op] : r.gpu) {
-        std::printf("%s\"%s\": {\"count\": %llu, \"total_ms\": %.4f}", sep, json_escape(label).c_str(),
-                    static_cast<unsigned long long>(op.count), op.ms);
-        sep = ", ";
-    }
-    std::printf("}, \"context_shifts\": %u, \"reevaluations\": %u, \"discarded_positions\": %llu, "
+    print_gpu_json(r);
+    std::printf("\"context_shifts\": %u, \"reevaluations\": %u, \"discarded_positions\": %llu, "
                 "\"reevaluated_tokens\": %llu, ",
                 r.shifts, r.reevaluations, static_cast<unsigned long long>(r.discarded),
                 static_cast<unsigned long long>(r.reevaluated));
@@ -302,11 +469,15 @@ int cmd_demo(int argc, char** argv) {
     if (demo::run(opt, &r) != 0) return 1;
 
     const bool passed = r.checks_passed && r.validation_errors == 0;
-    if (args.has("json")) print_json(opt, r, passed);
-    else print_text(opt, r);
+    const bool memory = opt.strategy == Strategy::Memory;
+    if (args.has("json")) memory ? print_memory_json(opt, r, passed) : print_json(opt, r, passed);
+    else memory ? print_memory_text(opt, r) : print_text(opt, r);
     std::fflush(stdout);
-    if (!r.checks_passed)
-        std::fprintf(stderr, "error: kvrt's attention is further from the CPU reference than the limits allow\n");
+    if (!r.checks_passed && memory && !memory_constant(r))
+        std::fprintf(stderr, "error: the device memory grew while the tokens streamed through the memory\n");
+    if (!r.checks_passed && (!memory || memory_constant(r)))
+        std::fprintf(stderr, "error: kvrt's %s is further from the CPU reference than the limits allow\n",
+                     memory ? "memory" : "attention");
     if (r.validation_errors)
         std::fprintf(stderr, "error: the Vulkan validation layer reported %llu errors\n",
                      static_cast<unsigned long long>(r.validation_errors));

@@ -121,6 +121,23 @@ Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
         l.w_up = random_matrix(rng, d, cfg.d_ffn, scale(d));
         l.w_down = random_matrix(rng, cfg.d_ffn, d, scale(cfg.d_ffn));
     }
+    if (!cfg.memory()) return;
+
+    // The memory variant's parameters, from a generator of their own so that
+    // the weights above do not depend on the variant. MK has unit-variance
+    // entries, like a layer's keys. W_mq is scaled so that the update scores
+    // MK wq (which kvrt does not scale) have a standard deviation of about 2:
+    // with 256 slots, a token's update weights then spread over about twenty
+    // of them (1 / sum(ww^2)), the largest about 0.2; neither even nor on one
+    // slot. The reads use kvrt's default
+    // scale 1/sqrt(head_dim) on the unit-scale Q, as attention would.
+    Pcg32 mem_rng(cfg.seed ^ 0x6d656d6f7279ull);  // "memory"
+    const int hd = cfg.n_heads * cfg.head_dim;
+    for (Layer& l : layers_) {
+        l.mem_keys = random_matrix(mem_rng, cfg.n_heads * cfg.memory_slots, cfg.head_dim, 1.0f);
+        l.mem_wq = random_matrix(mem_rng, d, hd, scale(d) * 2.0f * scale(cfg.head_dim));
+        l.mem_wv = random_matrix(mem_rng, d, hd, scale(d));
+    }
 }
 
 bool Model::forward(const std::vector<int>& tokens, const std::vector<int32_t>& positions,
@@ -129,7 +146,11 @@ bool Model::forward(const std::vector<int>& tokens, const std::vector<int32_t>& 
     const int d = cfg_.d_model, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), f = cfg_.d_ffn;
     const auto rows = [n](int width) { return std::vector<float>(static_cast<size_t>(n) * static_cast<size_t>(width)); };
     std::vector<float> x = rows(d), h = rows(d), proj = rows(d);
-    std::vector<float> q = rows(qd), k_raw = rows(kvd), k = rows(kvd), v = rows(kvd), attn = rows(qd);
+    const bool memory = cfg_.memory();
+    // K and V (or the memory's wq and wv) of one layer.
+    std::vector<float> q = rows(qd), attn = rows(qd);
+    std::vector<float> k_raw = rows(memory ? 0 : kvd), k = rows(memory ? 0 : kvd), v = rows(memory ? 0 : kvd);
+    std::vector<float> mem_wq = rows(memory ? qd : 0), mem_wv = rows(memory ? qd : 0);
     std::vector<float> gate = rows(f), up = rows(f);
 
     for (int t = 0; t < n; ++t)
@@ -139,24 +160,33 @@ bool Model::forward(const std::vector<int>& tokens, const std::vector<int32_t>& 
     for (int li = 0; li < cfg_.n_layers; ++li) {
         const Layer& l = layers_[static_cast<size_t>(li)];
         // Attention block: x += Wo * attention(RoPE(Wq h), RoPE(Wk h), Wv h).
+        // Memory variant: x += Wo * memory(wq = W_mq h, wv = W_mv h, q = Wq h).
         rms_norm(x.data(), n, d, l.attn_norm, cfg_.norm_eps, h.data());
         matmul(h.data(), n, d, l.wq, qd, q.data());
-        matmul(h.data(), n, d, l.wk, kvd, k_raw.data());
-        matmul(h.data(), n, d, l.wv, kvd, v.data());
-        k = k_raw;
-        for (int t = 0; t < n; ++t) {
-            const int32_t pos = positions[static_cast<size_t>(t)];
-            rope_rotate(q.data() + static_cast<size_t>(t) * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_base, pos);
-            rope_rotate(k.data() + static_cast<size_t>(t) * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_base, pos);
-        }
         AttentionIO io;
         io.layer = li;
         io.n = n;
         io.q = q.data();
-        io.k = k.data();
-        io.k_raw = k_raw.data();
-        io.v = v.data();
         io.out = attn.data();
+        if (memory) {
+            matmul(h.data(), n, d, l.mem_wq, qd, mem_wq.data());
+            matmul(h.data(), n, d, l.mem_wv, qd, mem_wv.data());
+            io.mem_wq = mem_wq.data();
+            io.mem_wv = mem_wv.data();
+        } else {
+            matmul(h.data(), n, d, l.wk, kvd, k_raw.data());
+            matmul(h.data(), n, d, l.wv, kvd, v.data());
+            k = k_raw;
+            for (int t = 0; t < n; ++t) {
+                const int32_t pos = positions[static_cast<size_t>(t)];
+                rope_rotate(q.data() + static_cast<size_t>(t) * qd, cfg_.n_heads, cfg_.head_dim, cfg_.rope_base, pos);
+                rope_rotate(k.data() + static_cast<size_t>(t) * kvd, cfg_.n_kv_heads, cfg_.head_dim, cfg_.rope_base,
+                            pos);
+            }
+            io.k = k.data();
+            io.k_raw = k_raw.data();
+            io.v = v.data();
+        }
         if (!attend(io)) return false;
         matmul(attn.data(), n, qd, l.wo, d, proj.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];

@@ -6,6 +6,18 @@
 // The weights are random, so the text it writes is noise. What matters is that
 // the activations look like a real model's (normalized, unit-scale Q and K,
 // softmax neither flat nor one-hot), so the cache sees realistic data.
+//
+// With memory_slots > 0 the model is the fixed-capacity-memory variant of the
+// same decoder (SPEC.md section 6, `kvrt demo --strategy memory`): each
+// layer's attention reads a memory instead of a KV cache. Every layer then has
+// three more parameters, per query head h:
+//   MK_h   memory_slots keys of head_dim values (the memory's fixed keys),
+//   W_mq   the update-key projection, wq = W_mq x (head_dim values per head),
+//   W_mv   the update-value projection, wv = W_mv x (head_dim values per head),
+// and the memory's read query is the existing Q projection, without RoPE (the
+// memory has no positions). K and V are not computed. The extra parameters
+// come from a generator of their own, so every other weight is the same in
+// both variants.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +37,9 @@ struct ModelConfig {
     double rope_base = 10000.0;
     float norm_eps = 1e-5f;
     uint64_t seed = 0x6b767274u;  // "kvrt"
+    int memory_slots = 0;         // > 0: the memory variant, M slots per layer and head
+
+    bool memory() const { return memory_slots > 0; }
 
     int q_dim() const { return n_heads * head_dim; }
     int kv_dim() const { return n_kv_heads * head_dim; }
@@ -36,9 +51,14 @@ struct AttentionIO {
     int layer = 0;
     int n = 0;
     const float* q = nullptr;      // [n][q_dim], rotated to the token's position
+                                   // (memory variant: not rotated)
     const float* k = nullptr;      // [n][kv_dim], rotated to the token's position
     const float* k_raw = nullptr;  // [n][kv_dim], the same keys before rotation
     const float* v = nullptr;      // [n][kv_dim]
+    // Memory variant only (k, k_raw and v are then null): the memory's update
+    // inputs, head-major as kvrt_memory_input expects.
+    const float* mem_wq = nullptr;  // [n][n_heads * head_dim]
+    const float* mem_wv = nullptr;  // [n][n_heads * head_dim]
     float* out = nullptr;          // [n][q_dim]: the attention output, written by the callback
 };
 
@@ -47,6 +67,10 @@ public:
     explicit Model(const ModelConfig& cfg);
 
     const ModelConfig& config() const { return cfg_; }
+
+    // Memory variant: the fixed keys MK of `layer`, [n_heads][memory_slots]
+    // [head_dim] (the layout of one layer of kvrt_memory_init).
+    const std::vector<float>& memory_keys(int layer) const { return layers_[static_cast<size_t>(layer)].mem_keys; }
 
     // Fills io.out for one layer. Returns false to stop the forward pass (the
     // callback has reported why).
@@ -64,6 +88,7 @@ private:
         std::vector<float> attn_norm, ffn_norm;  // [d_model]
         std::vector<float> wq, wk, wv, wo;       // [in][out]
         std::vector<float> w_gate, w_up, w_down;
+        std::vector<float> mem_keys, mem_wq, mem_wv;  // memory variant only
     };
 
     ModelConfig cfg_;

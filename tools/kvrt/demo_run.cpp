@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "cli.hpp"
+#include "demo_memory.hpp"
 #include "demo_model.hpp"
 
 namespace cli::demo {
@@ -19,25 +20,8 @@ const char* const kPrompt = "kvrt keeps every key and value on the GPU.";
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
 // Waits of the demo's own submissions.
 constexpr uint64_t kWaitNs = 60ull * 1000 * 1000 * 1000;
-
-// Adds the wall-clock time of its scope to *total.
-class ScopeTimer {
-public:
-    explicit ScopeTimer(double* total) : total_(total), start_(Clock::now()) {}
-    ~ScopeTimer() { *total_ += seconds_since(start_); }
-    ScopeTimer(const ScopeTimer&) = delete;
-    ScopeTimer& operator=(const ScopeTimer&) = delete;
-
-private:
-    double* total_;
-    Clock::time_point start_;
-};
 
 // Tokens evaluated together, one sequence each.
 struct Batch {
@@ -58,16 +42,6 @@ struct Sequence {
     std::vector<int> tokens;  // the token at each position of the sequence: its n_past is tokens.size()
     int pending = 0;          // sampled from the last logits, evaluated by the next step
 };
-
-// The token of rank `r` (0 = most likely) in a row of logits, among the
-// printable ASCII bytes only: a logit mask (as engines apply for grammars)
-// that keeps the output of the random model showable.
-int ranked_token(const float* logits, uint32_t r) {
-    std::vector<int> order(0x7f - 0x20);
-    std::iota(order.begin(), order.end(), 0x20);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-    return order[r];
-}
 
 class Runner {
 public:
@@ -487,11 +461,19 @@ void Runner::progress_clear() {
 
 }  // namespace
 
+int ranked_token(const float* logits, uint32_t r) {
+    std::vector<int> order(0x7f - 0x20);
+    std::iota(order.begin(), order.end(), 0x20);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+    return order[r];
+}
+
 uint32_t min_capacity(const Options& opt) {
     return static_cast<uint32_t>(std::strlen(kPrompt)) + 4 * opt.seqs;
 }
 
 int run(const Options& opt, Results* out) {
+    if (opt.strategy == Strategy::Memory) return run_memory(opt, out);
     Runner runner(opt, out);
     return runner.run();
 }

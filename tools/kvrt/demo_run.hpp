@@ -6,8 +6,11 @@
 // stream and submitted together. When the cache is full, the chosen strategy
 // makes room (kvrt_cache_context_shift, or kvrt_cache_discard_for_reevaluation
 // followed by evaluating the returned tokens again at their new positions).
+// The memory strategy has a loop of its own (demo_memory.hpp): the model's
+// memory variant over kvrt_memory_*, which never fills.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -18,13 +21,16 @@
 
 namespace cli::demo {
 
-enum class Strategy { Shift, Reevaluate };
+// Shift and Reevaluate: attention over a cell cache, and what to do when it
+// is full. Memory: the fixed-capacity memory instead of attention.
+enum class Strategy { Shift, Reevaluate, Memory };
 
 struct Options {
     Strategy strategy = Strategy::Shift;
     kvrt_type kv_type = KVRT_TYPE_F16;
     uint32_t seqs = 1;
     uint32_t capacity = 256;
+    uint32_t slots = 256;    // memory: slots per layer and head
     uint32_t tokens = 1024;  // decode steps per sequence
     uint32_t n_keep = 4;     // attention sinks kept when making room
     uint32_t check_every = 64;  // reference check every N decode steps
@@ -36,6 +42,30 @@ extern const char* const kPrompt;
 
 // The smallest --capacity that `opt` can run with.
 uint32_t min_capacity(const Options& opt);
+
+// The token of rank `r` (0 = most likely) in a row of logits, among the
+// printable ASCII bytes only: a logit mask (as engines apply for grammars)
+// that keeps the output of the random model showable.
+int ranked_token(const float* logits, uint32_t r);
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Adds the wall-clock time of its scope to *total.
+class ScopeTimer {
+public:
+    explicit ScopeTimer(double* total) : total_(total), start_(Clock::now()) {}
+    ~ScopeTimer() { *total_ += seconds_since(start_); }
+    ScopeTimer(const ScopeTimer&) = delete;
+    ScopeTimer& operator=(const ScopeTimer&) = delete;
+
+private:
+    double* total_;
+    Clock::time_point start_;
+};
 
 // GPU time of one kind of operation, from the stream's timestamps.
 struct OpTime {
@@ -75,6 +105,20 @@ struct Results {
     ErrorFigures vs_cache, vs_fresh;
     double cache_limit = 0, fresh_limit = 0;
     bool checks_passed = false;
+
+    // Strategy memory (the cache figures above stay empty).
+    struct MemoryFigures {
+        uint64_t estimate_bytes = 0;   // kvrt_memory_estimate
+        uint64_t created_bytes = 0;    // context device bytes added by kvrt_memory_create
+        // The context's device bytes (memory, output buffer, staging) after
+        // the prompt (and the forks) and after the last decode step.
+        uint64_t device_bytes_start = 0, device_bytes_end = 0;
+        uint64_t tokens_start = 0, tokens_end = 0;  // tokens absorbed per sequence at those points
+        uint32_t forks = 0;            // kvrt_memory_seq_fork calls
+        ErrorFigures reads;            // reads against the reference (checked calls)
+        ErrorFigures state;            // final MV of every sequence and layer
+        double limit = 0;              // NMSE limit of both
+    } memory;
 };
 
 // Runs the demo. Returns 0, or 1 after printing why it stopped; `out` holds
