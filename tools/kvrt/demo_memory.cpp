@@ -94,9 +94,6 @@ void MemoryReference::fork(uint32_t src, uint32_t dst) {
 
 namespace {
 
-// Waits of the demo's own submissions.
-constexpr uint64_t kWaitNs = 60ull * 1000 * 1000 * 1000;
-
 // Tokens per chunk of the memory's parallel kernels: the prompt fits in one
 // chunk, and the working memory is an eighth of the default 512's.
 constexpr uint32_t kChunkTokens = 64;
@@ -376,18 +373,9 @@ bool MemoryRunner::attend(const AttentionIO& io, const std::vector<int32_t>& seq
 
 // Submits the recording, waits, and adds its GPU timings per operation label.
 bool MemoryRunner::submit(const char* what) {
-    if (!ok(kvrt_stream_submit(stream_), what) || !ok(kvrt_stream_wait(stream_, kWaitNs), what)) return false;
-    if (!res_.timestamps) return true;
-    uint32_t count = 0;
-    if (!ok(kvrt_stream_get_timings(stream_, nullptr, &count), "reading GPU timings")) return false;
-    std::vector<kvrt_timing> timings(count);
-    if (!ok(kvrt_stream_get_timings(stream_, timings.data(), &count), "reading GPU timings")) return false;
-    for (uint32_t i = 0; i < count; ++i) {
-        OpTime& op = res_.gpu[timings[i].label];
-        ++op.count;
-        op.ms += static_cast<double>(timings[i].ns) / 1e6;
-    }
-    return true;
+    const char* step = what;
+    const kvrt_result r = submit_timed(stream_, res_.timestamps, &res_.gpu, &step);
+    return ok(r, step ? step : what);
 }
 
 // Compares the final MV of every sequence and layer with the reference's.

@@ -387,18 +387,9 @@ bool Runner::attend(const AttentionIO& io, const Batch& b, const std::vector<uin
 
 // Submits the recording, waits, and adds its GPU timings per operation label.
 bool Runner::submit(const char* what) {
-    if (!ok(kvrt_stream_submit(stream_), what) || !ok(kvrt_stream_wait(stream_, kWaitNs), what)) return false;
-    if (!res_.timestamps) return true;
-    uint32_t count = 0;
-    if (!ok(kvrt_stream_get_timings(stream_, nullptr, &count), "reading GPU timings")) return false;
-    std::vector<kvrt_timing> timings(count);
-    if (!ok(kvrt_stream_get_timings(stream_, timings.data(), &count), "reading GPU timings")) return false;
-    for (uint32_t i = 0; i < count; ++i) {
-        OpTime& op = res_.gpu[timings[i].label];
-        ++op.count;
-        op.ms += static_cast<double>(timings[i].ns) / 1e6;
-    }
-    return true;
+    const char* step = what;
+    const kvrt_result r = submit_timed(stream_, res_.timestamps, &res_.gpu, &step);
+    return ok(r, step ? step : what);
 }
 
 // Compares kvrt's cell metadata with the demo's after a context change.
@@ -460,6 +451,23 @@ void Runner::progress_clear() {
 }
 
 }  // namespace
+
+kvrt_result submit_timed(kvrt_stream stream, bool timestamps, std::map<std::string, OpTime>* gpu, const char** step) {
+    kvrt_result r = kvrt_stream_submit(stream);
+    if (r == KVRT_SUCCESS) r = kvrt_stream_wait(stream, kWaitNs);
+    if (r != KVRT_SUCCESS || !timestamps) return r;
+    *step = "reading GPU timings";
+    uint32_t count = 0;
+    if ((r = kvrt_stream_get_timings(stream, nullptr, &count)) != KVRT_SUCCESS) return r;
+    std::vector<kvrt_timing> timings(count);
+    if ((r = kvrt_stream_get_timings(stream, timings.data(), &count)) != KVRT_SUCCESS) return r;
+    for (uint32_t i = 0; i < count; ++i) {
+        OpTime& op = (*gpu)[timings[i].label];
+        ++op.count;
+        op.ms += static_cast<double>(timings[i].ns) / 1e6;
+    }
+    return KVRT_SUCCESS;
+}
 
 int ranked_token(const float* logits, uint32_t r) {
     std::vector<int> order(0x7f - 0x20);

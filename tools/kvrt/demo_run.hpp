@@ -73,6 +73,11 @@ struct OpTime {
     double ms = 0;
 };
 
+// Submits the stream's recording and waits for it; with `timestamps`, adds
+// the GPU time of each recorded operation to gpu[label]. Returns the first
+// failing call's result and, in *step, which call failed.
+kvrt_result submit_timed(kvrt_stream stream, bool timestamps, std::map<std::string, OpTime>* gpu, const char** step);
+
 struct Results {
     std::string device;
     uint32_t prompt_tokens = 0;
