@@ -170,6 +170,7 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
             ref32_norm += expect32[i] * expect32[i];
             outcome.max_abs = std::max(outcome.max_abs, std::abs(d));
         }
+        // KVRT_TEST_DEBUG=1 prints the error of every query, to localize a failure.
         if (std::getenv("KVRT_TEST_DEBUG"))
             for (uint32_t qi = 0; qi < nq; ++qi) {
                 double e = 0, n = 0;
