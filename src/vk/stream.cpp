@@ -20,7 +20,8 @@ Stream::Stream(Context& ctx) : ctx_(ctx) {}
 
 Result Stream::take(Arena& arena, uint64_t size, bool device, BufferUse* out) {
     KVRT_TRY(require_recording());
-    constexpr uint64_t kChunk = 4ull << 20;
+    // Chunks start small (a tiny cache's stream needs little) and double.
+    constexpr uint64_t kFirstChunk = 256ull << 10;
     const uint64_t need = align_up(size ? size : 4, 256);
     if (need > ctx_.max_binding_bytes())
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%llu bytes of %s exceed the largest binding",
@@ -29,7 +30,8 @@ Result Stream::take(Arena& arena, uint64_t size, bool device, BufferUse* out) {
     while (arena.cur < chunks.size() && chunks[arena.cur].used + need > chunks[arena.cur].buffer->size()) ++arena.cur;
     if (arena.cur == chunks.size()) {
         ArenaChunk c;
-        const uint64_t bytes = std::min(ctx_.max_binding_bytes(), std::max(kChunk, need));
+        const uint64_t grown = chunks.empty() ? kFirstChunk : 2 * chunks.back().buffer->size();
+        const uint64_t bytes = std::min(ctx_.max_binding_bytes(), std::max(grown, need));
         KVRT_TRY(Buffer::create(ctx_, bytes, bytes, device ? "kvrt stream scratch" : "kvrt stream upload", &c.buffer,
                                 device ? MemoryKind::Device : MemoryKind::Upload));
         chunks.push_back(std::move(c));
