@@ -36,6 +36,12 @@ void GpuContext::on_log(void* user, kvrt_log_level level, const char* message) {
     self->errors_.emplace_back(message);
 }
 
+uint64_t device_bytes(kvrt_context ctx) {
+    kvrt_context_stats s = KVRT_CONTEXT_STATS_INIT;
+    KVRT_REQUIRE_OK(kvrt_context_get_stats(ctx, &s));
+    return s.device_bytes;
+}
+
 Stream::Stream(kvrt_context ctx, kvrt_flags flags) {
     kvrt_stream_desc desc = KVRT_STREAM_DESC_INIT;
     desc.flags = flags;

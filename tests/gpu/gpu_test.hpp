@@ -63,6 +63,9 @@ private:
     kvrt_buffer b_ = nullptr;
 };
 
+// Device memory the context holds now (kvrt_context_stats.device_bytes).
+uint64_t device_bytes(kvrt_context ctx);
+
 // Runs begin/record/submit/wait on `s` with a generous timeout.
 template <class F>
 void run_stream(kvrt_stream s, F&& record) {

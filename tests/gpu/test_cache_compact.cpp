@@ -191,12 +191,6 @@ uint64_t row_bytes(kvrt_type t, uint32_t kv_heads, uint32_t dim) {
     }
 }
 
-uint64_t device_bytes(kvrt_context ctx) {
-    kvrt_context_stats s = KVRT_CONTEXT_STATS_INIT;
-    KVRT_REQUIRE_OK(kvrt_context_get_stats(ctx, &s));
-    return s.device_bytes;
-}
-
 }  // namespace
 
 TEST_CASE("compaction keeps every sequence's rows, across binding pieces", "[cache][compact]") {

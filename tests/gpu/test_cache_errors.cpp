@@ -46,12 +46,6 @@ kvrt_cache_desc cache_desc() {
     return d;
 }
 
-uint64_t device_bytes(kvrt_context ctx) {
-    kvrt_context_stats s = KVRT_CONTEXT_STATS_INIT;
-    KVRT_REQUIRE_OK(kvrt_context_get_stats(ctx, &s));
-    return s.device_bytes;
-}
-
 // Input rows (f32, layer blocks) for tokens [first, first + n): distinct,
 // smooth values, so quantization keeps them distinct too.
 std::vector<float> rows(uint32_t first, uint32_t n, float salt) {
