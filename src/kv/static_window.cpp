@@ -1,0 +1,151 @@
+#include "kv/static_window.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/checked.hpp"
+
+namespace kvrt::kv {
+
+namespace {
+
+// ceil(R * W) as whole rows, or false when it does not fit in uint32_t.
+bool reservation_for(double reserve, uint32_t window_rows, uint32_t* out) {
+    const double rows = std::ceil(reserve * static_cast<double>(window_rows));
+    if (!(rows <= static_cast<double>(std::numeric_limits<uint32_t>::max()))) return false;
+    *out = static_cast<uint32_t>(rows);
+    if (*out < window_rows) *out = window_rows;  // R >= 1; guards rounding only
+    return true;
+}
+
+}  // namespace
+
+Result StaticGeometry::create(uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim, uint32_t elem_bytes,
+                              uint32_t max_seq, double reserve, StaticGeometry* out) {
+    if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static geometry: null output");
+    if (n_layers == 0 || n_kv_heads == 0 || head_dim == 0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "static geometry: layers (%u), KV heads (%u) and head dim (%u) must all be nonzero", n_layers,
+                    n_kv_heads, head_dim);
+    if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static geometry: element size %u bytes is not 1, 2 or 4",
+                    elem_bytes);
+    if (max_seq < 2)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "static geometry: maximum sequence length S = %u must be at least 2 (window of S-1 rows)",
+                    max_seq);
+    if (std::isnan(reserve) || !std::isfinite(reserve) || reserve < 1.0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static geometry: reserve factor R = %g must be finite and >= 1",
+                    reserve);
+
+    StaticGeometry g;
+    g.n_layers = n_layers;
+    g.n_kv_heads = n_kv_heads;
+    g.head_dim = head_dim;
+    g.elem_bytes = elem_bytes;
+    g.max_seq = max_seq;
+    g.reserve = reserve;
+    g.window_rows = max_seq - 1;
+    if (!reservation_for(reserve, g.window_rows, &g.reservation_rows))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "static geometry: R = %g times %u rows does not fit in 2^32 - 1 reservation rows", reserve,
+                    g.window_rows);
+    g.row_stride = static_cast<uint64_t>(head_dim) * elem_bytes;  // < 2^34, no overflow
+    uint64_t per_kind = 0;
+    if (!checked_mul(g.window_rows, g.row_stride, &g.window_bytes) ||
+        !checked_mul(g.reservation_rows, g.row_stride, &g.buffer_bytes) ||
+        !checked_mul(n_layers, n_kv_heads, &per_kind) || !checked_mul(per_kind, 2, &g.buffer_count) ||
+        !checked_mul(g.buffer_count, g.buffer_bytes, &g.total_bytes))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "static geometry: %u layers x %u heads x %u rows x %u dims x %u bytes overflows 64-bit sizes",
+                    n_layers, n_kv_heads, g.reservation_rows, head_dim, elem_bytes);
+    g.fractional_bytes = 2.0 * reserve * static_cast<double>(n_layers) * static_cast<double>(n_kv_heads) *
+                         static_cast<double>(g.window_rows) * static_cast<double>(head_dim) *
+                         static_cast<double>(elem_bytes * 8) / 8.0;
+    *out = g;
+    return KVRT_SUCCESS;
+}
+
+Result StaticWindow::append(uint32_t n, StaticAppend* out) {
+    if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: null output");
+    if (window_rows_ == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
+    if (n == 0 || n > window_rows_)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: appending %u rows; 1 to %u (S-1) allowed", n,
+                    window_rows_);
+    StaticAppend a;
+    a.rows = n;
+    const uint64_t end = static_cast<uint64_t>(start_) + window_rows_ + n;
+    if (end <= reservation_rows_) {
+        a.write_row = start_ + window_rows_;
+        start_ += n;
+    } else {
+        // Survivors: the newest valid rows that stay in the window after n more.
+        const uint32_t keep = n_valid_ < window_rows_ - n ? n_valid_ : window_rows_ - n;
+        a.slid = true;
+        a.write_row = window_rows_ - n;
+        if (keep > 0) {
+            a.slide.needed = true;
+            a.slide.rows = keep;
+            a.slide.src_row = start_ + window_rows_ - keep;
+            a.slide.dst_row = a.write_row - keep;
+            // src > dst always (src - dst = start + n >= 1): overlap when the shift is shorter than the copy.
+            a.slide.overlapping = a.slide.src_row - a.slide.dst_row < keep;
+            rows_moved_ += keep;
+            ++slides_;
+        }
+        ++restarts_;
+        start_ = 0;
+    }
+    n_valid_ = n_valid_ + n < window_rows_ ? n_valid_ + n : window_rows_;
+    rows_appended_ += n;
+    a.start_after = start_;
+    *out = a;
+    return KVRT_SUCCESS;
+}
+
+void StaticWindow::reset() {
+    n_valid_ = 0;
+    start_ = 0;
+    rows_appended_ = 0;
+    rows_moved_ = 0;
+    slides_ = 0;
+    restarts_ = 0;
+}
+
+namespace {
+
+template <typename T>
+Result write_mask(uint32_t window_rows, uint32_t n_valid, T valid, T padding, T* out, size_t count) {
+    if (window_rows == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
+    const size_t s = static_cast<size_t>(window_rows) + 1;
+    if (out == nullptr || count < s)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: mask needs %zu entries (S), got %zu%s", s, count,
+                    out == nullptr ? " and a null pointer" : "");
+    const uint32_t pad = window_rows - n_valid;
+    for (size_t i = 0; i < s; ++i) out[i] = i < pad ? padding : valid;
+    return KVRT_SUCCESS;
+}
+
+}  // namespace
+
+Result StaticWindow::mask_f32(float* out, size_t count) const {
+    return write_mask<float>(window_rows_, n_valid_, 0.0f, -std::numeric_limits<float>::infinity(), out, count);
+}
+
+Result StaticWindow::mask_f16(uint16_t* out, size_t count) const {
+    return write_mask<uint16_t>(window_rows_, n_valid_, 0x0000, 0xFC00, out, count);
+}
+
+uint64_t expected_rows_moved(uint32_t max_seq, double reserve, uint64_t tokens) {
+    if (max_seq < 2 || !std::isfinite(reserve) || reserve < 1.0) return 0;
+    const uint64_t w = max_seq - 1;
+    uint32_t rr = 0;
+    if (!reservation_for(reserve, static_cast<uint32_t>(w), &rr)) return 0;
+    const uint64_t period = static_cast<uint64_t>(rr) - w + 1;  // F free appends, then one restart
+    const uint64_t n = tokens / period;                         // restarts
+    const uint64_t filling = (w - 1) / period;                  // restarts m with m*P < W
+    const uint64_t m = n < filling ? n : filling;
+    return period * m * (m + 1) / 2 - m + (n - m) * (w - 1);
+}
+
+}  // namespace kvrt::kv

@@ -1,0 +1,140 @@
+// Static padded layout (SPEC 5, the HTP/NSP style): the pure-CPU model of its
+// sizes and of the window's movement, which a device implementation follows.
+//
+// Terms (W = S - 1 rows per window, row = one token of one (layer, KV head)):
+// - Each (layer, KV head, K|V) has its own buffer of `reservation_rows` rows
+//   of `row_stride` bytes (= head_dim * elem_bytes, rows packed back to back).
+//   reservation_rows = ceil(R * W): the whole rows that hold R * W.
+// - The window is rows [start, start + W) of every buffer (all buffers of a
+//   sequence move together, so one StaticWindow serves all of them). Its byte
+//   offset inside a buffer is start * row_stride; a static graph binds
+//   (buffer, start * row_stride) as its [1,1,S-1,D] past tensor.
+// - Left-padded: the n_valid valid rows are the LAST n_valid rows of the
+//   window, rows [start + W - n_valid, start + W), oldest first. The other rows
+//   are padding, excluded by the mask; their contents are whatever the buffer
+//   held (the device zero-fills the reservation once so padding is finite).
+// - Appending n rows (1 <= n <= W): while start + W + n <= reservation_rows the
+//   new rows go right after the window, at start + W, and start advances by n
+//   (no bytes move). Otherwise one slide copy first moves the rows that survive
+//   the append (the last min(n_valid, W - n) valid rows) so that they end at row
+//   W - n, the new rows are written at W - n, and start becomes 0. Padding rows
+//   are never copied. The copy's source and destination can overlap (always for
+//   R = 1); `overlapping` says when, as vkCmdCopyBuffer forbids overlapping
+//   regions (the device then goes through a scratch buffer).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/result.hpp"
+
+namespace kvrt::kv {
+
+struct StaticGeometry {
+    uint32_t n_layers = 0;
+    uint32_t n_kv_heads = 0;
+    uint32_t head_dim = 0;
+    uint32_t elem_bytes = 0;        // 1 or 2 (static int8/int16), 2 (f16), 4 (f32)
+    uint32_t max_seq = 0;           // S, >= 2
+    double reserve = 0.0;           // R, finite, >= 1
+    uint32_t window_rows = 0;       // W = S - 1
+    uint32_t reservation_rows = 0;  // ceil(R * W) >= W
+    uint64_t row_stride = 0;        // head_dim * elem_bytes
+    uint64_t window_bytes = 0;      // W * row_stride
+    uint64_t buffer_bytes = 0;      // reservation_rows * row_stride, one (layer, head, K|V) buffer
+    uint64_t buffer_count = 0;      // 2 * n_layers * n_kv_heads
+    uint64_t total_bytes = 0;       // buffer_count * buffer_bytes (whole rows)
+    double fractional_bytes = 0.0;  // SPEC 5: 2 * R * n_layers * n_heads * (S-1) * D * bits/8
+
+    // Buffer index of (layer, head, K = false | V = true): K buffers first,
+    // each layer's heads together.
+    uint64_t buffer_index(uint32_t layer, uint32_t head, bool is_v) const {
+        return (is_v ? static_cast<uint64_t>(n_layers) * n_kv_heads : 0) +
+               static_cast<uint64_t>(layer) * n_kv_heads + head;
+    }
+
+    // Validates and computes; KVRT_ERROR_INVALID_ARGUMENT with a message for
+    // S < 2, R < 1 / NaN / infinite, zero dims, elem_bytes not 1, 2 or 4, and
+    // sizes that overflow (reservation rows past 2^32 - 1, bytes past 2^64 - 1).
+    static Result create(uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim, uint32_t elem_bytes,
+                         uint32_t max_seq, double reserve, StaticGeometry* out);
+};
+
+// The copy a slide needs before the new rows are written (rows of every
+// (layer, head, K|V) buffer; bytes = rows * row_stride at row * row_stride).
+struct StaticSlide {
+    bool needed = false;       // false: nothing to copy (rows == 0)
+    uint32_t src_row = 0;
+    uint32_t dst_row = 0;
+    uint32_t rows = 0;
+    bool overlapping = false;  // [src, src+rows) and [dst, dst+rows) intersect
+};
+
+// What one append asks of the device, in order: the slide copy (if needed),
+// then the new rows written at [write_row, write_row + rows).
+struct StaticAppend {
+    StaticSlide slide;
+    bool slid = false;         // the window restarted at row 0 (even with nothing to copy)
+    uint32_t write_row = 0;
+    uint32_t rows = 0;
+    uint32_t start_after = 0;  // window start once the append is done
+};
+
+// One sequence's window (see the top of this file).
+class StaticWindow {
+public:
+    StaticWindow() = default;
+    // `g` must come from StaticGeometry::create. Starts empty at row 0.
+    explicit StaticWindow(const StaticGeometry& g) : window_rows_(g.window_rows), reservation_rows_(g.reservation_rows) {}
+
+    // Appends `n` rows (1 <= n <= W, else KVRT_ERROR_INVALID_ARGUMENT and no
+    // change) and says where they go and what moves first.
+    Result append(uint32_t n, StaticAppend* out);
+
+    // Back to empty at row 0; counters cleared.
+    void reset();
+
+    uint32_t window_rows() const { return window_rows_; }
+    uint32_t reservation_rows() const { return reservation_rows_; }
+    uint32_t n_valid() const { return n_valid_; }
+    uint32_t start() const { return start_; }                      // first row of the window
+    uint32_t first_valid_row() const { return start_ + window_rows_ - n_valid_; }
+    uint64_t window_byte_offset(const StaticGeometry& g) const { return start_ * g.row_stride; }
+
+    uint64_t rows_appended() const { return rows_appended_; }
+    uint64_t rows_moved() const { return rows_moved_; }  // rows copied by slides (per buffer)
+    uint64_t slides() const { return slides_; }          // slides with a copy
+    uint64_t restarts() const { return restarts_; }      // every return to row 0
+
+    // The [1,1,S] mask of the next step: entries 0..S-2 are the window's rows
+    // (0 where valid, -inf where padding: the first W - n_valid entries are
+    // padding), entry S-1 is the current token, always valid (0). Writes S
+    // entries; KVRT_ERROR_INVALID_ARGUMENT when `count` < S or `out` is null.
+    Result mask_f32(float* out, size_t count) const;
+    // Same as IEEE half bits: 0x0000 valid, 0xFC00 (-inf) padding.
+    Result mask_f16(uint16_t* out, size_t count) const;
+
+private:
+    uint32_t window_rows_ = 0;
+    uint32_t reservation_rows_ = 0;
+    uint32_t n_valid_ = 0;
+    uint32_t start_ = 0;
+    uint64_t rows_appended_ = 0;
+    uint64_t rows_moved_ = 0;
+    uint64_t slides_ = 0;
+    uint64_t restarts_ = 0;
+};
+
+// Rows copied (per buffer) by StaticWindow after T single-row appends from
+// empty, computed in closed form (independent of the simulation), for
+// W = S-1 >= 1, Rr = ceil(R*W):
+//   free appends per cycle F = Rr - W, period P = F + 1: the appends numbered
+//   m*P (m = 1..N, N = floor(T/P)) restart the window and copy
+//   min(m*P - 1, W - 1) rows (the valid rows before it, less the one that
+//   falls out). With M = min(N, floor((W-1)/P)) restarts still filling:
+//   rows = P*M*(M+1)/2 - M + (N - M)*(W - 1).
+// Steady state: W-1 rows per Rr-W+1 tokens (R = 2: W-1 rows per W+1 tokens;
+// R = 1: W-1 rows every token). Returns 0 for S < 2 or R not finite >= 1.
+uint64_t expected_rows_moved(uint32_t max_seq, double reserve, uint64_t tokens);
+
+}  // namespace kvrt::kv

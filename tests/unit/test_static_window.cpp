@@ -1,0 +1,262 @@
+// Static padded layout (SPEC 5): sizes, and the window's movement checked
+// against a shadow model of the reservation rows.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kv/static_window.hpp"
+
+using namespace kvrt;
+
+namespace {
+
+// Token id held by each reservation row (-1: never written), moved exactly as
+// the appends say.
+struct Shadow {
+    std::vector<int64_t> rows;
+
+    explicit Shadow(uint32_t n) : rows(n, -1) {}
+
+    void apply(const kv::StaticAppend& a, int64_t first_token) {
+        if (a.slide.needed) {
+            REQUIRE(a.slide.rows > 0);
+            REQUIRE(uint64_t(a.slide.src_row) + a.slide.rows <= rows.size());
+            REQUIRE(uint64_t(a.slide.dst_row) + a.slide.rows <= rows.size());
+            const bool overlap = a.slide.src_row < a.slide.dst_row + a.slide.rows &&
+                                 a.slide.dst_row < a.slide.src_row + a.slide.rows;
+            CHECK(a.slide.overlapping == overlap);
+            // Copy through a temporary, as a device does for overlapping regions.
+            std::vector<int64_t> tmp(rows.begin() + a.slide.src_row,
+                                     rows.begin() + a.slide.src_row + a.slide.rows);
+            std::copy(tmp.begin(), tmp.end(), rows.begin() + a.slide.dst_row);
+        }
+        REQUIRE(uint64_t(a.write_row) + a.rows <= rows.size());
+        for (uint32_t i = 0; i < a.rows; ++i) rows[a.write_row + i] = first_token + i;
+    }
+};
+
+// The window holds exactly tokens [t - n, t) (1-based ids 1..t), left-padded,
+// and both masks mark exactly the padding.
+void check_window(const kv::StaticWindow& w, const Shadow& sh, const kv::StaticGeometry& g, int64_t t) {
+    const uint32_t W = g.window_rows;
+    const uint32_t expect_valid = static_cast<uint32_t>(std::min<int64_t>(t, W));
+    REQUIRE(w.n_valid() == expect_valid);
+    REQUIRE(uint64_t(w.start()) + W <= g.reservation_rows);
+    CHECK(w.first_valid_row() == w.start() + W - expect_valid);
+    CHECK(w.window_byte_offset(g) == uint64_t(w.start()) * g.row_stride);
+    for (uint32_t i = 0; i < expect_valid; ++i) {
+        const int64_t want = t - expect_valid + 1 + i;
+        INFO("t=" << t << " valid row " << i);
+        REQUIRE(sh.rows[w.first_valid_row() + i] == want);
+    }
+    std::vector<float> m32(g.max_seq + 3, 7.0f);
+    std::vector<uint16_t> m16(g.max_seq, 0x1234);
+    REQUIRE(w.mask_f32(m32.data(), m32.size()) == KVRT_SUCCESS);
+    REQUIRE(w.mask_f16(m16.data(), m16.size()) == KVRT_SUCCESS);
+    for (uint32_t i = 0; i < g.max_seq; ++i) {
+        const bool valid = i >= W - expect_valid;  // last entry (i = W) is the current token
+        INFO("t=" << t << " mask entry " << i);
+        if (valid) {
+            REQUIRE(m32[i] == 0.0f);
+            REQUIRE(m16[i] == 0x0000);
+        } else {
+            REQUIRE((std::isinf(m32[i]) && m32[i] < 0));
+            REQUIRE(m16[i] == 0xFC00);
+        }
+    }
+    CHECK(m32[g.max_seq] == 7.0f);  // nothing past S entries
+}
+
+}  // namespace
+
+TEST_CASE("static layout sizes match SPEC 5 for Llama-7B", "[static]") {
+    kv::StaticGeometry g;
+    REQUIRE(kv::StaticGeometry::create(32, 32, 128, 2, 2048, 2.0, &g) == KVRT_SUCCESS);
+    CHECK(g.window_rows == 2047);
+    CHECK(g.reservation_rows == 4094);
+    CHECK(g.row_stride == 256);
+    CHECK(g.window_bytes == 2047u * 256u);
+    CHECK(g.buffer_bytes == 4094u * 256u);
+    CHECK(g.buffer_count == 2048);
+    CHECK(g.total_bytes == 2146435072ull);
+    CHECK(g.fractional_bytes == 2146435072.0);
+
+    REQUIRE(kv::StaticGeometry::create(32, 32, 128, 2, 2048, 1.5, &g) == KVRT_SUCCESS);
+    CHECK(g.reservation_rows == 3071);
+    CHECK(g.total_bytes == 1610088448ull);
+    CHECK(g.fractional_bytes == 1609826304.0);
+
+    REQUIRE(kv::StaticGeometry::create(32, 32, 128, 2, 2048, 1.0, &g) == KVRT_SUCCESS);
+    CHECK(g.reservation_rows == 2047);
+    CHECK(g.total_bytes == 2146435072ull / 2);
+
+    // Element sizes scale the row: int8 halves, f32 doubles.
+    REQUIRE(kv::StaticGeometry::create(32, 32, 128, 1, 2048, 2.0, &g) == KVRT_SUCCESS);
+    CHECK(g.total_bytes == 2146435072ull / 2);
+    REQUIRE(kv::StaticGeometry::create(32, 32, 128, 4, 2048, 2.0, &g) == KVRT_SUCCESS);
+    CHECK(g.total_bytes == 2146435072ull * 2);
+
+    // Buffer indices cover 0 .. 2*L*H-1 once each.
+    REQUIRE(kv::StaticGeometry::create(3, 5, 8, 2, 16, 2.0, &g) == KVRT_SUCCESS);
+    std::vector<int> seen(g.buffer_count, 0);
+    for (uint32_t l = 0; l < 3; ++l)
+        for (uint32_t h = 0; h < 5; ++h)
+            for (bool v : {false, true}) seen.at(g.buffer_index(l, h, v))++;
+    for (int s : seen) CHECK(s == 1);
+}
+
+TEST_CASE("static window slides match a shadow model and the rows-moved formula", "[static]") {
+    const uint32_t S = 64;
+    const uint32_t W = S - 1;
+    for (double R : {1.0, 1.5, 2.0, 3.0}) {
+        INFO("R=" << R);
+        kv::StaticGeometry g;
+        REQUIRE(kv::StaticGeometry::create(2, 2, 16, 2, S, R, &g) == KVRT_SUCCESS);
+        REQUIRE(g.reservation_rows == static_cast<uint32_t>(std::ceil(R * W)));
+        kv::StaticWindow w(g);
+        Shadow sh(g.reservation_rows);
+        check_window(w, sh, g, 0);
+        uint64_t copies = 0;
+        for (int64_t t = 1; t <= 3 * int64_t(W); ++t) {
+            const uint32_t start_before = w.start();
+            const uint32_t valid_before = w.n_valid();
+            kv::StaticAppend a;
+            REQUIRE(w.append(1, &a) == KVRT_SUCCESS);
+            REQUIRE(a.rows == 1);
+            REQUIRE(a.start_after == w.start());
+            if (!a.slid) {
+                // Copy-free: written right after the old window, offset advanced by one.
+                CHECK(a.write_row == start_before + W);
+                CHECK(w.start() == start_before + 1);
+                CHECK_FALSE(a.slide.needed);
+            } else {
+                CHECK(start_before + W + 1 > g.reservation_rows);  // only when out of room
+                CHECK(w.start() == 0);
+                CHECK(a.write_row == W - 1);
+                CHECK(a.slide.rows == std::min(valid_before, W - 1));
+                if (R == 1.0 && valid_before == W) {
+                    // R = 1: every append on a full window slides all surviving rows.
+                    CHECK(a.slide.needed);
+                    CHECK(a.slide.rows == W - 1);
+                    CHECK(a.slide.overlapping);
+                }
+            }
+            if (a.slide.needed) ++copies;
+            sh.apply(a, t);
+            check_window(w, sh, g, t);
+            REQUIRE(w.rows_moved() == kv::expected_rows_moved(S, R, uint64_t(t)));
+            REQUIRE(w.slides() == copies);
+            REQUIRE(w.rows_appended() == uint64_t(t));
+        }
+        if (R == 1.0) CHECK(w.restarts() == 3 * uint64_t(W));
+        if (R == 2.0) {
+            // One restart per W+1 tokens, each moving W-1 rows once full.
+            CHECK(w.restarts() == 3 * uint64_t(W) / (W + 1));
+        }
+    }
+}
+
+TEST_CASE("rows-moved formula against a direct count", "[static]") {
+    // A direct count of the rule (restart when the next row does not fit; move
+    // the min(valid, W-1) survivors), independent of StaticWindow.
+    for (uint32_t S : {2u, 3u, 5u, 17u, 100u}) {
+        for (double R : {1.0, 1.25, 1.5, 2.0, 3.0, 7.3}) {
+            const uint64_t w = S - 1;
+            const uint64_t rr = static_cast<uint64_t>(std::ceil(R * double(w)));
+            uint64_t start = 0, valid = 0, moved = 0;
+            for (uint64_t t = 1; t <= 5 * w + 7; ++t) {
+                if (start + w + 1 <= rr) {
+                    ++start;
+                } else {
+                    moved += std::min(valid, w - 1);
+                    start = 0;
+                }
+                valid = std::min(valid + 1, w);
+                INFO("S=" << S << " R=" << R << " t=" << t);
+                REQUIRE(kv::expected_rows_moved(S, R, t) == moved);
+            }
+        }
+    }
+    // R = 2, steady state: W-1 rows per W+1 tokens.
+    CHECK(kv::expected_rows_moved(2048, 2.0, 2048 * 10) == 10 * 2046u);
+    CHECK(kv::expected_rows_moved(1, 2.0, 100) == 0);
+    CHECK(kv::expected_rows_moved(64, 0.5, 100) == 0);
+}
+
+TEST_CASE("static window multi-row appends keep the newest rows", "[static]") {
+    std::mt19937 rng(1234);
+    for (uint32_t S : {2u, 9u, 64u}) {
+        for (double R : {1.0, 1.5, 2.0, 3.0}) {
+            INFO("S=" << S << " R=" << R);
+            kv::StaticGeometry g;
+            REQUIRE(kv::StaticGeometry::create(1, 1, 4, 4, S, R, &g) == KVRT_SUCCESS);
+            kv::StaticWindow w(g);
+            Shadow sh(g.reservation_rows);
+            int64_t t = 0;
+            for (int step = 0; step < 200; ++step) {
+                const uint32_t n = 1 + rng() % g.window_rows;
+                kv::StaticAppend a;
+                REQUIRE(w.append(n, &a) == KVRT_SUCCESS);
+                sh.apply(a, t + 1);
+                t += n;
+                check_window(w, sh, g, t);
+            }
+            w.reset();
+            CHECK(w.n_valid() == 0);
+            CHECK(w.start() == 0);
+            CHECK(w.rows_moved() == 0);
+        }
+    }
+}
+
+TEST_CASE("static layout rejects bad input", "[static]") {
+    kv::StaticGeometry g;
+    auto bad = [&](uint32_t l, uint32_t h, uint32_t d, uint32_t b, uint32_t s, double r, const char* needle) {
+        INFO("expect error containing: " << needle);
+        REQUIRE(kv::StaticGeometry::create(l, h, d, b, s, r, &g) == KVRT_ERROR_INVALID_ARGUMENT);
+        CHECK(std::string(last_error_message()).find(needle) != std::string::npos);
+    };
+    bad(32, 32, 128, 2, 1, 2.0, "S = 1");
+    bad(32, 32, 128, 2, 0, 2.0, "S = 0");
+    bad(32, 32, 128, 2, 2048, 0.99, "reserve factor");
+    bad(32, 32, 128, 2, 2048, std::nan(""), "reserve factor");
+    bad(32, 32, 128, 2, 2048, std::numeric_limits<double>::infinity(), "reserve factor");
+    bad(32, 32, 128, 2, 2048, -1.0, "reserve factor");
+    bad(0, 32, 128, 2, 2048, 2.0, "nonzero");
+    bad(32, 0, 128, 2, 2048, 2.0, "nonzero");
+    bad(32, 32, 0, 2, 2048, 2.0, "nonzero");
+    bad(32, 32, 128, 0, 2048, 2.0, "element size");
+    bad(32, 32, 128, 3, 2048, 2.0, "element size");
+    bad(32, 32, 128, 8, 2048, 2.0, "element size");
+    bad(32, 32, 128, 2, 2048, 1e9, "2^32 - 1");  // reservation rows overflow
+    bad(UINT32_MAX, UINT32_MAX, UINT32_MAX, 4, UINT32_MAX, 1.0, "overflows");
+    bad(1 << 20, 1 << 20, 1 << 16, 4, 4096, 2.0, "overflows");
+    CHECK(kv::StaticGeometry::create(32, 32, 128, 2, 2048, 2.0, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+
+    // S = 2 is the smallest: a one-row window.
+    REQUIRE(kv::StaticGeometry::create(1, 1, 1, 1, 2, 1.0, &g) == KVRT_SUCCESS);
+    CHECK(g.window_rows == 1);
+    CHECK(g.reservation_rows == 1);
+
+    REQUIRE(kv::StaticGeometry::create(1, 1, 8, 2, 16, 2.0, &g) == KVRT_SUCCESS);
+    kv::StaticWindow w(g);
+    kv::StaticAppend a;
+    CHECK(w.append(0, &a) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(w.append(16, &a) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(w.append(1, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(w.n_valid() == 0);
+    CHECK(w.append(15, &a) == KVRT_SUCCESS);
+    float m[16];
+    CHECK(w.mask_f32(m, 15) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(w.mask_f32(nullptr, 16) == KVRT_ERROR_INVALID_ARGUMENT);
+    uint16_t m16[15];
+    CHECK(w.mask_f16(m16, 15) == KVRT_ERROR_INVALID_ARGUMENT);
+    kv::StaticWindow empty;
+    CHECK(empty.append(1, &a) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(empty.mask_f32(m, 16) == KVRT_ERROR_INVALID_ARGUMENT);
+}
