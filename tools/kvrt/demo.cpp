@@ -260,6 +260,24 @@ void print_gpu_times(const Results& r) {
     }
 }
 
+// The prompt, each sequence's output, throughput and where the time went:
+// the part of the summary every strategy shares.
+void print_text_and_times(const Results& r) {
+    std::printf("\n  prompt       \"%s\"\n", demo::kPrompt);
+    for (size_t s = 0; s < r.text.size(); ++s)
+        std::printf("  output %-5s \"%s\"%s\n", r.text.size() > 1 ? ("#" + std::to_string(s)).c_str() : "",
+                    preview(r.text[s], 56).c_str(), s == 0 ? "  (random weights: noise)" : "");
+
+    std::printf("\nspeed          %.1f tokens/s: %llu tokens in %.2f s (without the reference checks)\n",
+                tokens_per_s(r), static_cast<unsigned long long>(r.generated), r.decode_s);
+    std::printf("  prompt       %u tokens in %.2f s, kvrt's kernels compiled on first use included\n", r.prompt_tokens,
+                r.prompt_s);
+    std::printf("  wall clock   model on the CPU %.2f s; kvrt calls %.2f s (recording, submission, waits);\n"
+                "               reference checks %.2f s; setup %.2f s\n",
+                r.model_s, r.runtime_s, r.check_s, r.setup_s);
+    print_gpu_times(r);
+}
+
 void print_text(const Options& opt, const Results& r) {
     const demo::ModelConfig cfg;
     std::printf("kvrt demo: a small llama-style model on the CPU, its KV cache in kvrt\n\n");
@@ -275,19 +293,7 @@ void print_text(const Options& opt, const Results& r) {
                 opt.seqs, opt.seqs > 1 ? "s sharing the prompt's cells" : "");
     std::printf("  when full    %s, keeping %u sinks\n",
                 opt.strategy == Strategy::Shift ? "context shift" : "discard and re-evaluate", opt.n_keep);
-    std::printf("\n  prompt       \"%s\"\n", demo::kPrompt);
-    for (size_t s = 0; s < r.text.size(); ++s)
-        std::printf("  output %-5s \"%s\"%s\n", r.text.size() > 1 ? ("#" + std::to_string(s)).c_str() : "",
-                    preview(r.text[s], 56).c_str(), s == 0 ? "  (random weights: noise)" : "");
-
-    std::printf("\nspeed          %.1f tokens/s: %llu tokens in %.2f s (without the reference checks)\n",
-                tokens_per_s(r), static_cast<unsigned long long>(r.generated), r.decode_s);
-    std::printf("  prompt       %u tokens in %.2f s, kvrt's kernels compiled on first use included\n", r.prompt_tokens,
-                r.prompt_s);
-    std::printf("  wall clock   model on the CPU %.2f s; kvrt calls %.2f s (recording, submission, waits);\n"
-                "               reference checks %.2f s; setup %.2f s\n",
-                r.model_s, r.runtime_s, r.check_s, r.setup_s);
-    print_gpu_times(r);
+    print_text_and_times(r);
     const std::string each = opt.seqs > 1 ? " (each over all " + std::to_string(opt.seqs) + " sequences)" : "";
     if (opt.strategy == Strategy::Shift)
         std::printf("context        %u context shifts%s, %llu positions discarded\n", r.shifts, each.c_str(),
@@ -341,19 +347,7 @@ void print_memory_text(const Options& opt, const Results& r) {
                 human_bytes(static_cast<double>(m.estimate_bytes)).c_str());
     std::printf("  run          %u decode steps after a %u-token prompt, %u sequence%s\n", opt.tokens, r.prompt_tokens,
                 opt.seqs, opt.seqs > 1 ? "s, each forked from the prompt's state" : "");
-    std::printf("\n  prompt       \"%s\"\n", demo::kPrompt);
-    for (size_t s = 0; s < r.text.size(); ++s)
-        std::printf("  output %-5s \"%s\"%s\n", r.text.size() > 1 ? ("#" + std::to_string(s)).c_str() : "",
-                    preview(r.text[s], 56).c_str(), s == 0 ? "  (random weights: noise)" : "");
-
-    std::printf("\nspeed          %.1f tokens/s: %llu tokens in %.2f s (without the reference checks)\n",
-                tokens_per_s(r), static_cast<unsigned long long>(r.generated), r.decode_s);
-    std::printf("  prompt       %u tokens in %.2f s, kvrt's kernels compiled on first use included\n", r.prompt_tokens,
-                r.prompt_s);
-    std::printf("  wall clock   model on the CPU %.2f s; kvrt calls %.2f s (recording, submission, waits);\n"
-                "               reference %.2f s; setup %.2f s\n",
-                r.model_s, r.runtime_s, r.check_s, r.setup_s);
-    print_gpu_times(r);
+    print_text_and_times(r);
     std::printf("device memory context total %s (%llu bytes) after the prompt, %llu tokens absorbed\n"
                 "               per sequence; %s (%llu bytes) after the last step, %llu tokens: %s\n",
                 human_bytes(static_cast<double>(m.device_bytes_start)).c_str(),
