@@ -130,6 +130,10 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_CACHE_ESTIMATE = 11,
     KVRT_STRUCT_TYPE_CACHE_INFO = 12,
     KVRT_STRUCT_TYPE_ATTENTION_PARAMS = 13,
+    KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC = 14,
+    KVRT_STRUCT_TYPE_STATIC_SCALES_DESC = 15,
+    KVRT_STRUCT_TYPE_STATIC_WINDOW = 16,
+    KVRT_STRUCT_TYPE_STATIC_STATS = 17,
     KVRT_STRUCT_TYPE_MEMORY_DESC = 20,
     KVRT_STRUCT_TYPE_MEMORY_BATCH = 21,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
@@ -339,7 +343,8 @@ KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_
 
 /* Destroys a buffer. Memory still in use by submitted work is released once that
  * work completes. A stream that recorded commands on the buffer and has not
- * submitted them yet can no longer be submitted. NULL is a no-op.
+ * submitted them yet can no longer be submitted. NULL is a no-op, and so is a
+ * buffer owned by a cache (kvrt_static_window.buffer; logged as a warning).
  * Thread-safety: Unsafe (on the buffer and its context). */
 KVRT_API void kvrt_buffer_destroy(kvrt_buffer buffer);
 
@@ -465,14 +470,30 @@ typedef enum kvrt_type {
     /* Blocks of 32: fp16 scale d = m/-8, 16 bytes of 4-bit codes; 18 bytes.
      * Bit-compatible with GGML's Q4_0. */
     KVRT_TYPE_Q4_0 = 4,
+    /* Static-scale unsigned integers (NPU/DSP interop): one (scale,
+     * zero_point) per layer for K and per layer for V, fixed when the cache is
+     * created (kvrt_static_scales_desc) and shared by every row, past and new.
+     * value = scale * (q - zero_point); a value x is stored as
+     * q = clamp(roundf(x * inv) + zero_point, 0, qmax), where inv = 1/scale
+     * computed once in f32 and roundf rounds halves away from zero. The same
+     * convention as QNN's UFIXED_POINT_8/16 with offset = -zero_point.
+     * 1 byte (qmax 255) and 2 bytes (qmax 65535) per value. */
+    KVRT_TYPE_U8_STATIC = 5,
+    KVRT_TYPE_U16_STATIC = 6,
     KVRT_TYPE_MAX_ENUM = 0x7FFFFFFF
 } kvrt_type;
 
-/* How the cache arranges its rows. Only the cell layout exists in this version;
- * the values of later layouts are reserved. */
+/* How the cache arranges its rows. */
 typedef enum kvrt_layout {
     KVRT_LAYOUT_DEFAULT = 0, /* KVRT_LAYOUT_CELLS */
+    /* Cells (the general layout): any cell holds any token of any sequences. */
     KVRT_LAYOUT_CELLS = 1,
+    /* The static padded layout of NPU/DSP engines (SPEC 5): each sequence has,
+     * per (layer, KV head), a K window and a V window of seq_len - 1 rows that
+     * a static graph binds as its [1,1,S-1,D] past tensors. Needs a
+     * kvrt_static_layout_desc in the descriptor's `next` chain; see "Static
+     * padded layout" below. */
+    KVRT_LAYOUT_STATIC = 2,
     KVRT_LAYOUT_MAX_ENUM = 0x7FFFFFFF
 } kvrt_layout;
 
@@ -506,6 +527,10 @@ typedef enum kvrt_cache_flag_bits {
     KVRT_CACHE_FLAG_MAX_ENUM = 0x7FFFFFFF
 } kvrt_cache_flag_bits;
 
+/* Structs that may be chained on a kvrt_cache_desc's `next`, in any order:
+ * kvrt_static_layout_desc (the static layout's sizes) and
+ * kvrt_static_scales_desc (the scales of static-scale types). A struct of any
+ * other type in the chain is refused. */
 typedef struct kvrt_cache_desc {
     kvrt_struct_type type;
     const void* next;
@@ -514,8 +539,10 @@ typedef struct kvrt_cache_desc {
     uint32_t n_kv_heads;
     uint32_t head_dim_k;
     uint32_t head_dim_v;     /* 0 = head_dim_k */
-    uint32_t capacity;       /* cells (tokens) */
-    uint32_t max_seqs;       /* sequence ids are 0..max_seqs-1; 0 = 64 */
+    uint32_t capacity;       /* cells (tokens); 0 with KVRT_LAYOUT_STATIC, where it
+                              * is max_seqs * (seq_len - 1) */
+    uint32_t max_seqs;       /* sequence ids are 0..max_seqs-1; 0 = 64 (1 with
+                              * KVRT_LAYOUT_STATIC) */
     kvrt_type type_k;        /* 0 = F16; Q8_0 and Q4_0 need head_dim_k % 32 == 0 */
     kvrt_type type_v;        /* 0 = F16; Q8_0 and Q4_0 need head_dim_v % 32 == 0 */
     kvrt_layout layout;
@@ -527,6 +554,37 @@ typedef struct kvrt_cache_desc {
     const char* label;       /* debug name for Vulkan tools; may be NULL */
     kvrt_flags flags;        /* kvrt_cache_flag_bits */
 } kvrt_cache_desc;
+
+/* The sizes of a static layout (KVRT_LAYOUT_STATIC), chained on
+ * kvrt_cache_desc.next. W = seq_len - 1 rows per window, reserved
+ * ceil(reserve * W) rows per (sequence, layer, KV head, K|V). */
+typedef struct kvrt_static_layout_desc {
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC */
+    const void* next;
+    uint32_t seq_len;        /* S >= 2: the graph's sequence length */
+    double reserve;          /* R >= 1 (1.5 allowed); 0 = 2 */
+} kvrt_static_layout_desc;
+
+#define KVRT_STATIC_LAYOUT_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC, NULL, 0, 0.0 }
+
+/* One per-tensor quantization: value = scale * (q - zero_point). */
+typedef struct kvrt_quant_scale {
+    float scale;             /* finite, > 0 */
+    int32_t zero_point;      /* 0..255 (U8_STATIC) or 0..65535 (U16_STATIC) */
+} kvrt_quant_scale;
+
+/* The scales of static-scale K/V types (KVRT_TYPE_U8_STATIC,
+ * KVRT_TYPE_U16_STATIC), chained on kvrt_cache_desc.next; needed when either
+ * type is one, in either layout. Copied at creation. */
+typedef struct kvrt_static_scales_desc {
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_STATIC_SCALES_DESC */
+    const void* next;
+    uint32_t count;          /* entries in k and v: 1 (all layers) or n_layers */
+    const kvrt_quant_scale* k; /* when type_k is static-scale; else NULL */
+    const kvrt_quant_scale* v; /* when type_v is static-scale; else NULL */
+} kvrt_static_scales_desc;
+
+#define KVRT_STATIC_SCALES_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_SCALES_DESC, NULL, 0, NULL, NULL }
 
 #define KVRT_CACHE_DESC_INIT                                                                  \
     {                                                                                         \
@@ -543,7 +601,9 @@ typedef struct kvrt_cache_estimate {
      * n_layers * n_kv_heads * (head_dim_k * size(type_k) + head_dim_v * size(type_v)),
      * with size(Q8_0) = 34/32 and size(Q4_0) = 18/32 bytes. */
     uint64_t bytes_per_token;
-    /* bytes_per_token * capacity. */
+    /* bytes_per_token * capacity. With KVRT_LAYOUT_STATIC: the regions,
+     * 2 * max_seqs * n_layers * n_kv_heads * ceil(R*(S-1)) * row_stride (for
+     * Llama-2-7B, f16, S = 2048, R = 2, one sequence: 2,146,435,072). */
     uint64_t data_bytes;
     /* The device memory kvrt_cache_create allocates: data_bytes plus alignment
      * padding (each cell's row is padded to a multiple of 4 bytes, and each
@@ -797,6 +857,128 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
                                           const int32_t* seq_ids, const kvrt_tensor_ref* q,
                                           const kvrt_output_ref* out,
                                           const kvrt_attention_params* params);
+
+/* ========================================================================== */
+/* Static padded layout (NPU/DSP interop)                                     */
+/* ========================================================================== */
+
+/* A cache created with KVRT_LAYOUT_STATIC keeps, for each sequence and each
+ * (layer, KV head), a K buffer region and a V buffer region of
+ * ceil(R * (S-1)) rows of head_dim values (S = seq_len, R = reserve, rows
+ * packed back to back: row_stride = head_dim * element size). The window is
+ * S-1 consecutive rows of the region, bound by a static graph as its
+ * [1,1,S-1,D] past tensor; it is left-padded: its n_valid valid rows are its
+ * LAST n_valid rows, oldest first, and the mask excludes the others.
+ *
+ * - kvrt_cache_store / kvrt_cache_place append: each token belongs to exactly
+ *   one sequence, a sequence's positions must increase (within the batch and
+ *   past the ones it holds), and at most S-1 tokens of a sequence per call.
+ *   Appending writes the new rows after the window and advances it (no bytes
+ *   move); when the region runs out, one copy first moves the rows that stay
+ *   in the window to the region's start (never re-quantized: bit-identical),
+ *   and the oldest rows fall out. The cache is never full.
+ * - A cell of this layout is a row: cell = seq * ceil(R*(S-1)) + row. Cells
+ *   move when the window slides, so cells returned by store/place are valid
+ *   for kvrt_cache_write / kvrt_cache_read until the sequence's next append.
+ * - kvrt_cache_seq_rm works on whole sequences only (p0 at or below its first
+ *   position, p1 < 0 or past its last); seq_keep, clear, pos_min/max and
+ *   attention work as in the cell layout; compaction moves nothing. seq_cp,
+ *   seq_add, seq_div, context shifts and discard_for_reevaluation fail with
+ *   KVRT_ERROR_UNSUPPORTED (positions and windows are the graph's).
+ * - If a store's recording is dropped, or its submission fails before the
+ *   device ran it, the sequences it appended to get their previous windows
+ *   back. A synchronous store that fails with KVRT_ERROR_TIMEOUT keeps its
+ *   append: the work was submitted and completes later.
+ * - The same tokens give the same attention results as in the cell layout.
+ * - Creation fails with KVRT_ERROR_UNSUPPORTED when one sequence's region of
+ *   all KV heads of one layer (n_kv_heads * ceil(R*(S-1)) * row_stride bytes)
+ *   exceeds the device's largest storage binding (the kernels bind it whole),
+ *   and with KVRT_ERROR_INVALID_ARGUMENT for S < 2, R < 1 (or not finite), a
+ *   capacity other than 0, or a row_stride that is not a multiple of 4. */
+
+/* Which array of a cache. */
+typedef enum kvrt_kv_array {
+    KVRT_KV_ARRAY_UNDEFINED = 0,
+    KVRT_KV_ARRAY_K = 1,
+    KVRT_KV_ARRAY_V = 2,
+    KVRT_KV_ARRAY_MAX_ENUM = 0x7FFFFFFF
+} kvrt_kv_array;
+
+/* Where one window lies (kvrt_cache_static_window). */
+typedef struct kvrt_static_window {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_WINDOW */
+    const void* next;
+    /* The buffer holding the window: owned by the cache and valid until it is
+     * destroyed (kvrt_buffer_destroy refuses it). It holds every sequence's
+     * regions of one (layer, K|V); kvrt_buffer_get_vulkan gives its VkBuffer
+     * for `offset` (a window never crosses one of its VkBuffers). */
+    kvrt_buffer buffer;
+    uint64_t offset;          /* bytes to the window's first row (row 0 of [1,1,S-1,D]) */
+    uint64_t row_stride;      /* bytes between rows: head_dim * element size */
+    uint64_t bytes;           /* (S-1) * row_stride */
+    uint32_t rows;            /* S-1 */
+    uint32_t n_valid;         /* valid rows: the window's last n_valid rows */
+    int32_t pos_first;        /* position of the first valid row; -1 when empty */
+    int32_t pos_last;         /* position of the last valid row; -1 when empty */
+    kvrt_type element_type;   /* the array's type */
+    kvrt_quant_scale scale;   /* the layer's scale for static-scale types; else {0, 0} */
+} kvrt_static_window;
+
+#define KVRT_STATIC_WINDOW_INIT \
+    { KVRT_STRUCT_TYPE_STATIC_WINDOW, NULL, NULL, 0, 0, 0, 0, 0, -1, -1, KVRT_TYPE_DEFAULT, {0.0f, 0} }
+
+/* Describes the current window of `seq` for (`layer`, `kv_head`, `array`).
+ * The offset moves with every append (one row) and slide (back to the
+ * region's start): ask again after each store, or bind per step. Fails with
+ * KVRT_ERROR_INVALID_ARGUMENT for a cache of another layout, an unknown
+ * sequence, a layer or head out of range, or an undefined array.
+ * Thread-safety: Unsafe (on the cache). */
+KVRT_API kvrt_result kvrt_cache_static_window(kvrt_cache cache, int32_t seq, uint32_t layer, uint32_t kv_head,
+                                              kvrt_kv_array array, kvrt_static_window* out);
+
+/* Writes the attention mask of `seq`'s next step: S entries, entry i < S-1
+ * for window row i (0 when valid, -inf when padding: the first
+ * S-1-n_valid entries), entry S-1 for the step's own new token (0). It is the
+ * same for every layer and head. `type` is KVRT_TYPE_F32 (floats) or
+ * KVRT_TYPE_F16 (IEEE half bits: 0x0000 and 0xFC00); `out_bytes` must hold S
+ * entries. Fails with KVRT_ERROR_INVALID_ARGUMENT otherwise, or for a cache
+ * of another layout or an unknown sequence. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_static_mask(kvrt_cache cache, int32_t seq, kvrt_type type, void* out,
+                                            uint64_t out_bytes);
+
+/* Counters of the windows' movement (kvrt_cache_static_stats). */
+typedef struct kvrt_static_stats {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_STATS */
+    const void* next;
+    uint64_t rows_appended;   /* tokens appended */
+    uint64_t slides;          /* slides that copied rows */
+    uint64_t rows_moved;      /* rows copied per (layer, KV head, K|V) region */
+    uint64_t bytes_moved;     /* device bytes copied by slides, over all layers,
+                               * heads, K and V */
+} kvrt_static_stats;
+
+#define KVRT_STATIC_STATS_INIT { KVRT_STRUCT_TYPE_STATIC_STATS, NULL, 0, 0, 0, 0 }
+
+/* Reads the counters of `seq`, or of every sequence together when seq < 0.
+ * They count since creation (or the sequence's last removal) and include
+ * appends still recorded in a stream. Fails with
+ * KVRT_ERROR_INVALID_ARGUMENT for a cache of another layout or an unknown
+ * sequence. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out);
+
+/* Copies sequence `src_seq` of `src` into sequence `dst_seq` of `dst`, which
+ * must hold no token: positions and rows, bit for bit, between any two
+ * layouts (cells to static, static to cells, or the same layout). The caches
+ * must belong to one context and have the same n_layers, n_kv_heads, head
+ * dims, K and V types (and scales), and RoPE mode (deferred or not); pending
+ * RoPE shifts of `src` are applied first. A static `dst` receives the newest
+ * S-1 tokens when `src_seq` holds more; a cell `dst` receives all of them or
+ * fails with KVRT_ERROR_CACHE_FULL. `out_count` (may be NULL) gets the number
+ * of tokens copied. Synchronous; all or nothing: on failure `dst` is
+ * unchanged. Fails with KVRT_ERROR_INVALID_ARGUMENT for mismatched caches, an
+ * unknown sequence or a `dst_seq` in use. Thread-safety: Unsafe (on both). */
+KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache dst, int32_t dst_seq, kvrt_cache src, int32_t src_seq,
+                                             uint32_t* out_count);
 
 /* ========================================================================== */
 /* Fixed-capacity memory                                                      */

@@ -39,7 +39,9 @@ KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_
         if (desc->flags != 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->flags must be 0");
         auto handle = std::make_unique<kvrt_buffer_T>();
         handle->owner = context;
-        KVRT_TRY(vk::Buffer::create(*context->ctx, desc->size, 0, desc->label, &handle->buffer));
+        std::unique_ptr<vk::Buffer> buf;
+        KVRT_TRY(vk::Buffer::create(*context->ctx, desc->size, 0, desc->label, &buf));
+        handle->buffer = std::move(buf);
         context->children.add(handle.get(), &destroy_buffer);
         register_handle(handle.get(), Kind::Buffer);
         *out_buffer = handle.release();
@@ -55,7 +57,9 @@ KVRT_API kvrt_result kvrt_buffer_import_vulkan(kvrt_context context, VkBuffer bu
         KVRT_TRY(check_context(context, "context"));
         auto handle = std::make_unique<kvrt_buffer_T>();
         handle->owner = context;
-        KVRT_TRY(vk::Buffer::wrap(*context->ctx, buffer, offset, size, &handle->buffer));
+        std::unique_ptr<vk::Buffer> buf;
+        KVRT_TRY(vk::Buffer::wrap(*context->ctx, buffer, offset, size, &buf));
+        handle->buffer = std::move(buf);
         context->children.add(handle.get(), &destroy_buffer);
         register_handle(handle.get(), Kind::Buffer);
         *out_buffer = handle.release();
@@ -66,6 +70,12 @@ KVRT_API kvrt_result kvrt_buffer_import_vulkan(kvrt_context context, VkBuffer bu
 KVRT_API void kvrt_buffer_destroy(kvrt_buffer buffer) {
     guarded_void([&]() {
         if (!buffer || !is_live(buffer, Kind::Buffer)) return;
+        if (buffer->owned_by_cache) {
+            buffer->owner->ctx->log().log(KVRT_LOG_LEVEL_WARN,
+                                          "kvrt_buffer_destroy: the buffer is a cache's (a static window's) and "
+                                          "goes with the cache; ignored");
+            return;
+        }
         buffer->owner->children.remove(buffer);
         destroy_buffer(buffer);
     });

@@ -10,6 +10,12 @@ namespace {
 
 void destroy_cache(void* h) {
     auto* c = static_cast<kvrt_cache_T*>(h);
+    // The buffer handles of the static windows go with the cache.
+    for (kvrt_buffer_T* b : c->window_buffers) {
+        if (!b) continue;
+        unregister_handle(b);
+        delete b;
+    }
     unregister_handle(c);
     delete c;
 }
@@ -183,13 +189,14 @@ KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n
 KVRT_API kvrt_result kvrt_cache_seq_rm(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->table().seq_rm(seq, p0, p1);
+        return cache->cache->seq_rm(seq, p0, p1);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_cp(kvrt_cache cache, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        KVRT_TRY(cache->cache->require_cells("kvrt_cache_seq_cp"));
         return cache->cache->table().seq_cp(src, dst, p0, p1);
     });
 }
@@ -197,13 +204,14 @@ KVRT_API kvrt_result kvrt_cache_seq_cp(kvrt_cache cache, int32_t src, int32_t ds
 KVRT_API kvrt_result kvrt_cache_seq_keep(kvrt_cache cache, int32_t seq) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->table().seq_keep(seq);
+        return cache->cache->seq_keep(seq);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_add(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        KVRT_TRY(cache->cache->require_cells("kvrt_cache_seq_add"));
         return cache->cache->table().seq_add(seq, p0, p1, delta);
     });
 }
@@ -211,6 +219,7 @@ KVRT_API kvrt_result kvrt_cache_seq_add(kvrt_cache cache, int32_t seq, int32_t p
 KVRT_API kvrt_result kvrt_cache_seq_div(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t d) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        KVRT_TRY(cache->cache->require_cells("kvrt_cache_seq_div"));
         return cache->cache->table().seq_div(seq, p0, p1, d);
     });
 }
@@ -226,7 +235,7 @@ KVRT_API kvrt_result kvrt_cache_seq_pos_max(kvrt_cache cache, int32_t seq, int32
 KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        cache->cache->table().clear();
+        cache->cache->clear();
         return KVRT_SUCCESS;
     });
 }
@@ -294,6 +303,7 @@ KVRT_API kvrt_result kvrt_cache_context_shift(kvrt_cache cache, int32_t seq, int
                                               int32_t* out_n_past) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        KVRT_TRY(cache->cache->require_cells("kvrt_cache_context_shift"));
         return cache->cache->context_shift(seq, n_keep, n_discard, out_n_past);
     });
 }
@@ -303,7 +313,79 @@ KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32
                                                          int32_t* out_count) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        KVRT_TRY(cache->cache->require_cells("kvrt_cache_discard_for_reevaluation"));
         return cache->cache->discard_for_reevaluation(seq, n_keep, n_discard, out_src_pos, out_dst_pos, out_count);
+    });
+}
+
+}  // extern "C"
+
+extern "C" {
+
+KVRT_API kvrt_result kvrt_cache_static_window(kvrt_cache cache, int32_t seq, uint32_t layer, uint32_t kv_head,
+                                              kvrt_kv_array array, kvrt_static_window* out) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+        KVRT_TRY(check_struct(out, out->type, KVRT_STRUCT_TYPE_STATIC_WINDOW, "out"));
+        if (array != KVRT_KV_ARRAY_K && array != KVRT_KV_ARRAY_V)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "array must be KVRT_KV_ARRAY_K or KVRT_KV_ARRAY_V (got %d)",
+                        static_cast<int>(array));
+        const cache::Array arr = array == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V;
+        cache::Cache::WindowView w;
+        KVRT_TRY(cache->cache->static_window(seq, layer, kv_head, arr, &w));
+        // One handle per (layer, K|V) buffer, made on first use and kept
+        // until the cache is destroyed.
+        const size_t slot = size_t{layer} * 2 + (arr == cache::Array::V ? 1 : 0);
+        if (cache->window_buffers.size() <= slot) cache->window_buffers.resize(size_t{cache->cache->geometry().n_layers} * 2);
+        kvrt_buffer_T*& b = cache->window_buffers[slot];
+        if (!b) {
+            auto handle = std::make_unique<kvrt_buffer_T>();
+            handle->owner = cache->owner;
+            handle->owned_by_cache = cache;
+            handle->buffer = w.buffer;
+            register_handle(handle.get(), Kind::Buffer);
+            b = handle.release();
+        }
+        out->buffer = b;
+        out->offset = w.offset;
+        out->row_stride = w.row_stride;
+        out->bytes = w.bytes;
+        out->rows = w.rows;
+        out->n_valid = w.n_valid;
+        out->pos_first = w.pos_first;
+        out->pos_last = w.pos_last;
+        out->element_type = w.type;
+        out->scale = kvrt_quant_scale{w.scale.scale, w.scale.zero_point};
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_static_mask(kvrt_cache cache, int32_t seq, kvrt_type type, void* out,
+                                            uint64_t out_bytes) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->static_mask(seq, type, out, out_bytes);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+        KVRT_TRY(check_struct(out, out->type, KVRT_STRUCT_TYPE_STATIC_STATS, "out"));
+        return cache->cache->static_stats(seq, out);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache dst, int32_t dst_seq, kvrt_cache src, int32_t src_seq,
+                                             uint32_t* out_count) {
+    return guarded([&]() -> Result {
+        if (out_count) *out_count = 0;
+        KVRT_TRY(check_cache(dst));
+        KVRT_TRY(check_cache(src));
+        if (src->owner != dst->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "the caches belong to different contexts");
+        return dst->cache->transfer_from(*src->cache, src_seq, dst_seq, out_count);
     });
 }
 

@@ -47,7 +47,11 @@ struct kvrt_context_T {
 
 struct kvrt_buffer_T {
     kvrt_context_T* owner = nullptr;
-    std::unique_ptr<kvrt::vk::Buffer> buffer;
+    // Shared: a cache's window buffers are also the cache's own.
+    std::shared_ptr<kvrt::vk::Buffer> buffer;
+    // Set for a buffer a cache gives out (kvrt_static_window): the cache
+    // destroys it, kvrt_buffer_destroy refuses to.
+    struct kvrt_cache_T* owned_by_cache = nullptr;
 };
 
 struct kvrt_stream_T {
@@ -58,6 +62,8 @@ struct kvrt_stream_T {
 struct kvrt_cache_T {
     kvrt_context_T* owner = nullptr;
     std::unique_ptr<kvrt::cache::Cache> cache;
+    // Handles of the static layout's buffers, per (layer, K|V), made on demand.
+    std::vector<kvrt_buffer_T*> window_buffers;
 };
 
 namespace kvrt::api {

@@ -32,4 +32,40 @@ RowLocation CellArena::locate(Array array, uint32_t layer, uint32_t slot) const 
     return RowLocation{bufs[layer].get(), piece, offset};
 }
 
+Result StaticArena::create(vk::Context& ctx, const kv::CacheGeometry& geo, const char* label,
+                           std::unique_ptr<StaticArena>* out) {
+    std::unique_ptr<StaticArena> a(new StaticArena());
+    a->geo_ = geo;
+    const std::string base = label && *label ? label : "kvrt static cache";
+    for (uint32_t l = 0; l < geo.n_layers; ++l) {
+        for (Array arr : {Array::K, Array::V}) {
+            const kv::RowGeometry& g = arr == Array::K ? geo.k : geo.v;
+            std::unique_ptr<vk::Buffer> buf;
+            const std::string name = base + (arr == Array::K ? " K" : " V") + std::to_string(l);
+            KVRT_TRY(vk::Buffer::create(ctx, g.layer_bytes, g.piece_bytes, name.c_str(), &buf));
+            a->bytes_ += g.layer_bytes;
+            (arr == Array::K ? a->k_ : a->v_).push_back(std::move(buf));
+        }
+    }
+    *out = std::move(a);
+    return KVRT_SUCCESS;
+}
+
+uint64_t StaticArena::region_row_offset(Array array, uint32_t seq, uint32_t head, uint32_t row) const {
+    const kv::RowGeometry& g = rows(array);
+    const uint64_t region = uint64_t{seq} * geo_.n_kv_heads + head;
+    const uint64_t piece = region / g.regions.regions_per_piece;
+    const uint64_t in_piece = region % g.regions.regions_per_piece;
+    return piece * g.piece_bytes + in_piece * g.regions.region_bytes + uint64_t{row} * g.head_bytes;
+}
+
+RowLocation StaticArena::locate(Array array, uint32_t layer, uint32_t slot) const {
+    const kv::RowGeometry& g = rows(array);
+    const uint32_t seq = slot / g.regions.reservation_rows;
+    const uint32_t row = slot % g.regions.reservation_rows;
+    const uint64_t at = region_row_offset(array, seq, 0, row);
+    const auto& bufs = array == Array::K ? k_ : v_;
+    return RowLocation{bufs[layer].get(), static_cast<size_t>(at / g.piece_bytes), at % g.piece_bytes};
+}
+
 }  // namespace kvrt::cache

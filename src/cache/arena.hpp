@@ -31,6 +31,10 @@ public:
     virtual RowLocation locate(Array array, uint32_t layer, uint32_t slot) const = 0;
     // Row geometry of `array` (bytes, padding, pieces).
     virtual const kv::RowGeometry& rows(Array array) const = 0;
+    // Bytes from one KV head of a row to the next: rows(array).head_bytes
+    // when a token's heads lie together (cells), more when each head has its
+    // own region (static windows).
+    virtual uint64_t head_stride(Array array) const = 0;
     // Device bytes held.
     virtual uint64_t device_bytes() const = 0;
 };
@@ -46,11 +50,43 @@ public:
 
     RowLocation locate(Array array, uint32_t layer, uint32_t slot) const override;
     const kv::RowGeometry& rows(Array array) const override { return array == Array::K ? geo_.k : geo_.v; }
+    uint64_t head_stride(Array array) const override { return rows(array).head_bytes; }
     uint64_t device_bytes() const override { return bytes_; }
 
 private:
     kv::CacheGeometry geo_;
     std::vector<std::unique_ptr<vk::Buffer>> k_, v_;  // one per layer
+    uint64_t bytes_ = 0;
+};
+
+// The static padded layout (SPEC 5): per layer, K and V each in one buffer
+// holding a region of `reservation_rows` rows of one head for every
+// (sequence, KV head), sequence-major; a piece holds whole sequences, so one
+// binding covers all heads of a sequence. The slot of row r of sequence s's
+// regions is s * reservation_rows + r; locate() gives head 0's row, and head
+// h's is head_stride() * h further.
+class StaticArena final : public Arena {
+public:
+    static Result create(vk::Context& ctx, const kv::CacheGeometry& geo, const char* label,
+                         std::unique_ptr<StaticArena>* out);
+
+    RowLocation locate(Array array, uint32_t layer, uint32_t slot) const override;
+    const kv::RowGeometry& rows(Array array) const override { return array == Array::K ? geo_.k : geo_.v; }
+    uint64_t head_stride(Array array) const override { return rows(array).regions.region_bytes; }
+    uint64_t device_bytes() const override { return bytes_; }
+
+    // The buffer of (layer, array), shared with the buffer handles the
+    // window API gives out.
+    const std::shared_ptr<vk::Buffer>& buffer(Array array, uint32_t layer) const {
+        return (array == Array::K ? k_ : v_)[layer];
+    }
+    // Byte offset, in buffer(array, layer)'s address space (piece * piece
+    // size + offset in the piece), of row `row` of (seq, head)'s region.
+    uint64_t region_row_offset(Array array, uint32_t seq, uint32_t head, uint32_t row) const;
+
+private:
+    kv::CacheGeometry geo_;
+    std::vector<std::shared_ptr<vk::Buffer>> k_, v_;  // one per layer
     uint64_t bytes_ = 0;
 };
 

@@ -189,8 +189,8 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     shape.head_dim_v = geo_.v.head_dim;
     shape.n_heads = geo_.n_heads;
     shape.n_kv_heads = geo_.n_kv_heads;
-    shape.k_head_bytes = geo_.k.head_bytes;
-    shape.v_head_bytes = geo_.v.head_bytes;
+    shape.k_head_bytes = arena_->head_stride(Array::K);
+    shape.v_head_bytes = arena_->head_stride(Array::V);
     shape.seq_words = 2 * wpc;
     const auto& dev = ctx_.info();
     const uint32_t need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;

@@ -72,9 +72,22 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown cache flags 0x%x", static_cast<unsigned>(desc.flags));
     c->deferred_ = desc.flags & KVRT_CACHE_DEFERRED_ROPE;
     c->rope_math_ = kv::Rope::from_params(c->rope_, static_cast<int>(c->geo_.k.head_dim));
-    std::unique_ptr<CellArena> arena;
-    KVRT_TRY(CellArena::create(ctx, c->geo_, desc.label, &arena));
-    c->arena_ = std::move(arena);
+    if (c->is_static()) {
+        std::unique_ptr<StaticArena> arena;
+        KVRT_TRY(StaticArena::create(ctx, c->geo_, desc.label, &arena));
+        c->static_arena_ = arena.get();
+        c->arena_ = std::move(arena);
+        const kv::StaticRegions& r = c->geo_.k.regions;
+        kv::TypeSize ts{};
+        kv::type_size(c->geo_.k.type, &ts);
+        KVRT_TRY(kv::StaticGeometry::create(c->geo_.n_layers, c->geo_.n_kv_heads, c->geo_.k.head_dim, ts.block_bytes,
+                                            r.seq_len, r.reserve, &c->static_geo_));
+        c->seq_windows_.assign(c->geo_.max_seqs, kv::StaticWindow(c->static_geo_));
+    } else {
+        std::unique_ptr<CellArena> arena;
+        KVRT_TRY(CellArena::create(ctx, c->geo_, desc.label, &arena));
+        c->arena_ = std::move(arena);
+    }
     *out = std::move(c);
     return KVRT_SUCCESS;
 }
@@ -147,6 +160,11 @@ Result Cache::record_array(vk::Stream& s, Array array, uint32_t n, const uint32_
     const kv::RowGeometry& g = arena_->rows(array);
     const uint32_t row_elems = geo_.n_kv_heads * g.head_dim;
     const uint64_t row_bytes = row_elems * elem_bytes(src.type);
+    // Heads apart in the cache (static windows): one store row per head.
+    const uint64_t head_stride = arena_->head_stride(array);
+    const bool split_heads = head_stride != g.head_bytes;
+    const uint32_t heads = split_heads ? geo_.n_kv_heads : 1;
+    const uint64_t src_head_bytes = uint64_t{g.head_dim} * elem_bytes(src.type);
     const uint64_t stride = src.row_stride ? src.row_stride : row_bytes;
 
     const uint64_t lstride = src.layer_stride ? src.layer_stride : stride * n;
@@ -188,12 +206,16 @@ Result Cache::record_array(vk::Stream& s, Array array, uint32_t n, const uint32_
                 so = tmp.offset;
             }
             const RowLocation dst = arena_->locate(array, layer, cells[first + i]);
-            groups[{from, {sp, dst.piece}}].push_back({static_cast<uint32_t>(so / 4), static_cast<uint32_t>(dst.offset / 4)});
+            auto& list = groups[{from, {sp, dst.piece}}];
+            for (uint32_t h = 0; h < heads; ++h)
+                list.push_back({static_cast<uint32_t>((so + h * src_head_bytes) / 4),
+                                static_cast<uint32_t>((dst.offset + h * head_stride) / 4)});
         }
         for (const auto& [key, rows] : groups) {
-            const ops::PieceRef from{key.first, key.second.first, row_bytes};
-            const ops::PieceRef to{any.buffer, key.second.second, g.row_bytes};
-            KVRT_TRY(ops::record_store(s, src.type, g.type, row_elems, from, to, rows));
+            const ops::PieceRef from{key.first, key.second.first, split_heads ? src_head_bytes : row_bytes};
+            const ops::PieceRef to{any.buffer, key.second.second, split_heads ? g.head_bytes : g.row_bytes};
+            const uint32_t store_elems = split_heads ? g.head_dim : row_elems;
+            KVRT_TRY(ops::record_store(s, src.type, g.type, store_elems, from, to, rows));
         }
     }
     return KVRT_SUCCESS;
@@ -215,6 +237,7 @@ Result Cache::record_writes(vk::Stream& s, uint32_t n, const uint32_t* cells, in
 
 Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source& k,
                     const Source& v, uint32_t* out_cells) {
+    if (is_static()) return static_append(stream, tokens, n, layer, &k, &v, out_cells);
     KVRT_TRY(check_write(n, layer, k, v));
     if (stream) KVRT_TRY(stream->require_recording());
     auto batch = std::make_shared<PlacedBatch>();
@@ -245,6 +268,7 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
 }
 
 Result Cache::place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells) {
+    if (is_static()) return static_append(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
     kv::Placement p;
     KVRT_TRY(table_.plan(tokens, n, &p));
     if (n == 0) return KVRT_SUCCESS;
@@ -301,17 +325,24 @@ Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_ou
             float* out = array == Array::K ? k_out : v_out;
             if (!out) continue;
             const kv::RowGeometry& g = arena_->rows(array);
+            // Rows are gathered whole, or head by head when the heads lie apart.
+            const uint64_t head_stride = arena_->head_stride(array);
+            const bool split_heads = head_stride != g.head_bytes;
+            const uint64_t copy_bytes = split_heads ? g.head_bytes : g.stride;
             std::map<size_t, std::vector<ops::RowPair>> groups;
             for (uint32_t i = 0; i < count; ++i) {
                 const RowLocation at = arena_->locate(array, static_cast<uint32_t>(layer), cells[first + i]);
-                groups[at.piece].push_back({static_cast<uint32_t>(at.offset / 4), static_cast<uint32_t>(i * g.stride / 4)});
+                for (uint32_t h = 0; h < (split_heads ? geo_.n_kv_heads : 1u); ++h)
+                    groups[at.piece].push_back({static_cast<uint32_t>((at.offset + h * head_stride) / 4),
+                                                static_cast<uint32_t>((i * g.stride + h * g.head_bytes) / 4)});
             }
             KVRT_TRY(begin_own());
             Result r = KVRT_SUCCESS;
             const RowLocation any = arena_->locate(array, static_cast<uint32_t>(layer), 0);
             for (const auto& [piece, rows] : groups) {
                 if (r != KVRT_SUCCESS) break;
-                r = ops::record_copy_rows(*own_, {any.buffer, piece, g.stride}, {tmp.get(), 0, g.stride}, g.stride, rows);
+                r = ops::record_copy_rows(*own_, {any.buffer, piece, copy_bytes}, {tmp.get(), 0, copy_bytes}, copy_bytes,
+                                          rows);
             }
             if (r == KVRT_SUCCESS) r = finish_own();
             if (r != KVRT_SUCCESS) {
@@ -330,6 +361,8 @@ Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_ou
 Result Cache::compact(vk::Stream* stream, double threshold, uint32_t max_moves, uint32_t* out_moved) {
     if (out_moved) *out_moved = 0;
     if (stream) KVRT_TRY(stream->require_recording());
+    // Static windows have no holes to close: a row's place is its window's.
+    if (is_static()) return KVRT_SUCCESS;
     auto moves = std::make_shared<std::vector<kv::CellMove>>();
     KVRT_TRY(kv::plan_compaction(table_, threshold, max_moves ? max_moves : UINT32_MAX, moves.get()));
     if (moves->empty()) return KVRT_SUCCESS;
@@ -385,8 +418,55 @@ Result Cache::compact(vk::Stream* stream, double threshold, uint32_t max_moves, 
     return KVRT_SUCCESS;
 }
 
+Result Cache::require_cells(const char* op) const {
+    if (is_static())
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "%s is not available in the static layout (its windows keep positions in arrival order)", op);
+    return KVRT_SUCCESS;
+}
+
+Result Cache::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
+    if (!is_static()) return table_.seq_rm(seq, p0, p1);
+    if (seq >= 0 && static_cast<uint32_t>(seq) >= geo_.max_seqs)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
+    if (p1 >= 0 && p1 < p0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "range [%d, %d) is reversed", p0, p1);
+    // Whole sequences only: a window cannot have a hole.
+    const uint32_t first = seq < 0 ? 0 : static_cast<uint32_t>(seq);
+    const uint32_t last = seq < 0 ? geo_.max_seqs : first + 1;
+    bool any = false;
+    for (uint32_t s = first; s < last; ++s) {
+        const int32_t lo = table_.seq_pos_min(static_cast<int32_t>(s)), hi = table_.seq_pos_max(static_cast<int32_t>(s));
+        if (lo < 0) continue;
+        const bool before = p1 >= 0 && p1 <= lo, after = p0 > hi;
+        if (before || after || (p0 == p1 && p0 >= 0)) continue;  // touches nothing of s
+        if (p0 > lo || (p1 >= 0 && p1 <= hi))
+            return fail(KVRT_ERROR_UNSUPPORTED,
+                        "the static layout removes whole sequences only: [%d, %d) cuts sequence %u's positions "
+                        "%d..%d",
+                        p0, p1, s, lo, hi);
+        any = true;
+    }
+    if (!any) return KVRT_SUCCESS;
+    KVRT_TRY(table_.seq_rm(seq, p0, p1));
+    for (uint32_t s = first; s < last; ++s)
+        if (table_.seq_pos_min(static_cast<int32_t>(s)) < 0) seq_windows_[s].reset();
+    return KVRT_SUCCESS;
+}
+
+Result Cache::seq_keep(int32_t seq) {
+    KVRT_TRY(table_.seq_keep(seq));
+    for (uint32_t s = 0; s < seq_windows_.size(); ++s)
+        if (static_cast<int32_t>(s) != seq) seq_windows_[s].reset();
+    return KVRT_SUCCESS;
+}
+
+void Cache::clear() {
+    table_.clear();
+    for (kv::StaticWindow& w : seq_windows_) w.reset();
+}
+
 void Cache::fill_info(kvrt_cache_info* out) const {
-    out->capacity = geo_.capacity;
+    out->capacity = is_static() ? geo_.max_seqs * geo_.k.regions.window_rows : geo_.capacity;
     out->used = table_.used();
     out->n_attend = table_.n_attend();
     out->pending_shifts = table_.shifted_cell_count();

@@ -10,6 +10,7 @@
 #include "kv/cell_table.hpp"
 #include "kv/geometry.hpp"
 #include "kv/rope.hpp"
+#include "kv/static_window.hpp"
 #include "vk/stream.hpp"
 
 namespace kvrt::cache {
@@ -51,6 +52,31 @@ public:
     Result compact(vk::Stream* stream, double threshold, uint32_t max_moves, uint32_t* out_moved);
 
     void fill_info(kvrt_cache_info* out) const;
+
+    // Sequence operations of the C API that depend on the layout (the others
+    // go to the table directly, after require_cells()).
+    Result seq_rm(int32_t seq, int32_t p0, int32_t p1);
+    Result seq_keep(int32_t seq);
+    void clear();
+    // KVRT_ERROR_UNSUPPORTED, naming `op`, for a static-layout cache.
+    Result require_cells(const char* op) const;
+
+    // ---- Static padded layout (static_layout.cpp) ----
+    bool is_static() const { return geo_.layout == KVRT_LAYOUT_STATIC; }
+    // Where one window lies (kvrt_cache_static_window without the handle).
+    struct WindowView {
+        std::shared_ptr<vk::Buffer> buffer;
+        uint64_t offset = 0, row_stride = 0, bytes = 0;
+        uint32_t rows = 0, n_valid = 0;
+        int32_t pos_first = -1, pos_last = -1;
+        kvrt_type type = KVRT_TYPE_F16;
+        kv::StaticScale scale;
+    };
+    Result static_window(int32_t seq, uint32_t layer, uint32_t head, Array array, WindowView* out) const;
+    Result static_mask(int32_t seq, kvrt_type type, void* out, uint64_t out_bytes) const;
+    Result static_stats(int32_t seq, kvrt_static_stats* out) const;
+    // kvrt_cache_seq_transfer, into this cache.
+    Result transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32_t* out_count);
 
     // Where attention writes its rows.
     struct Output {
@@ -103,6 +129,26 @@ private:
     Result begin_own();
     Result finish_own();
 
+    // Static layout: appends `n` tokens to their sequences' windows and, with
+    // k and v, writes their rows (kvrt_cache_store / kvrt_cache_place).
+    Result static_append(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source* k,
+                         const Source* v, uint32_t* out_cells);
+    // Records the slide copy of `seq`'s regions in every layer, K and V.
+    Result record_slide(vk::Stream& s, uint32_t seq, const kv::StaticSlide& slide);
+    // A sequence's window and cells, to undo an append.
+    struct SeqSnapshot {
+        int32_t seq = 0;
+        kv::StaticWindow window;
+        std::vector<uint32_t> cells;
+        std::vector<int32_t> positions;
+    };
+    Result snapshot(int32_t seq, SeqSnapshot* out) const;
+    void restore(const std::vector<SeqSnapshot>& snaps);
+    // Row copies between this cache and `src` (or within it) for the
+    // tokens in src_cells -> dst_cells, every layer, K and V.
+    Result record_copy_cells(vk::Stream& s, const Cache& src, const std::vector<uint32_t>& src_cells,
+                             const std::vector<uint32_t>& dst_cells);
+
     vk::Context& ctx_;
     kv::CacheGeometry geo_;
     kv::CellTable table_;
@@ -113,6 +159,10 @@ private:
     bool deferred_ = false;
     std::unique_ptr<vk::Stream> own_;
     bool own_pending_ = false;
+    // Static layout: the arena (also arena_) and each sequence's window.
+    const StaticArena* static_arena_ = nullptr;
+    kv::StaticGeometry static_geo_;
+    std::vector<kv::StaticWindow> seq_windows_;
 };
 
 }  // namespace kvrt::cache

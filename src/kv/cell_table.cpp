@@ -249,7 +249,7 @@ void CellTable::free_cell(uint32_t cell) {
 
 // ---- Placement -----------------------------------------------------------------
 
-Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out) const {
+Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out, const uint32_t* at) const {
     if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: out is NULL");
     out->reset_batch();
     if (capacity_ == 0) return fail(KVRT_ERROR_INVALID_STATE, "plan: the cell table is not initialized");
@@ -306,6 +306,22 @@ Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out) const {
                         int32_t(*dup >> 32), int32_t(*dup & 0xffffffffu));
         }
 
+        if (at) {
+            // Cells chosen by the caller (the static layout's rows): each in
+            // range, empty, and given once.
+            out->cells_.assign(at, at + n);
+            std::vector<uint32_t> sorted(at, at + n);
+            std::sort(sorted.begin(), sorted.end());
+            for (uint32_t i = 0; i < n; ++i) {
+                if (sorted[i] >= capacity_ || pos_[sorted[i]] >= 0 || (i && sorted[i] == sorted[i - 1])) {
+                    out->reset_batch();
+                    return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: cell %u is out of range, in use or repeated",
+                                sorted[i]);
+                }
+            }
+            out->contiguous_ = true;
+            for (uint32_t i = 1; i < n && out->contiguous_; ++i) out->contiguous_ = at[i] == at[0] + i;
+        }
         // Contiguous first fit from the head. Like llama.cpp, restart from cell 0
         // when the head ran far past the number of used cells (holes below it).
         uint32_t start = head_;
@@ -321,13 +337,15 @@ Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out) const {
             }
             return -1;
         };
-        int64_t first = n == 0 ? -1 : find_run(start, capacity_);
-        if (first < 0 && n > 0 && start > 0) {
+        int64_t first = n == 0 || at ? -1 : find_run(start, capacity_);
+        if (!at && first < 0 && n > 0 && start > 0) {
             // Runs that begin below the head (they may extend past it).
             first = find_run(0, uint32_t(std::min<uint64_t>(capacity_, uint64_t(start) + n - 1)));
         }
-        out->cells_.resize(n);
-        if (first >= 0) {
+        if (!at) out->cells_.resize(n);
+        if (at) {
+            // Chosen above.
+        } else if (first >= 0) {
             for (uint32_t i = 0; i < n; ++i) out->cells_[i] = uint32_t(first) + i;
             out->contiguous_ = true;
         } else {

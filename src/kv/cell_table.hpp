@@ -136,8 +136,10 @@ public:
     // detail message gives both numbers); KVRT_ERROR_INVALID_ARGUMENT when a
     // (sequence, position) pair repeats in the batch (this includes an id
     // repeated inside one token); KVRT_ERROR_OUT_OF_HOST_MEMORY. On failure
-    // *out holds no plan.
-    Result plan(const Token* tokens, uint32_t n, Placement* out) const;
+    // *out holds no plan. With `at` (n cells), token i goes to cell at[i]
+    // instead of a free cell the table picks; each must be empty and given
+    // once (else KVRT_ERROR_INVALID_ARGUMENT).
+    Result plan(const Token* tokens, uint32_t n, Placement* out, const uint32_t* at = nullptr) const;
 
     // Writes the planned batch into its cells. Allocates nothing and has no
     // resource failure; it returns KVRT_ERROR_INVALID_STATE (and changes

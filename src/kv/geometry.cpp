@@ -1,6 +1,9 @@
 #include "kv/geometry.hpp"
 
+#include <cmath>
 #include <cstring>
+
+#include "kv/static_window.hpp"
 
 #include "core/checked.hpp"
 
@@ -12,6 +15,8 @@ bool type_size(kvrt_type type, TypeSize* out) {
         case KVRT_TYPE_F16: *out = {1, 2}; return true;
         case KVRT_TYPE_Q8_0: *out = {32, 34}; return true;
         case KVRT_TYPE_Q4_0: *out = {32, 18}; return true;
+        case KVRT_TYPE_U8_STATIC: *out = {1, 1}; return true;
+        case KVRT_TYPE_U16_STATIC: *out = {1, 2}; return true;
         default: return false;
     }
 }
@@ -22,12 +27,15 @@ const char* type_name(kvrt_type type) {
         case KVRT_TYPE_F16: return "f16";
         case KVRT_TYPE_Q8_0: return "q8_0";
         case KVRT_TYPE_Q4_0: return "q4_0";
+        case KVRT_TYPE_U8_STATIC: return "u8_static";
+        case KVRT_TYPE_U16_STATIC: return "u16_static";
         default: return "unknown";
     }
 }
 
 bool parse_type(const char* name, kvrt_type* out) {
-    static const kvrt_type all[] = {KVRT_TYPE_F32, KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0};
+    static const kvrt_type all[] = {KVRT_TYPE_F32,  KVRT_TYPE_F16,       KVRT_TYPE_Q8_0,
+                                    KVRT_TYPE_Q4_0, KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC};
     for (kvrt_type t : all) {
         if (std::strcmp(name, type_name(t)) == 0) {
             *out = t;
@@ -43,7 +51,7 @@ Result row_geometry(const char* what, kvrt_type type, uint32_t head_dim, uint32_
                     uint64_t max_binding, RowGeometry* out) {
     TypeSize ts{};
     if (!type_size(type, &ts))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s type %d is not F32, F16, Q8_0 or Q4_0", what,
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s type %d is not F32, F16, Q8_0, Q4_0, U8_STATIC or U16_STATIC", what,
                     static_cast<int>(type));
     if (head_dim % ts.block_elems != 0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s type %s needs a head dim that is a multiple of %u (got %u)", what,
@@ -71,19 +79,138 @@ Result row_geometry(const char* what, kvrt_type type, uint32_t head_dim, uint32_
 
 }  // namespace
 
+namespace {
+
+// The structs chained on a kvrt_cache_desc.
+struct Chain {
+    const kvrt_static_layout_desc* layout = nullptr;
+    const kvrt_static_scales_desc* scales = nullptr;
+};
+
+Result walk_chain(const void* next, Chain* out) {
+    for (int depth = 0; next; ++depth) {
+        if (depth == 16) return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_cache_desc.next: the chain is longer than 16 (a loop?)");
+        const kvrt_struct_type t = *static_cast<const kvrt_struct_type*>(next);
+        if (t == KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC && !out->layout) {
+            out->layout = static_cast<const kvrt_static_layout_desc*>(next);
+            next = out->layout->next;
+        } else if (t == KVRT_STRUCT_TYPE_STATIC_SCALES_DESC && !out->scales) {
+            out->scales = static_cast<const kvrt_static_scales_desc*>(next);
+            next = out->scales->next;
+        } else {
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "kvrt_cache_desc.next: struct type %d is unknown here or repeated (expected "
+                        "KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC or KVRT_STRUCT_TYPE_STATIC_SCALES_DESC, once each)",
+                        static_cast<int>(t));
+        }
+    }
+    return KVRT_SUCCESS;
+}
+
+// The per-layer scales of a static-scale array from the chain.
+Result static_scales(const char* what, kvrt_type type, const kvrt_static_scales_desc* d, const kvrt_quant_scale* given,
+                     uint32_t n_layers, std::vector<StaticScale>* out) {
+    if (!is_static_scale(type)) {
+        if (given)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_static_scales_desc.%s is set but the %s type is %s", what,
+                        what, type_name(type));
+        return KVRT_SUCCESS;
+    }
+    if (!d || !given)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "%s type %s needs its scales: chain a kvrt_static_scales_desc with %s set", what, type_name(type),
+                    what);
+    if (d->count != 1 && d->count != n_layers)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_static_scales_desc.count %u must be 1 or n_layers (%u)",
+                    d->count, n_layers);
+    const int32_t qmax = type == KVRT_TYPE_U8_STATIC ? 255 : 65535;
+    out->resize(n_layers);
+    for (uint32_t l = 0; l < n_layers; ++l) {
+        const kvrt_quant_scale& q = given[d->count == 1 ? 0 : l];
+        const float inv = 1.0f / q.scale;
+        if (!(q.scale > 0.0f) || !std::isfinite(q.scale) || !std::isfinite(inv))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s scale of layer %u is %g; it must be finite and > 0 (with a finite inverse)",
+                        what, l, static_cast<double>(q.scale));
+        if (q.zero_point < 0 || q.zero_point > qmax)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s zero_point of layer %u is %d; %s needs 0..%d", what, l,
+                        q.zero_point, type_name(type), qmax);
+        (*out)[l] = StaticScale{q.scale, inv, q.zero_point};
+    }
+    return KVRT_SUCCESS;
+}
+
+// The static layout's regions of one array, and its pieces.
+Result static_regions(const char* what, const kvrt_static_layout_desc& d, uint32_t n_layers, uint32_t n_kv_heads,
+                      uint32_t max_seqs, uint64_t max_binding, RowGeometry* g) {
+    if (g->type == KVRT_TYPE_Q8_0 || g->type == KVRT_TYPE_Q4_0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "%s type %s is block-quantized; the static layout takes F32, F16, U8_STATIC or U16_STATIC", what,
+                    type_name(g->type));
+    if (g->head_bytes % 4)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "the static layout needs %s rows of a multiple of 4 bytes (head dim %u of %s is %llu bytes)", what,
+                    g->head_dim, type_name(g->type), static_cast<unsigned long long>(g->head_bytes));
+    TypeSize ts{};
+    type_size(g->type, &ts);
+    StaticGeometry sg;
+    KVRT_TRY(StaticGeometry::create(n_layers, n_kv_heads, g->head_dim, ts.block_bytes, d.seq_len,
+                                    d.reserve == 0.0 ? 2.0 : d.reserve, &sg));
+    StaticRegions& r = g->regions;
+    r.seq_len = sg.max_seq;
+    r.reserve = sg.reserve;
+    r.window_rows = sg.window_rows;
+    r.reservation_rows = sg.reservation_rows;
+    r.region_bytes = sg.buffer_bytes;
+    // A sequence's regions of all heads of a layer are bound together.
+    uint64_t per_seq = 0;
+    if (!checked_mul(r.region_bytes, n_kv_heads, &per_seq) || per_seq > max_binding)
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "the static layout binds one sequence's %s windows of a layer whole: %u heads x %u rows x %llu "
+                    "bytes exceeds the device's largest binding (%llu bytes); lower seq_len or reserve",
+                    what, n_kv_heads, r.reservation_rows, static_cast<unsigned long long>(g->head_bytes),
+                    static_cast<unsigned long long>(max_binding));
+    // Whole sequences per piece (rows are multiples of 4 bytes; pieces are
+    // padded to 16).
+    uint64_t seqs = max_binding / per_seq;
+    while (seqs > 1 && align_up(seqs * per_seq, 16) > max_binding) --seqs;
+    if (align_up(seqs * per_seq, 16) > max_binding)
+        return fail(KVRT_ERROR_UNSUPPORTED, "one sequence's %s windows of a layer do not fit the largest binding", what);
+    if (seqs >= max_seqs) seqs = max_seqs;
+    r.regions_per_piece = static_cast<uint32_t>(seqs * n_kv_heads);
+    g->pieces = static_cast<uint32_t>((max_seqs + seqs - 1) / seqs);
+    g->piece_bytes = align_up(seqs * per_seq, 16);
+    const uint64_t last = max_seqs - (g->pieces - 1) * seqs;
+    g->layer_bytes = (g->pieces - 1) * g->piece_bytes + align_up(last * per_seq, 16);
+    g->cells_per_piece = 0;
+    return KVRT_SUCCESS;
+}
+
+}  // namespace
+
 Result CacheGeometry::from_desc(const kvrt_cache_desc& d, uint64_t max_binding, CacheGeometry* out) {
     if (d.type != KVRT_STRUCT_TYPE_CACHE_DESC)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_cache_desc.type must be KVRT_STRUCT_TYPE_CACHE_DESC "
                                                  "(use KVRT_CACHE_DESC_INIT)");
-    if (d.n_layers == 0 || d.n_heads == 0 || d.n_kv_heads == 0 || d.head_dim_k == 0 || d.capacity == 0)
+    Chain chain;
+    KVRT_TRY(walk_chain(d.next, &chain));
+    if (d.layout != KVRT_LAYOUT_DEFAULT && d.layout != KVRT_LAYOUT_CELLS && d.layout != KVRT_LAYOUT_STATIC)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown layout %d", static_cast<int>(d.layout));
+    const bool is_static = d.layout == KVRT_LAYOUT_STATIC;
+    if (is_static && !chain.layout)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "KVRT_LAYOUT_STATIC needs a kvrt_static_layout_desc (seq_len, reserve) in kvrt_cache_desc.next");
+    if (!is_static && chain.layout)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "a kvrt_static_layout_desc is chained but the layout is not static");
+    if (is_static && d.capacity != 0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "capacity must be 0 with KVRT_LAYOUT_STATIC (it is max_seqs * (seq_len - 1)); got %u", d.capacity);
+    if (d.n_layers == 0 || d.n_heads == 0 || d.n_kv_heads == 0 || d.head_dim_k == 0 || (!is_static && d.capacity == 0))
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
                     "n_layers, n_heads, n_kv_heads, head_dim_k and capacity must be > 0 (got %u, %u, %u, %u, %u)",
                     d.n_layers, d.n_heads, d.n_kv_heads, d.head_dim_k, d.capacity);
     if (d.n_heads % d.n_kv_heads != 0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "n_heads %u is not a multiple of n_kv_heads %u", d.n_heads,
                     d.n_kv_heads);
-    if (d.layout != KVRT_LAYOUT_DEFAULT && d.layout != KVRT_LAYOUT_CELLS)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown layout %d", static_cast<int>(d.layout));
     if (d.head_dim_k > 1024 || d.head_dim_v > 1024 || d.n_kv_heads > 4096 || d.n_heads > 16384)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "head dims above 1024 or head counts above 4096/16384 are not supported");
     if (d.capacity > (1u << 30))
@@ -92,25 +219,55 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc& d, uint64_t max_binding, 
     if (max_binding < 4096) return fail(KVRT_ERROR_INVALID_ARGUMENT, "binding limit below 4096 bytes");
 
     CacheGeometry g;
+    g.layout = is_static ? KVRT_LAYOUT_STATIC : KVRT_LAYOUT_CELLS;
     g.n_layers = d.n_layers;
     g.n_heads = d.n_heads;
     g.n_kv_heads = d.n_kv_heads;
-    g.capacity = d.capacity;
-    g.max_seqs = d.max_seqs ? d.max_seqs : 64;
+    g.max_seqs = d.max_seqs ? d.max_seqs : (is_static ? 1 : 64);
     g.max_binding = max_binding;
     const kvrt_type tk = d.type_k == KVRT_TYPE_DEFAULT ? KVRT_TYPE_F16 : d.type_k;
     const kvrt_type tv = d.type_v == KVRT_TYPE_DEFAULT ? KVRT_TYPE_F16 : d.type_v;
     const uint32_t dv = d.head_dim_v ? d.head_dim_v : d.head_dim_k;
-    KVRT_TRY(row_geometry("K", tk, d.head_dim_k, d.n_kv_heads, d.capacity, max_binding, &g.k));
-    KVRT_TRY(row_geometry("V", tv, dv, d.n_kv_heads, d.capacity, max_binding, &g.v));
+    if (is_static) {
+        // The cells of the static layout are the rows of every region.
+        if (chain.layout->seq_len < 2)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_static_layout_desc.seq_len %u must be at least 2",
+                        chain.layout->seq_len);
+        const double reserve = chain.layout->reserve == 0.0 ? 2.0 : chain.layout->reserve;
+        if (!std::isfinite(reserve) || reserve < 1.0)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_static_layout_desc.reserve %g must be finite and >= 1",
+                        reserve);
+        const double rows = std::ceil(reserve * (chain.layout->seq_len - 1.0)) * g.max_seqs;
+        if (rows > static_cast<double>(1u << 30))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "max_seqs x ceil(reserve x (seq_len - 1)) = %.0f rows exceeds 2^30", rows);
+        g.capacity = static_cast<uint32_t>(rows);
+    } else {
+        g.capacity = d.capacity;
+    }
+    KVRT_TRY(row_geometry("K", tk, d.head_dim_k, d.n_kv_heads, g.capacity, max_binding, &g.k));
+    KVRT_TRY(row_geometry("V", tv, dv, d.n_kv_heads, g.capacity, max_binding, &g.v));
+    KVRT_TRY(static_scales("k", tk, chain.scales, chain.scales ? chain.scales->k : nullptr, d.n_layers, &g.k.scales));
+    KVRT_TRY(static_scales("v", tv, chain.scales, chain.scales ? chain.scales->v : nullptr, d.n_layers, &g.v.scales));
+    if (is_static) {
+        KVRT_TRY(static_regions("K", *chain.layout, d.n_layers, d.n_kv_heads, g.max_seqs, max_binding, &g.k));
+        KVRT_TRY(static_regions("V", *chain.layout, d.n_layers, d.n_kv_heads, g.max_seqs, max_binding, &g.v));
+    }
 
     // The sizes fit in 64 bits by the limits above (2^30 cells * 2^12 heads *
     // 2^10 dims * 4 bytes * 2^32 layers would not, so check the layer product).
     uint64_t per_layer_token = g.k.row_bytes + g.v.row_bytes, t = 0;
     if (!checked_mul(per_layer_token, d.n_layers, &g.bytes_per_token) ||
-        !checked_mul(g.bytes_per_token, d.capacity, &g.data_bytes) ||
         !checked_add(g.k.layer_bytes, g.v.layer_bytes, &t) || !checked_mul(t, d.n_layers, &g.device_bytes))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "the cache's size overflows 64 bits");
+    if (is_static) {
+        // Every row of every region: 2 * max_seqs * layers * heads * rows * row bytes.
+        const uint64_t rows = uint64_t{g.max_seqs} * g.k.regions.reservation_rows * d.n_kv_heads * d.n_layers;
+        if (!checked_mul(rows, g.k.head_bytes + g.v.head_bytes, &g.data_bytes))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "the cache's size overflows 64 bits");
+    } else if (!checked_mul(g.bytes_per_token, g.capacity, &g.data_bytes)) {
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "the cache's size overflows 64 bits");
+    }
     *out = g;
     return KVRT_SUCCESS;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/result.hpp"
 
@@ -15,7 +16,7 @@ struct TypeSize {
     uint32_t block_bytes;
 };
 
-// KVRT_TYPE_F32/F16/Q8_0/Q4_0; false for anything else.
+// KVRT_TYPE_F32/F16/Q8_0/Q4_0/U8_STATIC/U16_STATIC; false for anything else.
 bool type_size(kvrt_type type, TypeSize* out);
 
 // Name for messages and the command line ("f16", "q8_0", ...).
@@ -24,7 +25,32 @@ const char* type_name(kvrt_type type);
 // Parses a type name; false when unknown.
 bool parse_type(const char* name, kvrt_type* out);
 
-// Geometry of one array (K or V) of a cell-layout cache.
+// The per-tensor quantization of a static-scale type (KVRT_TYPE_U8_STATIC,
+// KVRT_TYPE_U16_STATIC): value = scale * (q - zero_point), and a value x is
+// stored as clamp(roundf(x * inv) + zero_point, 0, qmax), inv = 1/scale in f32.
+struct StaticScale {
+    float scale = 0.0f;
+    float inv = 0.0f;
+    int32_t zero_point = 0;
+};
+
+// True for KVRT_TYPE_U8_STATIC and KVRT_TYPE_U16_STATIC.
+inline bool is_static_scale(kvrt_type t) { return t == KVRT_TYPE_U8_STATIC || t == KVRT_TYPE_U16_STATIC; }
+
+// The static padded layout's part of an array's geometry (SPEC 5): every
+// (sequence, layer, KV head) owns a region of `reservation_rows` rows of
+// `head_bytes`; a layer's regions lie in one buffer, sequence-major then head,
+// `regions_per_piece` (a multiple of n_kv_heads) to a piece.
+struct StaticRegions {
+    uint32_t seq_len = 0;            // S
+    double reserve = 0.0;            // R
+    uint32_t window_rows = 0;        // S - 1
+    uint32_t reservation_rows = 0;   // ceil(R * (S-1))
+    uint64_t region_bytes = 0;       // reservation_rows * head_bytes
+    uint32_t regions_per_piece = 0;
+};
+
+// Geometry of one array (K or V) of a cache.
 struct RowGeometry {
     kvrt_type type = KVRT_TYPE_F16;
     uint32_t head_dim = 0;
@@ -35,6 +61,8 @@ struct RowGeometry {
     uint32_t pieces = 0;           // pieces per layer
     uint64_t piece_bytes = 0;      // bytes of each full piece (a multiple of 16)
     uint64_t layer_bytes = 0;      // bytes allocated per layer
+    std::vector<StaticScale> scales;  // per layer, for static-scale types; else empty
+    StaticRegions regions;            // the static layout's; else zero
 
     // Piece and byte offset of `cell` inside it.
     void locate(uint32_t cell, uint32_t* piece, uint64_t* offset) const {
@@ -55,6 +83,7 @@ struct CacheGeometry {
     uint64_t data_bytes = 0;       // bytes_per_token * capacity
     uint64_t device_bytes = 0;     // what the cache allocates
     uint64_t max_binding = 0;
+    kvrt_layout layout = KVRT_LAYOUT_CELLS;
 
     // Validates `desc` (the checks of kvrt_cache_create) and computes the
     // geometry for a device whose largest binding is `max_binding` bytes.
