@@ -558,3 +558,92 @@ TEST_CASE("static layout: the estimate reproduces SPEC 5", "[static][estimate]")
     REQUIRE(device_bytes(ctx) - before <= e.device_bytes + 2 * sh.layers * 4096);
     kvrt_cache_destroy(c);
 }
+
+TEST_CASE("static layout: sequences spread over several pieces", "[static][attention]") {
+    // A 4 KiB binding limit puts each sequence's regions of a layer in a piece
+    // of their own: windows, slides and attention must address every piece.
+    GpuContext ctx(0, 4096);
+    Shape sh;
+    sh.dk = sh.dv = 8;
+    const uint32_t S = 64, W = S - 1;
+    kvrt_cache c = make_cache(ctx, sh, true, S, 2.0, 3);
+    for (int32_t seq = 0; seq < 3; ++seq) {
+        const uint32_t n = 40 + 30 * static_cast<uint32_t>(seq);  // 40, 70, 100 tokens
+        for (uint32_t p = 0; p < n; p += 10) REQUIRE(store_tokens(c, sh, seq, static_cast<int32_t>(p), 10) == KVRT_SUCCESS);
+        check_windows(c, sh, seq, S, std::min(n, W), static_cast<int32_t>(n) - 1);
+    }
+    kvrt_static_window w0 = KVRT_STATIC_WINDOW_INIT, w2 = KVRT_STATIC_WINDOW_INIT;
+    KVRT_REQUIRE_OK(kvrt_cache_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &w0));
+    KVRT_REQUIRE_OK(kvrt_cache_static_window(c, 2, 0, 0, KVRT_KV_ARRAY_K, &w2));
+    VkBuffer b0 = VK_NULL_HANDLE, b2 = VK_NULL_HANDLE;
+    VkDeviceSize o = 0, n = 0;
+    KVRT_REQUIRE_OK(kvrt_buffer_get_vulkan(w0.buffer, w0.offset, &b0, &o, &n));
+    KVRT_REQUIRE_OK(kvrt_buffer_get_vulkan(w2.buffer, w2.offset, &b2, &o, &n));
+    REQUIRE(b0 != b2);  // different pieces
+    // One attention call with a query of each sequence, against a cell cache
+    // holding the same windows.
+    kvrt_cache cells = make_cache(ctx, sh, false, 0, 0, 3, 256);
+    const int32_t last[3] = {39, 69, 99};
+    for (int32_t seq = 0; seq < 3; ++seq) {
+        const uint32_t held = std::min<uint32_t>(W, static_cast<uint32_t>(last[seq]) + 1);
+        REQUIRE(store_tokens(cells, sh, seq, last[seq] + 1 - static_cast<int32_t>(held), held) == KVRT_SUCCESS);
+    }
+    std::vector<float> q(3 * sh.heads * sh.dk);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 0.01f);
+    for (float& x : q) x = nd(rng);
+    const int32_t pos[3] = {last[0], last[1], last[2]}, seqs[3] = {0, 1, 2};
+    kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+    params.scale = 0.002f;
+    for (uint32_t l = 0; l < sh.layers; ++l) {
+        std::vector<float> a(3 * sh.heads * sh.dv), b(a.size());
+        kvrt_tensor_ref qr{nullptr, q.data(), KVRT_TYPE_F32, 0, 0, 0};
+        kvrt_output_ref oa{nullptr, a.data(), KVRT_TYPE_F32, 0, 0}, ob{nullptr, b.data(), KVRT_TYPE_F32, 0, 0};
+        KVRT_REQUIRE_OK(kvrt_cache_attention(c, nullptr, static_cast<int32_t>(l), 3, pos, seqs, &qr, &oa, &params));
+        KVRT_REQUIRE_OK(kvrt_cache_attention(cells, nullptr, static_cast<int32_t>(l), 3, pos, seqs, &qr, &ob, &params));
+        for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-5).margin(1e-3));
+    }
+    kvrt_cache_destroy(cells);
+    kvrt_cache_destroy(c);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+TEST_CASE("static layout: deferred RoPE attends like the cell layout", "[static][attention]") {
+    GpuContext ctx;
+    Shape sh;
+    sh.dk = sh.dv = 32;
+    const uint32_t S = 24, W = S - 1;
+    auto make = [&](bool is_static) {
+        kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
+        sl.seq_len = S;
+        kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
+        d.n_layers = sh.layers;
+        d.n_heads = sh.heads;
+        d.n_kv_heads = sh.kv_heads;
+        d.head_dim_k = sh.dk;
+        d.flags = KVRT_CACHE_DEFERRED_ROPE;
+        if (is_static) {
+            d.layout = KVRT_LAYOUT_STATIC;
+            d.next = &sl;
+        } else {
+            d.capacity = 64;
+        }
+        kvrt_cache c = nullptr;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
+        return c;
+    };
+    kvrt_cache st = make(true), cells = make(false);
+    REQUIRE(store_tokens(st, sh, 0, 0, 20) == KVRT_SUCCESS);
+    REQUIRE(store_tokens(st, sh, 0, 20, 20) == KVRT_SUCCESS);
+    REQUIRE(store_tokens(cells, sh, 0, 40 - static_cast<int32_t>(W), W) == KVRT_SUCCESS);
+    std::vector<float> q(sh.heads * sh.dk);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = 0.001f * static_cast<float>(i % 7);
+    kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+    params.scale = 0.002f;
+    const std::vector<float> a = attend(st, sh, 1, 39, 1, q, &params);
+    const std::vector<float> b = attend(cells, sh, 1, 39, 1, q, &params);
+    for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-5).margin(1e-3));
+    kvrt_cache_destroy(st);
+    kvrt_cache_destroy(cells);
+    REQUIRE(ctx.validation_errors() == 0);
+}

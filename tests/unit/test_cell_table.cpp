@@ -504,3 +504,39 @@ TEST_CASE("n_attend, fragmentation and the upload layout", "[kv][cell_table]") {
     CHECK(t.seq_pos_max(0) == -1);
     CHECK(t.verify() == KVRT_SUCCESS);
 }
+
+TEST_CASE("cell table: plan at cells the caller chooses", "[cell_table]") {
+    CellTable t;
+    REQUIRE(t.init(16, 2) == KVRT_SUCCESS);
+    const int32_t s0 = 0, s1 = 1;
+    Placement p;
+    Token two[2] = {{5, &s0, 1}, {6, &s0, 1}};
+    const uint32_t at[2] = {9, 10};
+    REQUIRE(t.plan(two, 2, &p, at) == KVRT_SUCCESS);
+    CHECK(p.contiguous());
+    CHECK(p.cells() == std::vector<uint32_t>{9, 10});
+    REQUIRE(t.apply(p) == KVRT_SUCCESS);
+    CHECK(t.cell_pos(9) == 5);
+    CHECK(t.cell_pos(10) == 6);
+    CHECK(t.used_end() == 11);
+    // Scattered cells; the rollback restores the table exactly.
+    const uint32_t apart[2] = {14, 2};
+    Token other[2] = {{0, &s1, 1}, {1, &s1, 1}};
+    REQUIRE(t.plan(other, 2, &p, apart) == KVRT_SUCCESS);
+    CHECK_FALSE(p.contiguous());
+    REQUIRE(t.apply(p) == KVRT_SUCCESS);
+    CHECK(t.cell_pos(14) == 0);
+    CHECK(t.cell_pos(2) == 1);
+    REQUIRE(t.rollback(p) == KVRT_SUCCESS);
+    CHECK(t.cell_is_empty(14));
+    CHECK(t.cell_is_empty(2));
+    CHECK(t.used() == 2);
+    // A cell in use, out of range or repeated is refused and plans nothing.
+    const uint32_t used[2] = {10, 11}, outside[2] = {3, 16}, twice[2] = {4, 4};
+    Token next2[2] = {{7, &s0, 1}, {8, &s0, 1}};
+    CHECK(t.plan(next2, 2, &p, used) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK_FALSE(p.planned());
+    CHECK(t.plan(next2, 2, &p, outside) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(t.plan(next2, 2, &p, twice) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(t.verify() == KVRT_SUCCESS);
+}
