@@ -890,6 +890,8 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
  *   back. A synchronous store that fails with KVRT_ERROR_TIMEOUT keeps its
  *   append: the work was submitted and completes later.
  * - The same tokens give the same attention results as in the cell layout.
+ * - kvrt_cache_get_info reports capacity = max_seqs * (S-1), used = the
+ *   valid rows of all windows, and fragmentation 0.
  * - Creation fails with KVRT_ERROR_UNSUPPORTED when one sequence's region of
  *   all KV heads of one layer (n_kv_heads * ceil(R*(S-1)) * row_stride bytes)
  *   exceeds the device's largest storage binding (the kernels bind it whole),

@@ -4,21 +4,32 @@
 
 namespace kvrt::cache {
 
-Result CellArena::create(vk::Context& ctx, const kv::CacheGeometry& geo, const char* label,
-                         std::unique_ptr<CellArena>* out) {
-    std::unique_ptr<CellArena> a(new CellArena());
-    a->geo_ = geo;
-    const std::string base = label && *label ? label : "kvrt cache";
+namespace {
+
+// One buffer per layer for K and one for V, sized and split as `geo` says.
+Result make_layer_buffers(vk::Context& ctx, const kv::CacheGeometry& geo, const std::string& base,
+                          std::vector<std::shared_ptr<vk::Buffer>>* k, std::vector<std::shared_ptr<vk::Buffer>>* v,
+                          uint64_t* bytes) {
     for (uint32_t l = 0; l < geo.n_layers; ++l) {
         for (Array arr : {Array::K, Array::V}) {
             const kv::RowGeometry& g = arr == Array::K ? geo.k : geo.v;
             std::unique_ptr<vk::Buffer> buf;
             const std::string name = base + (arr == Array::K ? " K" : " V") + std::to_string(l);
             KVRT_TRY(vk::Buffer::create(ctx, g.layer_bytes, g.piece_bytes, name.c_str(), &buf));
-            a->bytes_ += g.layer_bytes;
-            (arr == Array::K ? a->k_ : a->v_).push_back(std::move(buf));
+            *bytes += g.layer_bytes;
+            (arr == Array::K ? k : v)->push_back(std::move(buf));
         }
     }
+    return KVRT_SUCCESS;
+}
+
+}  // namespace
+
+Result CellArena::create(vk::Context& ctx, const kv::CacheGeometry& geo, const char* label,
+                         std::unique_ptr<CellArena>* out) {
+    std::unique_ptr<CellArena> a(new CellArena());
+    a->geo_ = geo;
+    KVRT_TRY(make_layer_buffers(ctx, geo, label && *label ? label : "kvrt cache", &a->k_, &a->v_, &a->bytes_));
     *out = std::move(a);
     return KVRT_SUCCESS;
 }
@@ -36,17 +47,7 @@ Result StaticArena::create(vk::Context& ctx, const kv::CacheGeometry& geo, const
                            std::unique_ptr<StaticArena>* out) {
     std::unique_ptr<StaticArena> a(new StaticArena());
     a->geo_ = geo;
-    const std::string base = label && *label ? label : "kvrt static cache";
-    for (uint32_t l = 0; l < geo.n_layers; ++l) {
-        for (Array arr : {Array::K, Array::V}) {
-            const kv::RowGeometry& g = arr == Array::K ? geo.k : geo.v;
-            std::unique_ptr<vk::Buffer> buf;
-            const std::string name = base + (arr == Array::K ? " K" : " V") + std::to_string(l);
-            KVRT_TRY(vk::Buffer::create(ctx, g.layer_bytes, g.piece_bytes, name.c_str(), &buf));
-            a->bytes_ += g.layer_bytes;
-            (arr == Array::K ? a->k_ : a->v_).push_back(std::move(buf));
-        }
-    }
+    KVRT_TRY(make_layer_buffers(ctx, geo, label && *label ? label : "kvrt static cache", &a->k_, &a->v_, &a->bytes_));
     *out = std::move(a);
     return KVRT_SUCCESS;
 }

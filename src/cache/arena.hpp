@@ -55,7 +55,7 @@ public:
 
 private:
     kv::CacheGeometry geo_;
-    std::vector<std::unique_ptr<vk::Buffer>> k_, v_;  // one per layer
+    std::vector<std::shared_ptr<vk::Buffer>> k_, v_;  // one per layer
     uint64_t bytes_ = 0;
 };
 
