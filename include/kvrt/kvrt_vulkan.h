@@ -67,6 +67,10 @@ KVRT_API kvrt_result kvrt_context_import(const kvrt_context_desc* desc,
  * kvrt buffer follow contiguously in the same VkBuffer (from *out_offset). The
  * VkBuffer stays owned by kvrt and valid until the kvrt buffer is destroyed.
  * Synchronization with the application's own commands is the application's.
+ * For a static-layout window (kvrt_static_window), pass window.offset: the
+ * window lies whole in the returned VkBuffer (*out_contiguous_bytes >=
+ * window.bytes), so a graph binds (*out_buffer, *out_offset) directly; the
+ * VkBuffer lives as long as the cache.
  * Thread-safety: Unsafe (on the buffer). */
 KVRT_API kvrt_result kvrt_buffer_get_vulkan(kvrt_buffer buffer, uint64_t offset,
                                             VkBuffer* out_buffer, VkDeviceSize* out_offset,
