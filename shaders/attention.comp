@@ -13,8 +13,11 @@
 // subgroup operations nor 16-bit arithmetic. K and V are dequantized on the
 // fly, never expanded into a temporary buffer.
 //
-// Defines: K_FMT, V_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0); Q_F16 (queries in
-// f16, else f32); SHUFFLE.
+// Defines: K_FMT, V_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0, 5 U8_STATIC,
+// 6 U16_STATIC); Q_F16 (queries in f16, else f32); SHUFFLE. The static-scale
+// types' (scale, zero point) of the layer come in meta_words, at quant_offset:
+// four more push words would fill the 128 bytes every device guarantees, and
+// specialization constants would need a pipeline per layer.
 //
 // Every loop but the cell loop is [[unroll]]: besides being faster, this is a
 // workaround for llvmpipe (lavapipe), which silently leaves loops after 65535
@@ -80,10 +83,15 @@ layout(push_constant) uniform Push {
     uint partials_offset;  // float offset of row 0's first partial
     uint theta_offset;     // deferred RoPE: word offset of the N_ROT/2 pair frequencies
     float rope_mscale;     // deferred RoPE: magnitude (YaRN)
+    uint quant_offset;     // word offset in meta_words of (K scale, K zero point, V scale, V zero point)
 } pc;
 
-KVRT_DEFINE_OCTET_LOADER(load_k, k_words, K_FMT)
-KVRT_DEFINE_OCTET_LOADER(load_v, v_words, V_FMT)
+// The layer's static-scale quantization, read once per invocation.
+float k_scale = 0.0, v_scale = 0.0;
+int k_zp = 0, v_zp = 0;
+
+KVRT_DEFINE_OCTET_LOADER(load_k, k_words, K_FMT, k_scale, k_zp)
+KVRT_DEFINE_OCTET_LOADER(load_v, v_words, V_FMT, v_scale, v_zp)
 
 float group_sum(float x) {
 #ifdef SHUFFLE
@@ -119,6 +127,14 @@ void main() {
     const uint gid = gl_WorkGroupID.x * groups_per_wg + group_in_wg;
     const uint n_tiles = pc.n_kv_heads * pc.tiles_per_kv;
     if (gid >= n_tiles * pc.n_splits) return;  // whole groups leave together
+    if (K_FMT >= 5) {
+        k_scale = uintBitsToFloat(meta_words[pc.quant_offset]);
+        k_zp = int(meta_words[pc.quant_offset + 1u]);
+    }
+    if (V_FMT >= 5) {
+        v_scale = uintBitsToFloat(meta_words[pc.quant_offset + 2u]);
+        v_zp = int(meta_words[pc.quant_offset + 3u]);
+    }
     const uint tile = gid / pc.n_splits;
     const uint split = gid - tile * pc.n_splits;
     const uint kvh = tile / pc.tiles_per_kv;

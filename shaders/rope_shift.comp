@@ -4,9 +4,11 @@
 // table computed once per distinct delta on the host. Quantized rows are
 // dequantized, rotated and quantized again with the store kernel's exact
 // rules, in place, one invocation per cell (no temporary copy of the layer).
+// Static-scale rows (U8/U16) keep the layer's (scale, zero point): one
+// dispatch serves one layer.
 //
-// Defines: K_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0). Specialization: D_K, N_ROT,
-// NEOX.
+// Defines: K_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0, 5 U8_STATIC, 6 U16_STATIC).
+// Specialization: D_K, N_ROT, NEOX.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "kv_load.glsl"
@@ -27,9 +29,17 @@ layout(push_constant) uniform Push {
     uint head_bytes;
     uint list_offset;    // first entry of `cells`
     uint table_offset;   // added to every cell's table entry
+    // Static-scale K: the layer's scale, 1/scale (as on the host), zero point.
+    float scale;
+    float inv_scale;
+    int zero_point;
 } pc;
 
-KVRT_DEFINE_OCTET_LOADER(load_k, k_words, K_FMT)
+#if K_FMT >= 5
+KVRT_DEFINE_STATIC_LOADER(load_k_value, k_words, K_FMT, pc.scale, pc.zero_point)
+#else
+KVRT_DEFINE_OCTET_LOADER(load_k, k_words, K_FMT, 0.0, 0)
+#endif
 #if K_FMT == 3
 KVRT_DEFINE_QUANTIZERS(9)
 #elif K_FMT == 4
@@ -48,11 +58,16 @@ void main() {
         for (uint h = 0u; h < pc.n_kv_heads; ++h) {
             const uint head_byte = cell.x + h * pc.head_bytes;
             float x[D_K];
+#if K_FMT >= 5
+            // Value by value: static-scale heads need not be octets.
+            for (uint d = 0u; d < D_K; ++d) x[d] = load_k_value(head_byte, d);
+#else
             for (uint o = 0u; o < D_K / 8u; ++o) {
                 float v[8];
                 load_k(head_byte, o, v);
                 for (uint j = 0u; j < 8u; ++j) x[o * 8u + j] = v[j];
             }
+#endif
             for (uint i = 0u; i < N_ROT / 2u; ++i) {
                 const uint a = NEOX != 0u ? i : 2u * i;
                 const uint b = NEOX != 0u ? i + N_ROT / 2u : 2u * i + 1u;
@@ -61,7 +76,22 @@ void main() {
                 x[a] = x0 * cs.x - x1 * cs.y;
                 x[b] = x0 * cs.y + x1 * cs.x;
             }
-#if K_FMT == 1
+#if K_FMT == 5
+            // Pairs of codes as 16-bit halves: a U8 head starts at an even byte
+            // (head_dim is even), and this invocation owns the whole row.
+            for (uint d = 0u; d < D_K; d += 2u) {
+                const uint two = kvrt_quantize_static(x[d], pc.inv_scale, pc.zero_point, 255) |
+                                 (kvrt_quantize_static(x[d + 1u], pc.inv_scale, pc.zero_point, 255) << 8);
+                const uint byte = head_byte + d, w = byte >> 2, shift = (byte & 2u) * 8u;
+                k_words[w] = (k_words[w] & ~(0xffffu << shift)) | (two << shift);
+            }
+#elif K_FMT == 6
+            for (uint d = 0u; d < D_K; d += 2u) {
+                const uint lo = kvrt_quantize_static(x[d], pc.inv_scale, pc.zero_point, 65535);
+                const uint hi = kvrt_quantize_static(x[d + 1u], pc.inv_scale, pc.zero_point, 65535);
+                k_words[(head_byte >> 2) + d / 2u] = lo | (hi << 16);
+            }
+#elif K_FMT == 1
             for (uint d = 0u; d < D_K; ++d) k_words[(head_byte >> 2) + d] = floatBitsToUint(x[d]);
 #elif K_FMT == 2
             for (uint d = 0u; d < D_K; d += 2u)

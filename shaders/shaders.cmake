@@ -4,9 +4,10 @@
 kvrt_add_shader(NAME fill_u32 SOURCE shaders/fill.comp)
 kvrt_add_shader(NAME copy_u32 SOURCE shaders/copy.comp)
 
-# Store: {f32, f16} input x {F32, F16, Q8_0, Q4_0} cache element.
+# Store: {f32, f16} input x {F32, F16, Q8_0, Q4_0, U8_STATIC, U16_STATIC}
+# cache element.
 foreach(src f32 f16)
-  foreach(dst f32 f16 q8_0 q4_0)
+  foreach(dst f32 f16 q8_0 q4_0 u8_static u16_static)
     string(TOUPPER ${dst} dst_upper)
     set(defs DST_${dst_upper})
     if(src STREQUAL "f16")
@@ -32,11 +33,14 @@ kvrt_add_shader(NAME memory_update_f16 SOURCE shaders/memory_update.comp DEFINES
 kvrt_add_shader(NAME memory_update_f16_wide SOURCE shaders/memory_update.comp DEFINES STATE_F16 MEM_WIDE)
 
 # Attention: {K type} x {V type} x {f32, f16 queries} x {subgroup shuffle, portable}.
-set(kvrt_attn_types f32 f16 q8_0 q4_0)
+# The format numbers are those of shaders/include/kv_load.glsl.
+set(kvrt_attn_types f32 f16 q8_0 q4_0 u8_static u16_static)
 set(kvrt_attn_fmt_f32 1)
 set(kvrt_attn_fmt_f16 2)
 set(kvrt_attn_fmt_q8_0 3)
 set(kvrt_attn_fmt_q4_0 4)
+set(kvrt_attn_fmt_u8_static 5)
+set(kvrt_attn_fmt_u16_static 6)
 foreach(kt ${kvrt_attn_types})
   foreach(vt ${kvrt_attn_types})
     foreach(q f32 f16)
@@ -61,6 +65,8 @@ kvrt_add_shader(NAME rope_shift_f32 SOURCE shaders/rope_shift.comp DEFINES K_FMT
 kvrt_add_shader(NAME rope_shift_f16 SOURCE shaders/rope_shift.comp DEFINES K_FMT=2)
 kvrt_add_shader(NAME rope_shift_q8_0 SOURCE shaders/rope_shift.comp DEFINES K_FMT=3)
 kvrt_add_shader(NAME rope_shift_q4_0 SOURCE shaders/rope_shift.comp DEFINES K_FMT=4)
+kvrt_add_shader(NAME rope_shift_u8_static SOURCE shaders/rope_shift.comp DEFINES K_FMT=5)
+kvrt_add_shader(NAME rope_shift_u16_static SOURCE shaders/rope_shift.comp DEFINES K_FMT=6)
 kvrt_add_shader(NAME rope_shift_fast_f32 SOURCE shaders/rope_shift_fast.comp)
 kvrt_add_shader(NAME rope_shift_fast_f16 SOURCE shaders/rope_shift_fast.comp DEFINES K_F16)
 kvrt_add_shader(NAME rope_shift_fast_f16_vec4 SOURCE shaders/rope_shift_fast.comp DEFINES K_F16 VEC4)

@@ -1,15 +1,18 @@
 #version 450
 // Writes tokens' K or V rows into cache cells, converting from f32 or f16 input
-// to the cache's element type (F32, F16, or GGML-compatible Q8_0 / Q4_0
-// quantized on the fly). One dispatch covers one layer's rows that lie in one
-// piece of the source and one piece of the cache.
+// to the cache's element type (F32, F16, GGML-compatible Q8_0 / Q4_0, or the
+// static-scale U8 / U16 codes, quantized on the fly). One dispatch covers one
+// layer's rows that lie in one piece of the source and one piece of the cache.
 //
-// Defines: SRC_F16 (input is f16, else f32); DST_F32 | DST_F16 | DST_Q8_0 | DST_Q4_0.
+// Defines: SRC_F16 (input is f16, else f32); DST_F32 | DST_F16 | DST_Q8_0 |
+// DST_Q4_0 | DST_U8_STATIC | DST_U16_STATIC.
 //
-// Work unit: one output word (F32, F16) or a pair of blocks (Q8_0: 68 bytes =
-// 17 words; Q4_0: 36 bytes = 9 words), so every unit owns whole words and no
-// two invocations write the same word. An odd last block is paired with the
-// row's padding (rows are padded to 4 bytes).
+// Work unit: one output word (F32, F16, U16: 2 values, U8: 4 values) or a pair
+// of blocks (Q8_0: 68 bytes = 17 words; Q4_0: 36 bytes = 9 words), so every
+// unit owns whole words and no two invocations write the same word. An odd
+// last block, or a U8 row whose byte size is not a multiple of 4, fills the
+// rest of its last word with the row's padding, written as zeros (rows are
+// padded to 4 bytes).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "quant.glsl"
@@ -24,6 +27,10 @@ layout(push_constant) uniform Push {
     uint row_elems;      // values per row (n_kv_heads * head_dim)
     uint units_per_row;
     uint list_offset;    // first entry of `rows` for this dispatch
+    // Static-scale types: 1/scale as computed on the host (f32), and the zero
+    // point; unused by the other types.
+    float inv_scale;
+    int zero_point;
 } pc;
 
 float load(uint row_word, uint e) {
@@ -34,6 +41,25 @@ float load(uint row_word, uint e) {
     return uintBitsToFloat(src[row_word + e]);
 #endif
 }
+
+#if defined(DST_U8_STATIC) || defined(DST_U16_STATIC)
+#if defined(DST_U8_STATIC)
+const int QMAX = 255;
+#else
+const int QMAX = 65535;
+#endif
+
+// The code of input value e (NaN takes the zero point: value 0).
+uint quantize_static(uint row_word, uint e) {
+#ifdef SRC_F16
+    const uint h = (src[row_word + (e >> 1)] >> ((e & 1u) * 16u)) & 0xffffu;
+    if (kvrt_is_nan_half(h)) return uint(pc.zero_point);
+#else
+    if (kvrt_is_nan_bits(src[row_word + e])) return uint(pc.zero_point);
+#endif
+    return kvrt_quantize_static(load(row_word, e), pc.inv_scale, pc.zero_point, QMAX);
+}
+#endif
 
 #if defined(DST_Q8_0) || defined(DST_Q4_0)
 #if defined(DST_Q8_0)
@@ -71,6 +97,17 @@ void main() {
 #else
         dst[row.y + u] = kvrt_f32_to_f16(load(row.x, 2u * u)) | (kvrt_f32_to_f16(load(row.x, 2u * u + 1u)) << 16);
 #endif
+#elif defined(DST_U16_STATIC)
+        dst[row.y + u] = quantize_static(row.x, 2u * u) | (quantize_static(row.x, 2u * u + 1u) << 16);
+#elif defined(DST_U8_STATIC)
+        // Values past the row's end (row_elems is even: 0 or 2 of them) are
+        // its padding.
+        uint w = 0u;
+        for (uint j = 0u; j < 4u; ++j) {
+            const uint e = 4u * u + j;
+            if (e < pc.row_elems) w |= quantize_static(row.x, e) << (8u * j);
+        }
+        dst[row.y + u] = w;
 #else
         uint w[PAIR_WORDS];
         for (uint i = 0u; i < PAIR_WORDS; ++i) w[i] = 0u;

@@ -1,7 +1,13 @@
 // Loading 8 consecutive values ("an octet") of a K or V row in any cache
 // format, dequantized to f32. The row's buffer is `uint words[]`; `head_byte` is
-// the byte offset of the head's first value (a multiple of 4 for F32/F16, of 2
-// for quantized rows). Octet o covers values [8o, 8o + 8).
+// the byte offset of the head's first value (a multiple of 4 for F32, F16 and
+// U16_STATIC, of 2 for Q8_0, Q4_0 and U8_STATIC: a U8 head of a row holding
+// several heads starts at a multiple of 2 bytes only when head_dim % 4 == 2).
+// Octet o covers values [8o, 8o + 8).
+//
+// Static-scale codes dequantize as float(int(q) - zero_point) * scale: an
+// exact integer subtraction, then one f32 multiply (`precise`: never fused),
+// bit-identical with the CPU's static_cast<float>(q - zp) * scale.
 #ifndef KVRT_KV_LOAD_GLSL
 #define KVRT_KV_LOAD_GLSL
 
@@ -23,9 +29,18 @@
 #define KVRT_LOAD_HALF(buf, byte) \
     unpackHalf2x16((buf[(byte) >> 2] >> ((((byte) >> 1) & 1u) * 16u)) & 0xffffu).x
 
+// One static-scale value: the code, dequantized.
+float kvrt_dequant_static(uint q, float scale, int zero_point) {
+    precise float v = float(int(q) - zero_point) * scale;
+    return v;
+}
+
 // Defines `void NAME(uint head_byte, uint o, out float v[8])` reading from
-// buffer BUF in format FMT (1 = F32, 2 = F16, 3 = Q8_0, 4 = Q4_0).
-#define KVRT_DEFINE_OCTET_LOADER(NAME, BUF, FMT)                                    \
+// buffer BUF in format FMT (1 = F32, 2 = F16, 3 = Q8_0, 4 = Q4_0,
+// 5 = U8_STATIC, 6 = U16_STATIC). SCALE (float) and ZP (int) are expressions
+// giving the static-scale types' quantization, evaluated in the function
+// (e.g. globals the kernel sets); the other formats ignore them.
+#define KVRT_DEFINE_OCTET_LOADER(NAME, BUF, FMT, SCALE, ZP)                         \
     void NAME(uint head_byte, uint o, out float v[8]) {                             \
         if (FMT == 1) {                                                             \
             const uint w = (head_byte >> 2) + o * 8u;                               \
@@ -46,6 +61,20 @@
                 v[i] = d * float(int(lo << (24u - 8u * i)) >> 24);                  \
                 v[i + 4u] = d * float(int(hi << (24u - 8u * i)) >> 24);             \
             }                                                                       \
+        } else if (FMT == 5) {                                                      \
+            uint lo, hi;                                                            \
+            KVRT_LOAD_8_BYTES(BUF, head_byte + o * 8u, lo, hi);                     \
+            for (uint i = 0u; i < 4u; ++i) {                                        \
+                v[i] = kvrt_dequant_static((lo >> (8u * i)) & 0xffu, SCALE, ZP);    \
+                v[i + 4u] = kvrt_dequant_static((hi >> (8u * i)) & 0xffu, SCALE, ZP); \
+            }                                                                       \
+        } else if (FMT == 6) {                                                      \
+            const uint w = (head_byte >> 2) + o * 4u;                               \
+            for (uint i = 0u; i < 4u; ++i) {                                        \
+                const uint two = BUF[w + i];                                        \
+                v[2u * i] = kvrt_dequant_static(two & 0xffffu, SCALE, ZP);          \
+                v[2u * i + 1u] = kvrt_dequant_static(two >> 16, SCALE, ZP);         \
+            }                                                                       \
         } else {                                                                    \
             const uint block = head_byte + (o >> 2) * 18u;                          \
             const float d = KVRT_LOAD_HALF(BUF, block);                             \
@@ -57,6 +86,17 @@
                 v[i + 4u] = d * float(int((hi >> (8u * i + shift)) & 15u) - 8);     \
             }                                                                       \
         }                                                                           \
+    }
+
+// Defines `float NAME(uint head_byte, uint d)`: value d of a static-scale
+// head in buffer BUF (FMT 5: the U8 code at byte head_byte + d; FMT 6: the U16
+// code at head_byte + 2d), dequantized with SCALE and ZP as above. For kernels
+// that walk a head value by value, whatever its dimension.
+#define KVRT_DEFINE_STATIC_LOADER(NAME, BUF, FMT, SCALE, ZP)                        \
+    float NAME(uint head_byte, uint d) {                                            \
+        const uint byte = head_byte + (FMT == 5 ? d : 2u * d);                      \
+        const uint mask = FMT == 5 ? 0xffu : 0xffffu;                               \
+        return kvrt_dequant_static((BUF[byte >> 2] >> ((byte & 3u) * 8u)) & mask, SCALE, ZP); \
     }
 
 #endif

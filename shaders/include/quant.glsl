@@ -1,5 +1,6 @@
 // Element formats shared by the kernels that write or read K/V: exact f32->f16
-// conversion and GGML-compatible Q8_0 / Q4_0 blocks.
+// conversion, GGML-compatible Q8_0 / Q4_0 blocks, and the codes of the
+// static-scale integer types.
 #ifndef KVRT_QUANT_GLSL
 #define KVRT_QUANT_GLSL
 
@@ -47,6 +48,32 @@ float kvrt_roundf(float x) {
     const float t = trunc(x);
     return abs(x - t) >= 0.5 ? t + sign(x) : t;
 }
+
+// Static-scale integer code (U8_STATIC, U16_STATIC) of x, bit-exact with the
+// CPU rule q = clamp(roundf(x * inv) + zero_point, 0, qmax):
+// - x * inv is one correctly rounded f32 multiply; `precise` keeps the
+//   compiler from contracting it into an fma with a later add.
+// - The product is clamped to +-2^17 before rounding so that the conversion to
+//   int is defined for any input (huge values, infinities); every code the
+//   clamp changes saturates at 0 or qmax either way (|zero_point| <= 65535).
+// - kvrt_roundf rounds halves away from zero exactly, then zero_point is added
+//   and the result clamped in integer arithmetic.
+// NaN inputs are the caller's to catch (see kvrt_is_nan_bits): a NaN takes
+// the code zero_point, which dequantizes to exactly 0. A device may flush a
+// subnormal x to zero; that changes no code unless scale < 2^-125 (only then
+// can a subnormal reach half a step).
+uint kvrt_quantize_static(float x, float inv, int zero_point, int qmax) {
+    precise float s = x * inv;
+    const float c = clamp(s, -131072.0, 131072.0);
+    return uint(clamp(int(kvrt_roundf(c)) + zero_point, 0, qmax));
+}
+
+// True when the f32 bits are a NaN. Tested on the bits because comparisons and
+// isnan() on NaN are not reliable in every driver's float mode.
+bool kvrt_is_nan_bits(uint bits) { return (bits & 0x7fffffffu) > 0x7f800000u; }
+
+// True when the f16 bits are a NaN.
+bool kvrt_is_nan_half(uint h) { return (h & 0x7fffu) > 0x7c00u; }
 
 // Block byte writer: a block pair's bytes collected in words.
 #define KVRT_PUT_BYTE(words, pos, val) words[(pos) >> 2] |= (uint(val) & 0xffu) << (((pos) & 3u) * 8u)

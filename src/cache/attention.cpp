@@ -183,6 +183,8 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     ops::AttnShape shape{};
     shape.k_type = geo_.k.type;
     shape.v_type = geo_.v.type;
+    shape.k_scale = geo_.k.scales.empty() ? kv::StaticScale{} : geo_.k.scales[layer];
+    shape.v_scale = geo_.v.scales.empty() ? kv::StaticScale{} : geo_.v.scales[layer];
     shape.q_type = q.type;
     shape.out_type = out_type;
     shape.head_dim_k = geo_.k.head_dim;

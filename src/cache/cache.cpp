@@ -215,7 +215,8 @@ Result Cache::record_array(vk::Stream& s, Array array, uint32_t n, const uint32_
             const ops::PieceRef from{key.first, key.second.first, split_heads ? src_head_bytes : row_bytes};
             const ops::PieceRef to{any.buffer, key.second.second, split_heads ? g.head_bytes : g.row_bytes};
             const uint32_t store_elems = split_heads ? g.head_dim : row_elems;
-            KVRT_TRY(ops::record_store(s, src.type, g.type, store_elems, from, to, rows));
+            KVRT_TRY(ops::record_store(s, src.type, g.type, store_elems, from, to, rows,
+                                       g.scales.empty() ? kv::StaticScale{} : g.scales[layer]));
         }
     }
     return KVRT_SUCCESS;
@@ -352,7 +353,8 @@ Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_ou
             KVRT_TRY(tmp->download(0, host.data(), count * g.stride));
             const size_t elems = size_t{geo_.n_kv_heads} * g.head_dim;
             for (uint32_t i = 0; i < count; ++i)
-                kv::decode_row(g.type, host.data() + i * g.stride, elems, out + (size_t{first} + i) * elems);
+                kv::decode_row(g.type, host.data() + i * g.stride, elems, out + (size_t{first} + i) * elems,
+                               g.scales.empty() ? nullptr : &g.scales[layer]);
         }
     }
     return KVRT_SUCCESS;
@@ -470,7 +472,8 @@ void Cache::fill_info(kvrt_cache_info* out) const {
     out->used = table_.used();
     out->n_attend = table_.n_attend();
     out->pending_shifts = table_.shifted_cell_count();
-    out->fragmentation = static_cast<float>(table_.fragmentation());
+    // Static windows have padding, not holes: nothing to compact.
+    out->fragmentation = is_static() ? 0.0f : static_cast<float>(table_.fragmentation());
     out->device_bytes = arena_->device_bytes();
     out->bytes_per_token = geo_.bytes_per_token;
 }

@@ -45,7 +45,8 @@ Result Cache::record_shifts(vk::Stream& s, std::vector<std::pair<uint32_t, int32
         const RowLocation any = arena_->locate(Array::K, l, 0);
         for (const auto& [piece, cells] : by_piece) {
             r = ops::record_shift(s, shape, *any.buffer, piece, cells, table_use,
-                                  static_cast<uint32_t>(table_use.offset / 8));
+                                  static_cast<uint32_t>(table_use.offset / 8),
+                                  geo_.k.scales.empty() ? kv::StaticScale{} : geo_.k.scales[l]);
             if (r != KVRT_SUCCESS) break;
         }
     }

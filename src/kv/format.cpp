@@ -1,6 +1,8 @@
 #include "kv/format.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace kvrt::kv {
 
@@ -31,7 +33,7 @@ float f16_to_f32(uint16_t h) {
     return f;
 }
 
-void decode_row(kvrt_type type, const void* src, size_t n, float* out) {
+void decode_row(kvrt_type type, const void* src, size_t n, float* out, const StaticScale* scale) {
     const auto* b = static_cast<const uint8_t*>(src);
     switch (type) {
         case KVRT_TYPE_F32:
@@ -63,6 +65,23 @@ void decode_row(kvrt_type type, const void* src, size_t n, float* out) {
                 }
             }
             return;
+        case KVRT_TYPE_U8_STATIC:
+        case KVRT_TYPE_U16_STATIC: {
+            if (!scale) {
+                std::fill(out, out + n, std::numeric_limits<float>::quiet_NaN());
+                return;
+            }
+            const bool wide = type == KVRT_TYPE_U16_STATIC;
+            for (size_t i = 0; i < n; ++i) {
+                uint16_t q = 0;
+                if (wide) std::memcpy(&q, b + 2 * i, 2);
+                else q = b[i];
+                // An exact integer difference, then one f32 multiply: what the
+                // kernels compute.
+                out[i] = static_cast<float>(static_cast<int32_t>(q) - scale->zero_point) * scale->scale;
+            }
+            return;
+        }
         default:
             return;
     }

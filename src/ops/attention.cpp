@@ -22,13 +22,14 @@ struct AttnPush {
     int32_t window, n_keep;
     uint32_t causal, n_kv_heads, partials_offset, theta_offset;
     float rope_mscale;
+    uint32_t quant_offset;
 };
-static_assert(sizeof(AttnPush) == 112, "AttnPush layout");
+static_assert(sizeof(AttnPush) == 116, "AttnPush layout");
 static_assert(offsetof(AttnPush, n_splits) == 36 && offsetof(AttnPush, scale) == 64 &&
                   offsetof(AttnPush, alibi_n_log2) == 80 && offsetof(AttnPush, window) == 84 &&
                   offsetof(AttnPush, causal) == 92 && offsetof(AttnPush, n_kv_heads) == 96 &&
                   offsetof(AttnPush, partials_offset) == 100 && offsetof(AttnPush, theta_offset) == 104 &&
-                  offsetof(AttnPush, rope_mscale) == 108,
+                  offsetof(AttnPush, rope_mscale) == 108 && offsetof(AttnPush, quant_offset) == 112,
               "AttnPush offsets");
 
 // Mirrors `Push` in shaders/attention_merge.comp.
@@ -51,6 +52,10 @@ uint32_t pow2_at_least(uint32_t x) {
 Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOptions& opt,
                         const std::vector<AttnCell>& cells, const std::vector<uint32_t>& cell_seq_words,
                         const std::vector<uint32_t>& queries, std::vector<AttnSegment> segments, const AttnIo& io) {
+    // Without its scale a static-scale array would read as all zeros.
+    const auto unscaled = [](kvrt_type t, const kv::StaticScale& q) { return kv::is_static_scale(t) && !(q.scale > 0.0f); };
+    if (unscaled(shape.k_type, shape.k_scale) || unscaled(shape.v_type, shape.v_scale))
+        return fail(KVRT_ERROR_INTERNAL, "attention over a static-scale K or V without its scale");
     const uint32_t group = shape.n_heads / shape.n_kv_heads;
     const uint32_t rows_per_kv = shape.n_queries * group;
     const uint32_t R = std::min<uint32_t>(8, pow2_at_least(rows_per_kv));
@@ -78,6 +83,14 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
             std::memcpy(&bits, &t, 4);
             words.push_back(bits);
         }
+    // The static-scale quantization of K and V: (scale, zero point) each.
+    const uint32_t quant_offset = static_cast<uint32_t>(words.size());
+    for (const kv::StaticScale* q : {&shape.k_scale, &shape.v_scale}) {
+        uint32_t bits;
+        std::memcpy(&bits, &q->scale, 4);
+        words.push_back(bits);
+        words.push_back(static_cast<uint32_t>(q->zero_point));
+    }
     const uint32_t sinks_offset = static_cast<uint32_t>(words.size());
     if (opt.sinks)
         for (uint32_t h = 0; h < shape.n_heads; ++h) {
@@ -121,6 +134,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     p.partials_offset = partials_base;
     p.theta_offset = words_base + theta_offset;
     p.rope_mscale = shape.mscale;
+    p.quant_offset = words_base + quant_offset;
     p.n_queries = shape.n_queries;
     p.n_heads = shape.n_heads;
     p.group = group;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/result.hpp"
+#include "kv/geometry.hpp"
 #include "vk/stream.hpp"
 
 namespace kvrt::ops {
@@ -45,6 +46,8 @@ struct AttnShape {
     bool neox = false;
     const std::vector<float>* thetas = nullptr;
     float mscale = 1.0f;
+    // The layer's quantization of static-scale K / V types; ignored for others.
+    kv::StaticScale k_scale, v_scale;
 };
 
 struct AttnOptions {

@@ -16,9 +16,14 @@ constexpr uint32_t kWorkgroup = 64;
 // Mirrors `Push` in shaders/rope_shift.comp.
 struct ShiftPush {
     uint32_t n_cells, n_kv_heads, head_bytes, list_offset, table_offset;
+    float scale, inv_scale;
+    int32_t zero_point;
 };
-static_assert(sizeof(ShiftPush) == 20, "ShiftPush layout");
-static_assert(offsetof(ShiftPush, head_bytes) == 8 && offsetof(ShiftPush, table_offset) == 16, "ShiftPush offsets");
+static_assert(sizeof(ShiftPush) == 32, "ShiftPush layout");
+static_assert(offsetof(ShiftPush, head_bytes) == 8 && offsetof(ShiftPush, table_offset) == 16 &&
+                  offsetof(ShiftPush, scale) == 20 && offsetof(ShiftPush, inv_scale) == 24 &&
+                  offsetof(ShiftPush, zero_point) == 28,
+              "ShiftPush offsets");
 
 // Mirrors `Push` in shaders/rope_shift_fast.comp.
 struct FastPush {
@@ -30,8 +35,12 @@ static_assert(offsetof(FastPush, list_offset) == 8 && offsetof(FastPush, cells_p
 }  // namespace
 
 Result record_shift(vk::Stream& stream, const ShiftShape& shape, const vk::Buffer& k, size_t piece,
-                    const std::vector<ShiftCell>& cells, const vk::BufferUse& tables, uint32_t table_offset) {
+                    const std::vector<ShiftCell>& cells, const vk::BufferUse& tables, uint32_t table_offset,
+                    const kv::StaticScale& scale) {
     if (cells.empty()) return KVRT_SUCCESS;
+    // Without its scale a static-scale K would be rewritten as zeros.
+    if (kv::is_static_scale(shape.k_type) && !(scale.scale > 0.0f && scale.inv > 0.0f))
+        return fail(KVRT_ERROR_INTERNAL, "RoPE shift of %s K without its scale", kv::type_name(shape.k_type));
     // F32 and F16 with whole word pairs: the streaming kernel.
     const bool f16 = shape.k_type == KVRT_TYPE_F16;
     if ((shape.k_type == KVRT_TYPE_F32 || f16) && (!f16 || !shape.neox || shape.n_rot % 4 == 0)) {
@@ -69,8 +78,14 @@ Result record_shift(vk::Stream& stream, const ShiftShape& shape, const vk::Buffe
     vk::BufferUse list{};
     KVRT_TRY(stream.upload(cells.data(), cells.size() * sizeof(ShiftCell), &list));
     const vk::BufferUse uses[3] = {{&k, piece, 0, 0, true}, list, tables};
-    const ShiftPush push{static_cast<uint32_t>(cells.size()), shape.n_kv_heads, static_cast<uint32_t>(shape.head_bytes),
-                         static_cast<uint32_t>(list.offset / sizeof(ShiftCell)), table_offset};
+    const ShiftPush push{static_cast<uint32_t>(cells.size()),
+                         shape.n_kv_heads,
+                         static_cast<uint32_t>(shape.head_bytes),
+                         static_cast<uint32_t>(list.offset / sizeof(ShiftCell)),
+                         table_offset,
+                         scale.scale,
+                         scale.inv,
+                         scale.zero_point};
     const uint32_t groups = static_cast<uint32_t>(std::min<size_t>((cells.size() + kWorkgroup - 1) / kWorkgroup, 4096));
     return stream.dispatch(*pipeline, uses, 3, &push, groups);
 }

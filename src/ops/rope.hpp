@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/result.hpp"
+#include "kv/geometry.hpp"
 #include "vk/stream.hpp"
 
 namespace kvrt::ops {
@@ -24,9 +25,12 @@ struct ShiftShape {
     bool neox;
 };
 
-// Records the rotation of `cells` (all in `piece` of `k`) with the tables at
-// `tables` (a whole binding; `table_offset` in (cos, sin) entries).
+// Records the rotation of `cells` (all in `piece` of `k`, one layer) with the
+// tables at `tables` (a whole binding; `table_offset` in (cos, sin) entries).
+// `scale` is the layer's quantization of a static-scale K (dequantized,
+// rotated and quantized again with it), ignored for other types.
 Result record_shift(vk::Stream& stream, const ShiftShape& shape, const vk::Buffer& k, size_t piece,
-                    const std::vector<ShiftCell>& cells, const vk::BufferUse& tables, uint32_t table_offset);
+                    const std::vector<ShiftCell>& cells, const vk::BufferUse& tables, uint32_t table_offset,
+                    const kv::StaticScale& scale = kv::StaticScale{});
 
 }  // namespace kvrt::ops

@@ -21,10 +21,13 @@ struct StorePush {
     uint32_t row_elems;
     uint32_t units_per_row;
     uint32_t list_offset;
+    float inv_scale;
+    int32_t zero_point;
 };
-static_assert(sizeof(StorePush) == 16, "StorePush layout");
+static_assert(sizeof(StorePush) == 24, "StorePush layout");
 static_assert(offsetof(StorePush, n_tokens) == 0 && offsetof(StorePush, row_elems) == 4 &&
-                  offsetof(StorePush, units_per_row) == 8 && offsetof(StorePush, list_offset) == 12,
+                  offsetof(StorePush, units_per_row) == 8 && offsetof(StorePush, list_offset) == 12 &&
+                  offsetof(StorePush, inv_scale) == 16 && offsetof(StorePush, zero_point) == 20,
               "StorePush offsets");
 
 // Mirrors `Push` in shaders/copy_rows.comp.
@@ -52,7 +55,8 @@ vk::BufferUse span(const PieceRef& ref, const std::vector<RowPair>& rows, bool s
 }  // namespace
 
 Result record_store(vk::Stream& stream, kvrt_type src_type, kvrt_type dst_type, uint32_t row_elems,
-                    const PieceRef& src, const PieceRef& dst, const std::vector<RowPair>& rows) {
+                    const PieceRef& src, const PieceRef& dst, const std::vector<RowPair>& rows,
+                    const kv::StaticScale& scale) {
     if (rows.empty()) return KVRT_SUCCESS;
     if (src_type != KVRT_TYPE_F32 && src_type != KVRT_TYPE_F16)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "input type %s is not f32 or f16", kv::type_name(src_type));
@@ -62,6 +66,8 @@ Result record_store(vk::Stream& stream, kvrt_type src_type, kvrt_type dst_type, 
         case KVRT_TYPE_F16: units = row_elems / 2; break;
         case KVRT_TYPE_Q8_0:
         case KVRT_TYPE_Q4_0: units = (row_elems / 32 + 1) / 2; break;
+        case KVRT_TYPE_U8_STATIC: units = (row_elems + 3) / 4; break;
+        case KVRT_TYPE_U16_STATIC: units = row_elems / 2; break;
         default: return fail(KVRT_ERROR_INTERNAL, "no store kernel for %s", kv::type_name(dst_type));
     }
     const std::string shader =
@@ -75,8 +81,12 @@ Result record_store(vk::Stream& stream, kvrt_type src_type, kvrt_type dst_type, 
     vk::BufferUse list{};
     KVRT_TRY(stream.upload(rows.data(), rows.size() * sizeof(RowPair), &list));
     const vk::BufferUse uses[3] = {span(src, rows, true, false), span(dst, rows, false, true), list};
+    // A static-scale type without its scale would store every value as the
+    // zero point (inv 0): refuse it rather than write wrong codes.
+    if (kv::is_static_scale(dst_type) && !(scale.inv > 0.0f))
+        return fail(KVRT_ERROR_INTERNAL, "store of %s without its scale", kv::type_name(dst_type));
     const StorePush push{static_cast<uint32_t>(rows.size()), row_elems, units,
-                         static_cast<uint32_t>(list.offset / sizeof(RowPair))};
+                         static_cast<uint32_t>(list.offset / sizeof(RowPair)), scale.inv, scale.zero_point};
     return stream.dispatch(*pipeline, uses, 3, &push, static_cast<uint32_t>(std::min<size_t>(rows.size(), kMaxGroups)));
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/result.hpp"
+#include "kv/geometry.hpp"
 
 namespace kvrt::vk {
 class Buffer;
@@ -33,9 +34,13 @@ struct PieceRef {
 
 // Records the store of `rows` (all in src.piece and dst.piece): each row of
 // `row_elems` values of `src_type` (F32 or F16) is written to the cache's
-// element type `dst_type` at its destination. Fails for unsupported types.
+// element type `dst_type` at its destination. `scale` is the layer's
+// quantization for static-scale types (U8_STATIC, U16_STATIC; NaN inputs get
+// the zero point), ignored for the others. Fails for unsupported types, and
+// for a static-scale type without a scale.
 Result record_store(vk::Stream& stream, kvrt_type src_type, kvrt_type dst_type, uint32_t row_elems,
-                    const PieceRef& src, const PieceRef& dst, const std::vector<RowPair>& rows);
+                    const PieceRef& src, const PieceRef& dst, const std::vector<RowPair>& rows,
+                    const kv::StaticScale& scale = kv::StaticScale{});
 
 // Records copies of whole rows of `row_bytes` (a multiple of 4) from src to dst.
 Result record_copy_rows(vk::Stream& stream, const PieceRef& src, const PieceRef& dst, uint64_t row_bytes,

@@ -1,5 +1,6 @@
 #include "attention_check.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,13 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
     desc.type_v = c.v_type;
     std::vector<uint32_t> windows(c.layers, c.window);
     desc.layer_windows = windows.data();
+    kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
+    if (!c.k_scales.empty() || !c.v_scales.empty()) {
+        scales.count = static_cast<uint32_t>(std::max(c.k_scales.size(), c.v_scales.size()));
+        scales.k = c.k_scales.empty() ? nullptr : c.k_scales.data();
+        scales.v = c.v_scales.empty() ? nullptr : c.v_scales.data();
+        desc.next = &scales;
+    }
     kvrt_cache cache = nullptr;
     KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, &cache));
 

@@ -26,6 +26,9 @@ struct AttnCase {
     uint32_t query_pos_shift = 0;   // added to the queries' positions
     kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
     uint32_t seed = 1;
+    // Static-scale K / V types: their scales (1 entry or one per layer),
+    // chained as a kvrt_static_scales_desc when either is set.
+    std::vector<kvrt_quant_scale> k_scales, v_scales;
 };
 
 struct AttnOutcome {

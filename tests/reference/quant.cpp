@@ -1,4 +1,5 @@
-// Q8_0 / Q4_0 / F16 / F32 row encoders and decoders; see quant.hpp.
+// Q8_0 / Q4_0 / F16 / F32 and static-scale U8 / U16 row encoders and
+// decoders; see quant.hpp.
 #include "reference/quant.hpp"
 
 #include <cmath>
@@ -227,6 +228,60 @@ double block_step(Type type, const float* x) {
         case Type::Q4_0: return std::fabs(static_cast<double>(round_to_f16(q4_0_scale(x))));
     }
     throw std::invalid_argument("kvrt::ref: unknown type");
+}
+
+uint32_t static_qmax(StaticType type) { return type == StaticType::U8 ? 255u : 65535u; }
+
+size_t static_code_bytes(StaticType type) { return type == StaticType::U8 ? 1 : 2; }
+
+uint32_t quantize_static(StaticType type, float x, float inv, int32_t zero_point) {
+    if (std::isnan(x)) {
+        return static_cast<uint32_t>(zero_point);
+    }
+    // A named f32 product: one rounding, as the kernel's multiply.
+    const float product = x * inv;
+    const double q = static_cast<double>(std::roundf(product)) + zero_point;
+    const double qmax = static_qmax(type);
+    return static_cast<uint32_t>(q < 0.0 ? 0.0 : q > qmax ? qmax : q);
+}
+
+float dequantize_static(uint32_t q, float scale, int32_t zero_point) {
+    return static_cast<float>(static_cast<int32_t>(q) - zero_point) * scale;
+}
+
+void encode_row_static(StaticType type, const float* x, int64_t n, float scale, int32_t zero_point, void* out) {
+    if (n < 0) {
+        throw std::invalid_argument("kvrt::ref: negative row length");
+    }
+    const float inv = 1.0f / scale;
+    auto* bytes = static_cast<unsigned char*>(out);
+    for (int64_t i = 0; i < n; ++i) {
+        const uint32_t q = quantize_static(type, x[i], inv, zero_point);
+        if (type == StaticType::U8) {
+            bytes[i] = static_cast<unsigned char>(q);
+        } else {
+            const uint16_t h = static_cast<uint16_t>(q);
+            std::memcpy(bytes + 2 * i, &h, sizeof h);
+        }
+    }
+}
+
+void decode_row_static(StaticType type, const void* in, int64_t n, float scale, int32_t zero_point, float* out) {
+    if (n < 0) {
+        throw std::invalid_argument("kvrt::ref: negative row length");
+    }
+    const auto* bytes = static_cast<const unsigned char*>(in);
+    for (int64_t i = 0; i < n; ++i) {
+        uint32_t q = 0;
+        if (type == StaticType::U8) {
+            q = bytes[i];
+        } else {
+            uint16_t h;
+            std::memcpy(&h, bytes + 2 * i, sizeof h);
+            q = h;
+        }
+        out[i] = dequantize_static(q, scale, zero_point);
+    }
 }
 
 }  // namespace kvrt::ref

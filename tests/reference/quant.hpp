@@ -1,6 +1,7 @@
-// CPU references for the cache's element types: F32, F16, and the block
-// formats Q8_0 and Q4_0, bit-compatible with GGML's formats of the same names
-// (ggml-quants.c, quantize_row_q8_0_ref / quantize_row_q4_0_ref).
+// CPU references for the cache's element types: F32, F16, the block formats
+// Q8_0 and Q4_0, bit-compatible with GGML's formats of the same names
+// (ggml-quants.c, quantize_row_q8_0_ref / quantize_row_q4_0_ref), and the
+// static-scale U8 / U16 codes (at the end).
 //
 // Rules (SPEC.md section 1), for each block of 32 values x[0..31]:
 //
@@ -103,5 +104,40 @@ double quant_step(Type type, const void* row, int64_t elem);
 // values themselves: |fp16(amax/127)| for Q8_0, |fp16(m/-8)| for Q4_0, 0 for
 // F32/F16 (x points at the first value of the block).
 double block_step(Type type, const float* x);
+
+// ---------------------------------------------------------------------------
+// Static-scale integer codes (KVRT_TYPE_U8_STATIC / U16_STATIC, SPEC 1 and 5):
+// one (scale, zero_point) per tensor, fixed in advance.
+//
+//   inv  = 1.0f / scale                              (f32, computed once)
+//   q    = clamp(roundf(x * inv) + zero_point, 0, qmax)   qmax 255 / 65535
+//   x    = float(q - zero_point) * scale             (int difference, one f32 multiply)
+//
+// x * inv is one f32 multiply (correctly rounded), roundf sends halves away
+// from zero, and the sum and clamp are exact integer arithmetic (done in
+// double here, so huge products and infinities saturate instead of
+// overflowing an int). A NaN input takes the code zero_point (value 0).
+
+enum class StaticType : int {
+    U8 = 0,
+    U16 = 1,
+};
+
+// 255 or 65535.
+uint32_t static_qmax(StaticType type);
+
+// Bytes per code: 1 or 2.
+size_t static_code_bytes(StaticType type);
+
+// The code of x with the f32 reciprocal `inv` (= 1.0f / scale).
+uint32_t quantize_static(StaticType type, float x, float inv, int32_t zero_point);
+
+// The value of code q.
+float dequantize_static(uint32_t q, float scale, int32_t zero_point);
+
+// Encodes n values into n codes (little-endian for U16) at `out`, and decodes
+// them back; `out`/`in` need no alignment.
+void encode_row_static(StaticType type, const float* x, int64_t n, float scale, int32_t zero_point, void* out);
+void decode_row_static(StaticType type, const void* in, int64_t n, float scale, int32_t zero_point, float* out);
 
 }  // namespace kvrt::ref

@@ -23,6 +23,18 @@ bool register_case(const Case& c) {
     return true;
 }
 
+const kvrt_static_scales_desc* bench_scales(kvrt_type type_k, kvrt_type type_v, kvrt_static_scales_desc* storage) {
+    static const kvrt_quant_scale u8{1.0f / 32.0f, 128}, u16{1.0f / 4096.0f, 32768};
+    auto scale = [](kvrt_type t) -> const kvrt_quant_scale* {
+        return t == KVRT_TYPE_U8_STATIC ? &u8 : t == KVRT_TYPE_U16_STATIC ? &u16 : nullptr;
+    };
+    *storage = KVRT_STATIC_SCALES_DESC_INIT;
+    storage->count = 1;  // every layer
+    storage->k = scale(type_k);
+    storage->v = scale(type_v);
+    return storage->k || storage->v ? storage : nullptr;
+}
+
 double Measurement::median() const {
     if (ms.empty()) return 0;
     std::vector<double> v = ms;

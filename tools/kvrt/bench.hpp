@@ -71,6 +71,13 @@ private:
     kvrt_result r_;
 };
 
+// What a cache descriptor with K type `type_k` and V type `type_v` chains on
+// `next`: `storage`, filled with one (scale, zero point) for every layer of
+// each static-scale array that suits the benches' N(0, 1) data (U8: 1/32 and
+// 128, about +-4; U16: 1/4096 and 32768, about +-8); nullptr when neither
+// type is static-scale.
+const kvrt_static_scales_desc* bench_scales(kvrt_type type_k, kvrt_type type_v, kvrt_static_scales_desc* storage);
+
 // Prints rows as a table (or JSON lines with --json).
 void print_rows(const Env& env, const std::vector<Row>& rows, bool header);
 

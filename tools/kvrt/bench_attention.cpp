@@ -34,6 +34,8 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     d.head_dim_k = static_cast<uint32_t>(dim);
     d.capacity = static_cast<uint32_t>(cells);
     d.type_k = d.type_v = type;
+    kvrt_static_scales_desc scales;
+    d.next = bench_scales(type, type, &scales);
     kvrt_cache cache = nullptr;
     kvrt_result r = kvrt_cache_create(env.ctx, &d, &cache);
 
@@ -95,7 +97,8 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
 
 const bool registered = register_case(
     {"attn",
-     "[--cells N] [--heads N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32] [--queries N]: "
+     "[--cells N] [--heads N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32|u8_static|u16_static] "
+     "[--queries N]: "
      "GPU time of one attention call over N filled cells (GB/s = K/V bytes / time)",
      run_attn,
      {{"--type", "f16", "--cells", "4096"}, {"--type", "q8_0", "--cells", "4096"}, {"--type", "q4_0", "--cells", "4096"},

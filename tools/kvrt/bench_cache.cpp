@@ -45,6 +45,8 @@ kvrt_result make_cache(const Env& env, const CacheShape& s, kvrt_cache* out) {
     d.capacity = s.cells;
     d.type_k = s.type;
     d.type_v = s.type;
+    kvrt_static_scales_desc scales;
+    d.next = bench_scales(s.type, s.type, &scales);
     d.label = "bench cache";
     return kvrt_cache_create(env.ctx, &d, out);
 }
@@ -136,7 +138,7 @@ int run_compact(Env& env, const Args& args, std::vector<Row>* rows) {
 }
 
 const char* kStoreUsage =
-    "[--cells N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32] [--tokens N]: "
+    "[--cells N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32|u8_static|u16_static] [--tokens N]: "
     "GPU time to write N tokens' f32 K and V into one layer";
 const char* kCompactUsage =
     "[--cells N] [--kv-heads N] [--head-dim N] [--type T] [--layers N]: compact a half-empty cache "

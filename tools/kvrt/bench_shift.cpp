@@ -31,6 +31,8 @@ int run_shift(Env& env, const Args& args, std::vector<Row>* rows) {
     d.head_dim_k = static_cast<uint32_t>(dim);
     d.capacity = static_cast<uint32_t>(cells);
     d.type_k = type;
+    kvrt_static_scales_desc scales;
+    d.next = bench_scales(type, d.type_v, &scales);
     kvrt_cache cache = nullptr;
     kvrt_result r = kvrt_cache_create(env.ctx, &d, &cache);
     // Every cell in use (placement only: the data's values do not change the work).
@@ -70,7 +72,7 @@ int run_shift(Env& env, const Args& args, std::vector<Row>* rows) {
 
 const bool registered = register_case(
     {"shift",
-     "[--cells N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32] [--layers N]: "
+     "[--cells N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32|u8_static|u16_static] [--layers N]: "
      "GPU time to rotate the K of every cell by a shift (all layers, one submission)",
      run_shift,
      {{"--type", "f16"}, {"--type", "q8_0"}}});

@@ -73,7 +73,8 @@ bool Args::f64(const std::string& name, double def, double* out, std::string* er
 
 bool type_option(const Args& args, const char* name, const char* def, kvrt_type* out, std::string* text) {
     static const std::pair<const char*, kvrt_type> names[] = {
-        {"f32", KVRT_TYPE_F32}, {"f16", KVRT_TYPE_F16}, {"q8_0", KVRT_TYPE_Q8_0}, {"q4_0", KVRT_TYPE_Q4_0}};
+        {"f32", KVRT_TYPE_F32},   {"f16", KVRT_TYPE_F16},       {"q8_0", KVRT_TYPE_Q8_0},
+        {"q4_0", KVRT_TYPE_Q4_0}, {"u8_static", KVRT_TYPE_U8_STATIC}, {"u16_static", KVRT_TYPE_U16_STATIC}};
     const std::string s = args.str(name, def);
     for (const auto& [n, t] : names) {
         if (s == n) {
@@ -82,7 +83,8 @@ bool type_option(const Args& args, const char* name, const char* def, kvrt_type*
             return true;
         }
     }
-    std::fprintf(stderr, "error: --%s: unknown type '%s' (f32, f16, q8_0, q4_0)\n", name, s.c_str());
+    std::fprintf(stderr, "error: --%s: unknown type '%s' (f32, f16, q8_0, q4_0, u8_static, u16_static)\n", name,
+                 s.c_str());
     return false;
 }
 
