@@ -475,8 +475,9 @@ typedef enum kvrt_type {
      * created (kvrt_static_scales_desc) and shared by every row, past and new.
      * value = scale * (q - zero_point); a value x is stored as
      * q = clamp(roundf(x * inv) + zero_point, 0, qmax), where inv = 1/scale
-     * computed once in f32 and roundf rounds halves away from zero. The same
-     * convention as QNN's UFIXED_POINT_8/16 with offset = -zero_point.
+     * computed once in f32 and roundf rounds halves away from zero (NaN is
+     * stored as zero_point, infinities saturate). The same convention as
+     * QNN's UFIXED_POINT_8/16 with offset = -zero_point.
      * 1 byte (qmax 255) and 2 bytes (qmax 65535) per value. */
     KVRT_TYPE_U8_STATIC = 5,
     KVRT_TYPE_U16_STATIC = 6,
@@ -569,7 +570,7 @@ typedef struct kvrt_static_layout_desc {
 
 /* One per-tensor quantization: value = scale * (q - zero_point). */
 typedef struct kvrt_quant_scale {
-    float scale;             /* finite, > 0 */
+    float scale;             /* finite, normal (>= FLT_MIN), > 0 */
     int32_t zero_point;      /* 0..255 (U8_STATIC) or 0..65535 (U16_STATIC) */
 } kvrt_quant_scale;
 

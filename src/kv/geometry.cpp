@@ -1,5 +1,6 @@
 #include "kv/geometry.hpp"
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -128,9 +129,12 @@ Result static_scales(const char* what, kvrt_type type, const kvrt_static_scales_
     for (uint32_t l = 0; l < n_layers; ++l) {
         const kvrt_quant_scale& q = given[d->count == 1 ? 0 : l];
         const float inv = 1.0f / q.scale;
-        if (!(q.scale > 0.0f) || !std::isfinite(q.scale) || !std::isfinite(inv))
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s scale of layer %u is %g; it must be finite and > 0 (with a finite inverse)",
-                        what, l, static_cast<double>(q.scale));
+        // Normal floats only: a device that flushes subnormals would read a
+        // subnormal scale as 0 and disagree with the CPU.
+        if (!(q.scale >= FLT_MIN) || !std::isfinite(q.scale) || !std::isfinite(inv))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "%s scale of layer %u is %g; it must be a finite normal float > 0 (with a finite inverse)", what,
+                        l, static_cast<double>(q.scale));
         if (q.zero_point < 0 || q.zero_point > qmax)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s zero_point of layer %u is %d; %s needs 0..%d", what, l,
                         q.zero_point, type_name(type), qmax);

@@ -662,7 +662,8 @@ TEST_CASE("cache creation rejects malformed static scales with a message", "[sta
         fails(("count " + std::to_string(count) + " with 3 layers").c_str());
     }
     for (float scale : {0.0f, -0.0f, -0.5f, std::numeric_limits<float>::infinity(),
-                        std::numeric_limits<float>::quiet_NaN(), 1e-45f /* 1/scale overflows */}) {
+                        std::numeric_limits<float>::quiet_NaN(), 1e-45f /* 1/scale overflows */,
+                        1e-39f /* subnormal */}) {
         for (bool v : {false, true}) {
             reset(KVRT_TYPE_U16_STATIC, KVRT_TYPE_U8_STATIC);
             bad[2].scale = scale;
