@@ -1,10 +1,13 @@
 // `kvrt demo`: a small llama-style model decoding through kvrt's KV cache,
 // checked against a CPU reference as it goes. This file holds the options and
 // the summary; demo_run.cpp the loop, demo_model.cpp the model and
-// demo_check.cpp the reference.
+// demo_check.cpp the reference; demo_memory.cpp and demo_static.cpp the loops
+// of the memory and static strategies, demo_window.cpp the static layout's
+// window checks.
 #include "demo.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +15,8 @@
 
 #include "cli.hpp"
 #include "demo_run.hpp"
+#include "demo_static.hpp"
+#include "kv_types.hpp"
 
 namespace cli {
 
@@ -47,45 +52,63 @@ const char* kUsage =
     "                                  same however many tokens stream through; reads\n"
     "                                  and final state are checked against a CPU\n"
     "                                  reference in double (NMSE <= 1e-6)\n"
-    "  --kv-type T       K and V storage: f16 (default), q8_0, q4_0 or f32\n"
-    "                    (memory: only f32, the type of its state)\n"
-    "  --capacity N      cache cells (default 256; not with memory)\n"
+    "                      static      the static padded layout of NPU/DSP graphs\n"
+    "                                  (SPEC 5): each sequence has, per layer and KV\n"
+    "                                  head, a K and a V window of --capacity rows\n"
+    "                                  (S = capacity + 1) in a region of\n"
+    "                                  ceil(R x capacity) rows (--reserve R). A step\n"
+    "                                  appends one row (kvrt_cache_place, then\n"
+    "                                  kvrt_cache_write per layer) and the window\n"
+    "                                  slides by itself when the region runs out: no\n"
+    "                                  context shifts. Checkpoints also check every\n"
+    "                                  window's description and bytes, bit for bit,\n"
+    "                                  and its mask (kvrt_cache_static_window, _mask),\n"
+    "                                  the slides and bytes moved\n"
+    "                                  (kvrt_cache_static_stats) and that the device\n"
+    "                                  memory does not grow\n"
+    "  --kv-type T       K and V storage: f16 (default), q8_0, q4_0 or f32; static:\n"
+    "                    f16, f32, u8_static or u16_static, whose per-layer scales\n"
+    "                    are calibrated on the prompt's K/V in f32: max |x| x 1.25\n"
+    "                    / 127 with zero point 128 (u8), max |x| x 2 / 32767 with\n"
+    "                    zero point 32768 (u16); memory: only f32, its state's type\n"
+    "  --capacity N      cache cells (default 256; static: window rows of each\n"
+    "                    sequence, S - 1; not with memory)\n"
+    "  --reserve R       static: rows reserved per region, in windows: a decimal\n"
+    "                    from 1 to 64 (default 2; 1 slides the whole window at\n"
+    "                    every step)\n"
     "  --slots M         memory slots per layer and head (default 256; memory only)\n"
     "  --tokens N        decode steps per sequence (default 4 x capacity; memory:\n"
     "                    1024)\n"
     "  --seqs K          sequences decoding together in one batch (default 1, at\n"
     "                    most 16), sharing the prompt's cells (memory: each with\n"
-    "                    its own state, forked from the prompt's)\n"
+    "                    its own state, forked from the prompt's; static: each\n"
+    "                    with its own windows, the prompt placed in every one)\n"
     "  --keep N          attention sinks kept when making room (default 4; not with\n"
-    "                    memory)\n"
+    "                    memory or static)\n"
     "  --check-every N   check attention every N steps (default 64); also checked:\n"
     "                    the prompt, and the steps right after making room (memory:\n"
-    "                    the first step after the forks and the last step)\n"
+    "                    the first step after the forks and the last step; static:\n"
+    "                    the steps that slide a window, at most one per N steps,\n"
+    "                    and the last step)\n"
     "  --device D        device index or name substring (KVRT_DEVICE overrides it)\n"
     "  --json            print the summary as one JSON object\n"
     "\n"
     "Exit status: 0 when every check passed; 1 after an error, a failed check (for\n"
-    "memory also: device memory that grew during decoding) or a validation-layer\n"
-    "error (KVRT_VALIDATION=1); 2 for bad options.\n";
+    "memory and static also: device memory that grew during decoding) or a\n"
+    "validation-layer error (KVRT_VALIDATION=1); 2 for bad options.\n";
 
 constexpr uint32_t kMaxSeqs = 16;
 constexpr uint32_t kMaxCapacity = 16384;
 constexpr uint32_t kMaxSlots = 65536;
 constexpr uint64_t kMaxTokens = 1000000;
 
-const char* type_name(kvrt_type t) {
-    switch (t) {
-        case KVRT_TYPE_F32: return "f32";
-        case KVRT_TYPE_Q8_0: return "q8_0";
-        case KVRT_TYPE_Q4_0: return "q4_0";
-        default: return "f16";
-    }
-}
+const char* type_name(kvrt_type t) { return kv_type_name(t); }
 
 const char* strategy_name(Strategy s) {
     switch (s) {
         case Strategy::Reevaluate: return "reevaluate";
         case Strategy::Memory: return "memory";
+        case Strategy::Static: return "static";
         default: return "shift";
     }
 }
@@ -99,7 +122,7 @@ int usage_error(const std::string& message) {
 // arguments.
 bool known_options(int argc, char** argv, std::string* error) {
     static const char* const names[] = {"strategy", "kv-type",     "capacity", "slots", "tokens", "seqs",
-                                        "keep",     "check-every", "device",   "json",  "help"};
+                                        "keep",     "check-every", "device",   "json",  "help", "reserve"};
     for (int i = 0; i < argc; ++i) {
         const std::string a = argv[i];
         if (a.rfind("--", 0) != 0) {
@@ -173,11 +196,13 @@ bool parse_options(const Args& args, Options* opt, std::string* error) {
     } else if (strategy == "memory") {
         opt->strategy = Strategy::Memory;
     } else if (strategy == "static") {
-        *error = "--strategy static is not available in this build (it needs the static padded layout, which kvrt "
-                 "does not offer yet)";
-        return false;
+        opt->strategy = Strategy::Static;
     } else {
-        *error = "unknown --strategy '" + strategy + "' (shift, reevaluate or memory)";
+        *error = "unknown --strategy '" + strategy + "' (shift, reevaluate, memory or static)";
+        return false;
+    }
+    if (opt->strategy != Strategy::Static && args.has("reserve")) {
+        *error = "--reserve applies to --strategy static only";
         return false;
     }
     if (opt->strategy == Strategy::Memory) return parse_memory_options(args, opt, error);
@@ -186,14 +211,34 @@ bool parse_options(const Args& args, Options* opt, std::string* error) {
         return false;
     }
 
+    const bool is_static = opt->strategy == Strategy::Static;
     const std::string type = args.str("kv-type", "f16");
-    if (type == "f16") opt->kv_type = KVRT_TYPE_F16;
-    else if (type == "q8_0") opt->kv_type = KVRT_TYPE_Q8_0;
-    else if (type == "q4_0") opt->kv_type = KVRT_TYPE_Q4_0;
-    else if (type == "f32") opt->kv_type = KVRT_TYPE_F32;
-    else {
-        *error = "unknown --kv-type '" + type + "' (f16, q8_0, q4_0 or f32)";
+    if (!parse_kv_type(type, &opt->kv_type)) {
+        *error = "unknown --kv-type '" + type + "' (" +
+                 (is_static ? "f16, f32, u8_static or u16_static" : "f16, q8_0, q4_0 or f32") + ")";
         return false;
+    }
+    if (is_static && (opt->kv_type == KVRT_TYPE_Q8_0 || opt->kv_type == KVRT_TYPE_Q4_0)) {
+        *error = "--kv-type " + type + " does not apply to --strategy static: the static layout's rows are f16, f32, "
+                 "u8_static or u16_static (block-quantized rows are not what a static graph binds)";
+        return false;
+    }
+    if (!is_static && is_static_scale(opt->kv_type)) {
+        *error = "--kv-type " + type + " is offered with --strategy static (its scales are calibrated there)";
+        return false;
+    }
+    if (is_static) {
+        if (args.has("keep")) {
+            *error = "--keep does not apply to --strategy static: nothing is discarded by choice, the oldest token "
+                     "leaves the window by itself";
+            return false;
+        }
+        if (!args.f64("reserve", 2.0, &opt->reserve, error)) return false;
+        if (!std::isfinite(opt->reserve) || opt->reserve < 1.0 || opt->reserve > 64.0) {
+            *error = "--reserve must be a decimal from 1 to 64 (rows reserved per region, in windows), not " +
+                     args.str("reserve");
+            return false;
+        }
     }
 
     const uint64_t prompt = std::strlen(demo::kPrompt);
@@ -445,6 +490,176 @@ void print_json(const Options& opt, const Results& r, bool passed) {
                 static_cast<unsigned long long>(r.validation_warnings), passed ? "true" : "false");
 }
 
+// The cache's device memory never changed, and the context's did not grow
+// after the first overlapping slide (see Results::StaticFigures).
+bool static_memory_constant(const Results& r) {
+    const Results::StaticFigures& st = r.stat;
+    const uint64_t baseline = st.device_bytes_first_slide ? st.device_bytes_first_slide : st.device_bytes_start;
+    return st.cache_bytes_constant && st.device_bytes_start != 0 && st.device_bytes_end == baseline;
+}
+
+std::string with_commas(uint64_t v) {
+    std::string digits = std::to_string(v), out;
+    for (size_t i = 0; i < digits.size(); ++i) {
+        if (i && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return out;
+}
+
+// "0.0312..0.0405" over the layers' scales.
+std::string scale_range(const std::vector<kvrt_quant_scale>& scales) {
+    float lo = scales.empty() ? 0 : scales[0].scale, hi = lo;
+    for (const kvrt_quant_scale& s : scales) {
+        lo = std::min(lo, s.scale);
+        hi = std::max(hi, s.scale);
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.4g..%.4g", static_cast<double>(lo), static_cast<double>(hi));
+    return buf;
+}
+
+void print_static_text(const Options& opt, const Results& r) {
+    const demo::ModelConfig cfg;
+    const Results::StaticFigures& st = r.stat;
+    const demo::WindowFigures& w = st.windows;
+    std::printf("kvrt demo: a small llama-style model on the CPU, its KV cache in kvrt's static padded\n"
+                "layout (the NPU/DSP graphs' windows)\n\n");
+    std::printf("  device       %s\n", r.device.c_str());
+    std::printf("  model        %d layers, d_model %d, %d query heads and %d KV heads of dim %d,\n"
+                "               SwiGLU %d, RoPE base %.0f, %d byte tokens, random weights\n",
+                cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.d_ffn, cfg.rope_base,
+                cfg.vocab);
+    std::printf("  cache        static layout, %s K and V: S = %u, windows of %u rows, R = %g: %u rows\n"
+                "               reserved per region; %u sequence%s with %s own windows;\n"
+                "               %s on the device (kvrt_cache_estimate_size: %s)\n",
+                type_name(opt.kv_type), st.seq_len, opt.capacity, opt.reserve, st.reserved_rows, opt.seqs,
+                opt.seqs > 1 ? "s" : "", opt.seqs > 1 ? "their" : "its", human_bytes(static_cast<double>(st.cache_bytes)).c_str(),
+                human_bytes(static_cast<double>(st.estimate_bytes)).c_str());
+    if (!st.k_scales.empty())
+        std::printf("  scales       per layer, from the prompt's K/V in f32 (max |x| x %.2f / %s, zero point %s):\n"
+                    "               K %s, V %s\n",
+                    st.calibration_margin, opt.kv_type == KVRT_TYPE_U8_STATIC ? "127" : "32767",
+                    opt.kv_type == KVRT_TYPE_U8_STATIC ? "128" : "32768", scale_range(st.k_scales).c_str(),
+                    scale_range(st.v_scales).c_str());
+    std::printf("  run          %u decode steps after a %u-token prompt, %u sequence%s\n", opt.tokens, r.prompt_tokens,
+                opt.seqs, opt.seqs > 1 ? "s" : "");
+    std::printf("  when full    nothing to do: the oldest token leaves the window, which slides by\n"
+                "               itself when its region runs out (no context shifts)\n");
+    print_text_and_times(r);
+    const bool stats_ok = st.stats.slides == st.model_slides && st.stats.rows_moved == st.model_rows_moved;
+    std::printf("windows        %llu slides, %llu rows moved per region, %s bytes moved in all, %s rows\n"
+                "               appended (kvrt_cache_static_stats): %s\n",
+                static_cast<unsigned long long>(st.stats.slides), static_cast<unsigned long long>(st.stats.rows_moved),
+                with_commas(st.stats.bytes_moved).c_str(), with_commas(st.stats.rows_appended).c_str(),
+                stats_ok ? "as the demo's own window model predicts" : "NOT what the window model predicts (FAILED)");
+    std::printf("               checked at each checkpoint: %s windows (every sequence, layer, KV head,\n"
+                "               K and V): buffer, offset, row stride, valid rows and positions; %s\n"
+                "               bytes downloaded: %s valid rows equal to the demo's own rows in %s\n"
+                "               and to kvrt_cache_read; %s masks (f32 and f16); %s cells from\n"
+                "               kvrt_cache_place. %s\n",
+                with_commas(w.windows).c_str(), with_commas(w.bytes).c_str(), with_commas(w.rows).c_str(),
+                type_name(opt.kv_type), with_commas(w.masks).c_str(), with_commas(st.cells_checked).c_str(),
+                w.mismatches + st.cell_mismatches == 0
+                    ? "All as expected."
+                    : ("MISMATCHES: " + std::to_string(w.mismatches + st.cell_mismatches) + " (FAILED)").c_str());
+    if (w.mismatches) std::printf("               first: %s\n", w.first_mismatch.c_str());
+    std::printf("memory         cache %s at creation and at every checkpoint%s (estimated: %s)\n",
+                human_bytes(static_cast<double>(st.cache_bytes)).c_str(),
+                st.cache_bytes_constant ? "" : " (CHANGED: FAILED)",
+                human_bytes(static_cast<double>(st.estimate_bytes)).c_str());
+    const char* verdict = static_memory_constant(r) ? "never grew" : "GREW (FAILED)";
+    if (st.device_bytes_first_slide > st.device_bytes_start) {
+        std::printf("               context total: %s after the prompt; %s after the first overlapping\n"
+                    "               slide (+%s: kvrt's scratch for its copy, kept for the next ones);\n"
+                    "               %s after the last step: %s after that slide; peak %s\n",
+                    human_bytes(static_cast<double>(st.device_bytes_start)).c_str(),
+                    human_bytes(static_cast<double>(st.device_bytes_first_slide)).c_str(),
+                    human_bytes(static_cast<double>(st.device_bytes_first_slide - st.device_bytes_start)).c_str(),
+                    human_bytes(static_cast<double>(st.device_bytes_end)).c_str(), verdict,
+                    human_bytes(static_cast<double>(r.peak_device_bytes)).c_str());
+    } else {
+        std::printf("               context total: %s after the prompt, %s after the last step:\n"
+                    "               %s; peak %s\n",
+                    human_bytes(static_cast<double>(st.device_bytes_start)).c_str(),
+                    human_bytes(static_cast<double>(st.device_bytes_end)).c_str(), verdict,
+                    human_bytes(static_cast<double>(r.peak_device_bytes)).c_str());
+    }
+    std::printf("accuracy       %llu attention calls at %llu checkpoints against a CPU reference in double:\n",
+                static_cast<unsigned long long>(r.checked_calls), static_cast<unsigned long long>(r.checkpoints));
+    const auto line = [](const char* what, const demo::ErrorFigures& e, double limit) {
+        std::printf("  %-36s max abs %.2e  NMSE %.2e  (limit %.0e)  %s\n", what, e.max_abs, e.nmse, limit,
+                    e.nmse <= limit ? "ok" : "FAILED");
+    };
+    line("(a) K/V read back from the cache", r.vs_cache, r.cache_limit);
+    line("(b) K/V in f32, RoPE in double", r.vs_fresh, r.fresh_limit);
+    std::printf("               (a) is kvrt's arithmetic alone; (b) adds the cost of %s storage\n",
+                type_name(opt.kv_type));
+    if (w.stored_values)
+        std::printf("               (%s of %s stored values, %.2g%%, outside the scales' range: clamped)\n",
+                    with_commas(w.clipped_values).c_str(), with_commas(w.stored_values).c_str(),
+                    100.0 * static_cast<double>(w.clipped_values) / static_cast<double>(w.stored_values));
+    if (validation_enabled())
+        std::printf("validation     %llu errors, %llu warnings from the Khronos validation layer\n",
+                    static_cast<unsigned long long>(r.validation_errors),
+                    static_cast<unsigned long long>(r.validation_warnings));
+    else
+        std::printf("validation     off (KVRT_VALIDATION=1 runs under the Khronos validation layer)\n");
+}
+
+void print_static_json(const Options& opt, const Results& r, bool passed) {
+    const Results::StaticFigures& st = r.stat;
+    const demo::WindowFigures& w = st.windows;
+    std::printf("{\"device\": \"%s\", \"strategy\": \"static\", \"kv_type\": \"%s\", \"seqs\": %u, \"seq_len\": %u, "
+                "\"window_rows\": %u, \"reserve\": %.15g, \"reserved_rows\": %u, \"prompt_tokens\": %u, "
+                "\"decode_steps\": %u, \"generated_tokens\": %llu, \"evaluated_tokens\": %llu, ",
+                json_escape(r.device).c_str(), type_name(opt.kv_type), opt.seqs, st.seq_len, opt.capacity, opt.reserve,
+                st.reserved_rows, r.prompt_tokens, opt.tokens, static_cast<unsigned long long>(r.generated),
+                static_cast<unsigned long long>(r.evaluated));
+    std::printf("\"tokens_per_s\": %.3f, \"decode_s\": %.4f, \"prompt_s\": %.4f, \"setup_s\": %.4f, \"check_s\": %.4f, "
+                "\"model_cpu_s\": %.4f, \"kvrt_calls_s\": %.4f, ",
+                tokens_per_s(r), r.decode_s, r.prompt_s, r.setup_s, r.check_s, r.model_s, r.runtime_s);
+    print_gpu_json(r);
+    const auto scales = [](const char* name, const std::vector<kvrt_quant_scale>& v) {
+        std::printf("\"%s\": [", name);
+        for (size_t i = 0; i < v.size(); ++i)
+            std::printf("%s{\"scale\": %.9g, \"zero_point\": %d}", i ? ", " : "", static_cast<double>(v[i].scale),
+                        v[i].zero_point);
+        std::printf("], ");
+    };
+    scales("k_scales", st.k_scales);
+    scales("v_scales", st.v_scales);
+    std::printf("\"stored_values\": %llu, \"clipped_values\": %llu, ", static_cast<unsigned long long>(w.stored_values),
+                static_cast<unsigned long long>(w.clipped_values));
+    std::printf("\"rows_appended\": %llu, \"slides\": %llu, \"rows_moved\": %llu, \"bytes_moved\": %llu, "
+                "\"model_slides\": %llu, \"model_rows_moved\": %llu, ",
+                static_cast<unsigned long long>(st.stats.rows_appended), static_cast<unsigned long long>(st.stats.slides),
+                static_cast<unsigned long long>(st.stats.rows_moved), static_cast<unsigned long long>(st.stats.bytes_moved),
+                static_cast<unsigned long long>(st.model_slides), static_cast<unsigned long long>(st.model_rows_moved));
+    std::printf("\"windows_checked\": %llu, \"window_rows_checked\": %llu, \"window_bytes_checked\": %llu, "
+                "\"masks_checked\": %llu, \"cells_checked\": %llu, \"mismatches\": %llu, ",
+                static_cast<unsigned long long>(w.windows), static_cast<unsigned long long>(w.rows),
+                static_cast<unsigned long long>(w.bytes), static_cast<unsigned long long>(w.masks),
+                static_cast<unsigned long long>(st.cells_checked),
+                static_cast<unsigned long long>(w.mismatches + st.cell_mismatches));
+    std::printf("\"cache_device_bytes\": %llu, \"estimate_device_bytes\": %llu, \"cache_bytes_constant\": %s, "
+                "\"device_bytes_start\": %llu, \"device_bytes_first_slide\": %llu, \"device_bytes_end\": %llu, "
+                "\"device_bytes_constant\": %s, \"peak_device_bytes\": %llu, ",
+                static_cast<unsigned long long>(st.cache_bytes), static_cast<unsigned long long>(st.estimate_bytes),
+                st.cache_bytes_constant ? "true" : "false", static_cast<unsigned long long>(st.device_bytes_start),
+                static_cast<unsigned long long>(st.device_bytes_first_slide),
+                static_cast<unsigned long long>(st.device_bytes_end), static_memory_constant(r) ? "true" : "false",
+                static_cast<unsigned long long>(r.peak_device_bytes));
+    std::printf("\"checkpoints\": %llu, \"checked_calls\": %llu, "
+                "\"vs_cache\": {\"max_abs\": %.6e, \"nmse\": %.6e, \"limit\": %.1e}, "
+                "\"vs_fresh\": {\"max_abs\": %.6e, \"nmse\": %.6e, \"limit\": %.1e}, ",
+                static_cast<unsigned long long>(r.checkpoints), static_cast<unsigned long long>(r.checked_calls),
+                r.vs_cache.max_abs, r.vs_cache.nmse, r.cache_limit, r.vs_fresh.max_abs, r.vs_fresh.nmse, r.fresh_limit);
+    std::printf("\"validation\": %s, \"validation_errors\": %llu, \"validation_warnings\": %llu, \"passed\": %s}\n",
+                validation_enabled() ? "true" : "false", static_cast<unsigned long long>(r.validation_errors),
+                static_cast<unsigned long long>(r.validation_warnings), passed ? "true" : "false");
+}
+
 }  // namespace
 
 int cmd_demo(int argc, char** argv) {
@@ -464,12 +679,25 @@ int cmd_demo(int argc, char** argv) {
 
     const bool passed = r.checks_passed && r.validation_errors == 0;
     const bool memory = opt.strategy == Strategy::Memory;
-    if (args.has("json")) memory ? print_memory_json(opt, r, passed) : print_json(opt, r, passed);
-    else memory ? print_memory_text(opt, r) : print_text(opt, r);
+    const bool is_static = opt.strategy == Strategy::Static;
+    const bool json = args.has("json");
+    if (memory) json ? print_memory_json(opt, r, passed) : print_memory_text(opt, r);
+    else if (is_static) json ? print_static_json(opt, r, passed) : print_static_text(opt, r);
+    else json ? print_json(opt, r, passed) : print_text(opt, r);
     std::fflush(stdout);
     if (!r.checks_passed && memory && !memory_constant(r))
         std::fprintf(stderr, "error: the device memory grew while the tokens streamed through the memory\n");
-    if (!r.checks_passed && (!memory || memory_constant(r)))
+    if (!r.checks_passed && is_static) {
+        const Results::StaticFigures& st = r.stat;
+        if (!static_memory_constant(r))
+            std::fprintf(stderr, "error: the device memory grew while the windows slid\n");
+        if (st.windows.mismatches || st.cell_mismatches || st.stats.slides != st.model_slides ||
+            st.stats.rows_moved != st.model_rows_moved)
+            std::fprintf(stderr, "error: kvrt's static windows differ from what the demo stored and expects\n");
+    }
+    if (!r.checks_passed && !(memory && !memory_constant(r)) &&
+        (r.vs_cache.nmse > r.cache_limit || r.vs_fresh.nmse > r.fresh_limit ||
+         (memory && (r.memory.reads.nmse > r.memory.limit || r.memory.state.nmse > r.memory.limit))))
         std::fprintf(stderr, "error: kvrt's %s is further from the CPU reference than the limits allow\n",
                      memory ? "memory" : "attention");
     if (r.validation_errors)

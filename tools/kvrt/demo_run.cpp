@@ -13,6 +13,7 @@
 #include "cli.hpp"
 #include "demo_memory.hpp"
 #include "demo_model.hpp"
+#include "demo_static.hpp"
 
 namespace cli::demo {
 
@@ -477,11 +478,13 @@ int ranked_token(const float* logits, uint32_t r) {
 }
 
 uint32_t min_capacity(const Options& opt) {
-    return static_cast<uint32_t>(std::strlen(kPrompt)) + 4 * opt.seqs;
+    // Static: every sequence has a window of its own.
+    return static_cast<uint32_t>(std::strlen(kPrompt)) + 4 * (opt.strategy == Strategy::Static ? 1 : opt.seqs);
 }
 
 int run(const Options& opt, Results* out) {
     if (opt.strategy == Strategy::Memory) return run_memory(opt, out);
+    if (opt.strategy == Strategy::Static) return run_static(opt, out);
     Runner runner(opt, out);
     return runner.run();
 }

@@ -7,7 +7,9 @@
 // makes room (kvrt_cache_context_shift, or kvrt_cache_discard_for_reevaluation
 // followed by evaluating the returned tokens again at their new positions).
 // The memory strategy has a loop of its own (demo_memory.hpp): the model's
-// memory variant over kvrt_memory_*, which never fills.
+// memory variant over kvrt_memory_*, which never fills. So has the static
+// strategy (demo_static.hpp): a cache in the static padded layout, whose
+// windows slide by themselves.
 #pragma once
 
 #include <chrono>
@@ -17,23 +19,26 @@
 #include <vector>
 
 #include "demo_check.hpp"
+#include "demo_window.hpp"
 #include "kvrt/kvrt.h"
 
 namespace cli::demo {
 
 // Shift and Reevaluate: attention over a cell cache, and what to do when it
-// is full. Memory: the fixed-capacity memory instead of attention.
-enum class Strategy { Shift, Reevaluate, Memory };
+// is full. Memory: the fixed-capacity memory instead of attention. Static:
+// attention over a cache in the static padded layout, which never fills.
+enum class Strategy { Shift, Reevaluate, Memory, Static };
 
 struct Options {
     Strategy strategy = Strategy::Shift;
     kvrt_type kv_type = KVRT_TYPE_F16;
     uint32_t seqs = 1;
-    uint32_t capacity = 256;
+    uint32_t capacity = 256;  // cells; static: window rows per sequence (S - 1)
     uint32_t slots = 256;    // memory: slots per layer and head
     uint32_t tokens = 1024;  // decode steps per sequence
     uint32_t n_keep = 4;     // attention sinks kept when making room
     uint32_t check_every = 64;  // reference check every N decode steps
+    double reserve = 2.0;    // static: rows reserved per region, in windows
     std::string device;      // kvrt_context_desc.device
 };
 
@@ -124,6 +129,28 @@ struct Results {
         ErrorFigures state;            // final MV of every sequence and layer
         double limit = 0;              // NMSE limit of both
     } memory;
+
+    // Strategy static.
+    struct StaticFigures {
+        uint32_t seq_len = 0;          // S = window rows + 1
+        uint32_t reserved_rows = 0;    // ceil(R x (S-1)) per region
+        uint64_t estimate_bytes = 0;   // kvrt_cache_estimate_size's device_bytes
+        // The cache's device bytes (kvrt_cache_get_info) at creation, and
+        // whether every checkpoint saw the same.
+        uint64_t cache_bytes = 0;
+        bool cache_bytes_constant = true;
+        // The context's device bytes after the prompt, after the first step
+        // whose slide copy overlapped itself (0: none did; R < 2 only: kvrt
+        // copies through scratch memory, taken the first time), and after
+        // the last step.
+        uint64_t device_bytes_start = 0, device_bytes_first_slide = 0, device_bytes_end = 0;
+        kvrt_static_stats stats{};     // kvrt_cache_static_stats of every sequence
+        uint64_t model_slides = 0, model_rows_moved = 0;  // the demo's window model, all sequences
+        uint64_t cells_checked = 0, cell_mismatches = 0;  // cells from kvrt_cache_place against the model
+        WindowFigures windows;
+        std::vector<kvrt_quant_scale> k_scales, v_scales;  // static-scale types: per layer
+        double calibration_margin = 0;
+    } stat;
 };
 
 // Runs the demo. Returns 0, or 1 after printing why it stopped; `out` holds

@@ -1,8 +1,11 @@
 // `kvrt estimate`: the memory a cache needs, before anything is allocated.
+#include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "cli.hpp"
+#include "kv_types.hpp"
 
 namespace cli {
 
@@ -10,10 +13,79 @@ namespace {
 
 const char* kUsage =
     "usage: kvrt estimate --layers N --kv-heads N --head-dim N [--head-dim-v N] [--heads N]\n"
-    "                     [--type f32|f16|q8_0|q4_0] [--type-v T] [--cells N] [--json]\n"
-    "  Prints the bytes per token and the device memory of a cache with this geometry\n"
-    "  (assuming a 128 MiB largest binding, the common mobile and lavapipe limit).\n";
+    "                     [--type T] [--type-v T] [--layout cells|static] [--cells N]\n"
+    "                     [--seq-len S] [--reserve R] [--seqs N] [--json]\n"
+    "  Prints the sizes of a cache with this geometry, computed by kvrt_cache_estimate_size\n"
+    "  before anything is allocated (assuming a 128 MiB largest binding, the common mobile\n"
+    "  and lavapipe limit). Byte counts are exact integers, printed with thousands\n"
+    "  separators and plain.\n"
+    "\n"
+    "  --layers N        layers (required)\n"
+    "  --kv-heads N      KV heads (required)\n"
+    "  --head-dim N      K head dim (required); --head-dim-v N: V's, if it differs\n"
+    "  --heads N         query heads (default: --kv-heads; does not change the sizes)\n"
+    "  --type T          K type, and V's unless --type-v: f32, f16 (default), q8_0, q4_0,\n"
+    "                    u8_static, u16_static. The static-scale types are estimated with a\n"
+    "                    placeholder scale (1, zero point 0): only sizes are computed, and\n"
+    "                    they do not depend on the scales. The static layout takes f32,\n"
+    "                    f16, u8_static and u16_static.\n"
+    "  --layout L        cells (default): --cells N tokens (default 4096) shared by the\n"
+    "                    sequences.\n"
+    "                    static: the static padded layout of NPU/DSP graphs (SPEC 5): each\n"
+    "                    sequence has, per layer and KV head, a K and a V window of S-1\n"
+    "                    rows inside a region of ceil(R x (S-1)) reserved rows. Prints the\n"
+    "                    window and reserved rows, the bytes per region, the K/V data (whole\n"
+    "                    rows, what kvrt allocates), SPEC 5's fractional count\n"
+    "                    R x layers x KV heads x (S-1) x (D_k x bytes_k + D_v x bytes_v)\n"
+    "                    per sequence (2 x R x ... x D x bytes when K and V are alike), and\n"
+    "                    the device memory.\n"
+    "  --seq-len S       static: the graph's sequence length S >= 2 (required with static)\n"
+    "  --reserve R       static: rows reserved per region as a multiple of S-1, a decimal\n"
+    "                    >= 1 (default 2)\n"
+    "  --seqs N          sequences (max_seqs): static: each has its own windows (default\n"
+    "                    1); cells: ids 0..N-1 (default 64; the size does not depend on it)\n"
+    "  --json            print one JSON object with the same figures\n"
+    "\n"
+    "Exit status: 0, or 2 for bad options or a geometry kvrt refuses.\n";
 
+const char* const kOptions[] = {"layers", "kv-heads", "heads", "head-dim", "head-dim-v", "type",  "type-v",
+                                "layout", "cells",    "seq-len", "reserve", "seqs",      "json",  "help"};
+
+int usage_error(const std::string& message) {
+    std::fprintf(stderr, "error: %s\nRun 'kvrt estimate --help' for the options.\n", message.c_str());
+    return 2;
+}
+
+// Rejects unknown options and positional arguments, which Args accepts.
+bool known_options(int argc, char** argv, std::string* error) {
+    for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a.rfind("--", 0) != 0) {
+            *error = "unexpected argument '" + a + "'";
+            return false;
+        }
+        const size_t eq = a.find('=');
+        const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+        bool known = false;
+        for (const char* n : kOptions) known = known || name == n;
+        if (!known) {
+            *error = "unknown option '" + a + "'";
+            return false;
+        }
+        if (name != "json" && name != "help" && eq == std::string::npos) ++i;  // skip the value
+    }
+    return true;
+}
+
+// 2146435072 -> "2,146,435,072".
+std::string grouped(uint64_t v) {
+    std::string digits = std::to_string(v), out;
+    for (size_t i = 0; i < digits.size(); ++i) {
+        if (i && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return out;
+}
 
 std::string human(double bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -27,66 +99,250 @@ std::string human(double bytes) {
     return buf;
 }
 
+// "2,146,435,072 (2146435072) bytes, 2.00 GiB".
+std::string bytes_text(uint64_t v) {
+    return grouped(v) + " (" + std::to_string(v) + ") bytes, " + human(static_cast<double>(v));
+}
+
+// A non-negative decimal with up to two decimals, trailing zeros dropped:
+// "1609826304", "1609826304.5". `group` adds thousands separators.
+std::string decimal(long double v, bool group) {
+    const long double cents = std::round(v * 100.0L);
+    const uint64_t whole = static_cast<uint64_t>(cents / 100.0L);
+    const unsigned frac = static_cast<unsigned>(cents - static_cast<long double>(whole) * 100.0L);
+    std::string out = group ? grouped(whole) : std::to_string(whole);
+    if (frac) {
+        char buf[8];
+        std::snprintf(buf, sizeof(buf), frac % 10 ? ".%02u" : ".%u", frac % 10 ? frac : frac / 10);
+        out += buf;
+    }
+    return out;
+}
+
+unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); }
+
+struct Request {
+    kvrt_cache_desc desc = KVRT_CACHE_DESC_INIT;
+    std::string type_k, type_v;
+    bool is_static = false;
+    uint32_t seq_len = 0, seqs = 0;
+    double reserve = 2.0;
+};
+
+// Reads the options into `req`; false with a message for bad values.
+bool parse(const Args& args, Request* req, std::string* error) {
+    uint64_t layers = 0, kv_heads = 0, heads = 0, dk = 0, dv = 0, cells = 0, seq_len = 0, seqs = 0;
+    if (!args.u64("layers", 0, &layers, error) || !args.u64("kv-heads", 0, &kv_heads, error) ||
+        !args.u64("heads", 0, &heads, error) || !args.u64("head-dim", 0, &dk, error) ||
+        !args.u64("head-dim-v", 0, &dv, error) || !args.u64("cells", 4096, &cells, error) ||
+        !args.u64("seq-len", 0, &seq_len, error) || !args.u64("seqs", 0, &seqs, error) ||
+        !args.f64("reserve", 2.0, &req->reserve, error))
+        return false;
+    if (layers == 0 || kv_heads == 0 || dk == 0) {
+        *error = "--layers, --kv-heads and --head-dim are required and must be positive";
+        return false;
+    }
+    for (const char* name : {"heads", "head-dim-v", "seqs"}) {
+        uint64_t v = 0;
+        args.u64(name, 1, &v, error);
+        if (v == 0) {
+            *error = "--" + std::string(name) + " must be positive";
+            return false;
+        }
+    }
+    if (layers > UINT32_MAX || kv_heads > UINT32_MAX || heads > UINT32_MAX || dk > UINT32_MAX || dv > UINT32_MAX ||
+        cells > UINT32_MAX || seq_len > UINT32_MAX || seqs > UINT32_MAX) {
+        *error = "sizes must fit in 32 bits";
+        return false;
+    }
+
+    const std::string layout = args.str("layout", "cells");
+    if (layout != "cells" && layout != "static") {
+        *error = "unknown --layout '" + layout + "' (cells or static)";
+        return false;
+    }
+    req->is_static = layout == "static";
+    if (req->is_static) {
+        if (args.has("cells")) {
+            *error = "--cells does not apply to --layout static: its rows are seqs x ceil(R x (S-1)) (give --seq-len, "
+                     "--reserve and --seqs)";
+            return false;
+        }
+        if (!args.has("seq-len")) {
+            *error = "--layout static needs --seq-len S (the graph's sequence length, at least 2)";
+            return false;
+        }
+        if (seq_len < 2) {
+            *error = "--seq-len must be at least 2 (windows of S-1 rows), not " + std::to_string(seq_len);
+            return false;
+        }
+        if (!std::isfinite(req->reserve) || req->reserve < 1.0) {
+            *error = "--reserve must be a finite decimal >= 1 (the region holds R x (S-1) rows), not " +
+                     args.str("reserve");
+            return false;
+        }
+    } else {
+        for (const char* name : {"seq-len", "reserve"}) {
+            if (args.has(name)) {
+                *error = "--" + std::string(name) + " applies to --layout static only";
+                return false;
+            }
+        }
+        if (cells == 0) {
+            *error = "--cells must be positive";
+            return false;
+        }
+    }
+
+    req->type_k = args.str("type", "f16");
+    req->type_v = args.str("type-v", req->type_k);
+    kvrt_cache_desc& d = req->desc;
+    if (!parse_kv_type(req->type_k, &d.type_k)) {
+        *error = "--type: unknown type '" + req->type_k + "' (f32, f16, q8_0, q4_0, u8_static, u16_static)";
+        return false;
+    }
+    if (!parse_kv_type(req->type_v, &d.type_v)) {
+        *error = "--type-v: unknown type '" + req->type_v + "' (f32, f16, q8_0, q4_0, u8_static, u16_static)";
+        return false;
+    }
+    d.n_layers = static_cast<uint32_t>(layers);
+    d.n_kv_heads = static_cast<uint32_t>(kv_heads);
+    d.n_heads = static_cast<uint32_t>(heads ? heads : kv_heads);
+    d.head_dim_k = static_cast<uint32_t>(dk);
+    d.head_dim_v = static_cast<uint32_t>(dv ? dv : dk);
+    d.max_seqs = static_cast<uint32_t>(seqs);  // 0: the layout's default
+    d.layout = req->is_static ? KVRT_LAYOUT_STATIC : KVRT_LAYOUT_CELLS;
+    d.capacity = req->is_static ? 0 : static_cast<uint32_t>(cells);
+    req->seq_len = static_cast<uint32_t>(seq_len);
+    req->seqs = seqs ? static_cast<uint32_t>(seqs) : req->is_static ? 1 : 64;
+    return true;
+}
+
+// The static layout's figures, derived from the request as kvrt.h defines
+// them (W = S-1, ceil(R x W) reserved rows per region).
+struct StaticFigures {
+    uint64_t window_rows = 0, reserved_rows = 0, region_bytes_k = 0, region_bytes_v = 0, regions = 0;
+    long double reserved_exact = 0;  // R x (S-1), fractional
+    long double fractional_bytes = 0;
+};
+
+StaticFigures static_figures(const Request& req) {
+    const kvrt_cache_desc& d = req.desc;
+    StaticFigures f;
+    f.window_rows = req.seq_len - 1u;
+    f.reserved_rows = static_cast<uint64_t>(std::ceil(req.reserve * static_cast<double>(f.window_rows)));
+    f.region_bytes_k = f.reserved_rows * d.head_dim_k * element_bytes(d.type_k);
+    f.region_bytes_v = f.reserved_rows * d.head_dim_v * element_bytes(d.type_v);
+    f.regions = 2ull * req.seqs * d.n_layers * d.n_kv_heads;
+    f.reserved_exact = static_cast<long double>(req.reserve) * static_cast<long double>(f.window_rows);
+    const long double row_pair = static_cast<long double>(d.head_dim_k) * element_bytes(d.type_k) +
+                                 static_cast<long double>(d.head_dim_v) * element_bytes(d.type_v);
+    f.fractional_bytes = f.reserved_exact * d.n_layers * d.n_kv_heads * row_pair * req.seqs;
+    return f;
+}
+
+void print_json(const Request& req, const kvrt_cache_estimate& e) {
+    const kvrt_cache_desc& d = req.desc;
+    std::printf("{\"layout\": \"%s\", \"layers\": %u, \"kv_heads\": %u, \"heads\": %u, \"head_dim_k\": %u, "
+                "\"head_dim_v\": %u, \"type_k\": \"%s\", \"type_v\": \"%s\", \"seqs\": %u, ",
+                req.is_static ? "static" : "cells", d.n_layers, d.n_kv_heads, d.n_heads, d.head_dim_k, d.head_dim_v,
+                req.type_k.c_str(), req.type_v.c_str(), req.seqs);
+    if (req.is_static) {
+        const StaticFigures f = static_figures(req);
+        std::printf("\"seq_len\": %u, \"reserve\": %.15g, \"window_rows\": %llu, \"reserved_rows\": %llu, "
+                    "\"reserved_rows_fractional\": %s, \"region_bytes_k\": %llu, \"region_bytes_v\": %llu, "
+                    "\"regions\": %llu, \"fractional_bytes\": %s, ",
+                    req.seq_len, req.reserve, ull(f.window_rows), ull(f.reserved_rows),
+                    decimal(f.reserved_exact, false).c_str(), ull(f.region_bytes_k), ull(f.region_bytes_v),
+                    ull(f.regions), decimal(f.fractional_bytes, false).c_str());
+    } else {
+        std::printf("\"cells\": %u, ", d.capacity);
+    }
+    std::printf("\"bytes_per_token\": %llu, \"data_bytes\": %llu, \"device_bytes\": %llu, "
+                "\"max_binding_bytes\": %llu}\n",
+                ull(e.bytes_per_token), ull(e.data_bytes), ull(e.device_bytes), ull(e.max_binding_bytes));
+}
+
+void print_text(const Request& req, const kvrt_cache_estimate& e) {
+    const kvrt_cache_desc& d = req.desc;
+    std::printf("geometry          %u layers, %u KV heads (%u query heads), head dim K %u / V %u, K %s, V %s\n",
+                d.n_layers, d.n_kv_heads, d.n_heads, d.head_dim_k, d.head_dim_v, req.type_k.c_str(),
+                req.type_v.c_str());
+    std::printf("bytes per token   %s: one token's K and V over all layers\n", bytes_text(e.bytes_per_token).c_str());
+    if (!req.is_static) {
+        std::printf("layout            cells: %u cells shared by up to %u sequences\n", d.capacity, req.seqs);
+        std::printf("K/V data          %s for %u cells\n", bytes_text(e.data_bytes).c_str(), d.capacity);
+    } else {
+        const StaticFigures f = static_figures(req);
+        std::printf("layout            static padded (SPEC 5): S = %u, R = %s, %u sequence%s with %s own K and V\n"
+                    "                  window per layer and KV head\n",
+                    req.seq_len, decimal(req.reserve, false).c_str(), req.seqs, req.seqs == 1 ? "" : "s",
+                    req.seqs == 1 ? "its" : "their");
+        std::printf("window rows       %s (S-1)\n", grouped(f.window_rows).c_str());
+        std::printf("reserved rows     %s per region: ceil(R x (S-1)) = ceil(%s)\n", grouped(f.reserved_rows).c_str(),
+                    decimal(f.reserved_exact, true).c_str());
+        if (f.region_bytes_k == f.region_bytes_v)
+            std::printf("bytes per region  %s (%llu), K and V alike: reserved rows x head dim x element size\n",
+                        grouped(f.region_bytes_k).c_str(), ull(f.region_bytes_k));
+        else
+            std::printf("bytes per region  K %s (%llu), V %s (%llu): reserved rows x head dim x element size\n",
+                        grouped(f.region_bytes_k).c_str(), ull(f.region_bytes_k), grouped(f.region_bytes_v).c_str(),
+                        ull(f.region_bytes_v));
+        std::printf("regions           %s: K and V x %u sequence%s x %u layers x %u KV heads\n",
+                    grouped(f.regions).c_str(), req.seqs, req.seqs == 1 ? "" : "s", d.n_layers, d.n_kv_heads);
+        std::printf("K/V data          %s: every region's whole reserved rows\n", bytes_text(e.data_bytes).c_str());
+        const bool alike = d.head_dim_k == d.head_dim_v && req.type_k == req.type_v;
+        std::printf("SPEC 5 count      %s (%s) bytes: R x (S-1) = %s rows, not rounded up:\n"
+                    "                  %s%s\n",
+                    decimal(f.fractional_bytes, true).c_str(), decimal(f.fractional_bytes, false).c_str(),
+                    decimal(f.reserved_exact, true).c_str(),
+                    alike ? "2 x R x layers x KV heads x (S-1) x D x bytes"
+                          : "R x layers x KV heads x (S-1) x (D_k x bytes_k + D_v x bytes_v)",
+                    req.seqs > 1 ? " x sequences" : "");
+    }
+    std::printf("device memory     %s, with alignment padding\n", bytes_text(e.device_bytes).c_str());
+}
+
 }  // namespace
 
 int cmd_estimate(int argc, char** argv) {
     Args args;
     std::string error;
-    if (!args.parse(argc, argv, {"json", "help"}, &error)) {
-        std::fprintf(stderr, "error: %s\n%s", error.c_str(), kUsage);
-        return 2;
-    }
+    if (!known_options(argc, argv, &error) || !args.parse(argc, argv, {"json", "help"}, &error))
+        return usage_error(error);
     if (args.has("help")) {
         std::printf("%s", kUsage);
         return 0;
     }
-    uint64_t layers = 0, kv_heads = 0, heads = 0, dk = 0, dv = 0, cells = 0;
-    if (!args.u64("layers", 0, &layers, &error) || !args.u64("kv-heads", 0, &kv_heads, &error) ||
-        !args.u64("heads", 0, &heads, &error) || !args.u64("head-dim", 0, &dk, &error) ||
-        !args.u64("head-dim-v", 0, &dv, &error) || !args.u64("cells", 4096, &cells, &error)) {
-        std::fprintf(stderr, "error: %s\n", error.c_str());
-        return 2;
+    Request req;
+    if (!parse(args, &req, &error)) return usage_error(error);
+
+    // Placeholder scales for static-scale types: the sizes do not depend on them.
+    const kvrt_quant_scale unit{1.0f, 0};
+    kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
+    scales.count = 1;
+    scales.k = is_static_scale(req.desc.type_k) ? &unit : nullptr;
+    scales.v = is_static_scale(req.desc.type_v) ? &unit : nullptr;
+    kvrt_static_layout_desc layout = KVRT_STATIC_LAYOUT_DESC_INIT;
+    layout.seq_len = req.seq_len;
+    layout.reserve = req.reserve;
+    const void** tail = &req.desc.next;
+    if (req.is_static) {
+        *tail = &layout;
+        tail = &layout.next;
     }
-    if (layers == 0 || kv_heads == 0 || dk == 0) {
-        std::fprintf(stderr, "error: --layers, --kv-heads and --head-dim are required\n%s", kUsage);
-        return 2;
-    }
-    if (layers > UINT32_MAX || kv_heads > UINT32_MAX || heads > UINT32_MAX || dk > UINT32_MAX || dv > UINT32_MAX ||
-        cells > UINT32_MAX) {
-        std::fprintf(stderr, "error: values must fit in 32 bits\n");
-        return 2;
-    }
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.n_layers = static_cast<uint32_t>(layers);
-    d.n_kv_heads = static_cast<uint32_t>(kv_heads);
-    d.n_heads = static_cast<uint32_t>(heads ? heads : kv_heads);
-    d.head_dim_k = static_cast<uint32_t>(dk);
-    d.head_dim_v = static_cast<uint32_t>(dv);
-    d.capacity = static_cast<uint32_t>(cells);
-    if (!type_option(args, "type", "f16", &d.type_k, nullptr)) return 2;
-    d.type_v = d.type_k;
-    if (args.has("type-v") && !type_option(args, "type-v", "f16", &d.type_v, nullptr)) return 2;
+    if (scales.k || scales.v) *tail = &scales;
 
     kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
-    const kvrt_result r = kvrt_cache_estimate_size(nullptr, &d, &e);
-    if (r != KVRT_SUCCESS) return report("estimating", r);
-    if (args.has("json")) {
-        std::printf(
-            "{\"layout\": \"cells\", \"layers\": %u, \"kv_heads\": %u, \"head_dim_k\": %u, \"head_dim_v\": %u, "
-            "\"type_k\": \"%s\", \"type_v\": \"%s\", \"cells\": %u, \"bytes_per_token\": %llu, \"data_bytes\": %llu, "
-            "\"device_bytes\": %llu, \"max_binding_bytes\": %llu}\n",
-            d.n_layers, d.n_kv_heads, d.head_dim_k, d.head_dim_v ? d.head_dim_v : d.head_dim_k,
-            args.str("type", "f16").c_str(), args.str("type-v", args.str("type", "f16")).c_str(), d.capacity,
-            static_cast<unsigned long long>(e.bytes_per_token), static_cast<unsigned long long>(e.data_bytes),
-            static_cast<unsigned long long>(e.device_bytes), static_cast<unsigned long long>(e.max_binding_bytes));
-        return 0;
+    const kvrt_result r = kvrt_cache_estimate_size(nullptr, &req.desc, &e);
+    if (r == KVRT_ERROR_INVALID_ARGUMENT || r == KVRT_ERROR_UNSUPPORTED) {
+        // The geometry itself is refused: a usage error, with kvrt's reason.
+        std::fprintf(stderr, "error: kvrt refuses this geometry: %s\n", kvrt_last_error_message());
+        return 2;
     }
-    std::printf("bytes per token   %llu (%s)\n", static_cast<unsigned long long>(e.bytes_per_token),
-                human(static_cast<double>(e.bytes_per_token)).c_str());
-    std::printf("K/V data          %llu (%s) for %u cells\n", static_cast<unsigned long long>(e.data_bytes),
-                human(static_cast<double>(e.data_bytes)).c_str(), d.capacity);
-    std::printf("device memory     %llu (%s), with alignment padding\n", static_cast<unsigned long long>(e.device_bytes),
-                human(static_cast<double>(e.device_bytes)).c_str());
+    if (r != KVRT_SUCCESS) return report("estimating", r);
+    if (args.has("json")) print_json(req, e);
+    else print_text(req, e);
     return 0;
 }
 
