@@ -54,16 +54,7 @@ std::vector<float> make_rows(uint32_t rows, uint32_t row_elems, uint32_t seed) {
 }
 
 std::vector<uint8_t> to_bytes(const std::vector<float>& x, kvrt_type t) {
-    std::vector<uint8_t> out(x.size() * (t == KVRT_TYPE_F16 ? 2 : 4));
-    if (t == KVRT_TYPE_F16) {
-        for (size_t i = 0; i < x.size(); ++i) {
-            const uint16_t h = ref::f32_to_f16(x[i]);
-            std::memcpy(&out[2 * i], &h, 2);
-        }
-    } else {
-        std::memcpy(out.data(), x.data(), out.size());
-    }
-    return out;
+    return ref::encode_values(x, t == KVRT_TYPE_F16);
 }
 
 enum class SourceKind { Host, Buffer, Wrapped };

@@ -100,4 +100,17 @@ float f16_to_f32(uint16_t h) {
 
 float round_to_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
+std::vector<uint8_t> encode_values(const std::vector<float>& x, bool as_f16) {
+    std::vector<uint8_t> out(x.size() * (as_f16 ? 2 : 4));
+    for (size_t i = 0; i < x.size(); ++i) {
+        if (as_f16) {
+            const uint16_t h = f32_to_f16(x[i]);
+            std::memcpy(&out[2 * i], &h, 2);
+        } else {
+            std::memcpy(&out[4 * i], &x[i], 4);
+        }
+    }
+    return out;
+}
+
 }  // namespace kvrt::ref

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace kvrt::ref {
 
@@ -31,5 +32,9 @@ float round_to_f16(float x);
 // Bit-level helpers, so tests need no memcpy of their own.
 uint32_t f32_bits(float x);
 float f32_from_bits(uint32_t bits);
+
+// The bytes of `x` as packed fp16 (as_f16, each value rounded) or f32 values:
+// input rows for the store kernels in either input type.
+std::vector<uint8_t> encode_values(const std::vector<float>& x, bool as_f16);
 
 }  // namespace kvrt::ref
