@@ -26,7 +26,7 @@ struct Shape {
 
 // A cache of either layout with `shape`.
 kvrt_cache make_cache(kvrt_context ctx, const Shape& sh, bool is_static, uint32_t seq_len, double reserve,
-                      uint32_t max_seqs = 1, uint32_t capacity = 0) {
+                      uint32_t max_seqs = 1, uint32_t capacity = 0, kvrt_flags flags = 0) {
     kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
     sl.seq_len = seq_len;
     sl.reserve = reserve;
@@ -38,6 +38,7 @@ kvrt_cache make_cache(kvrt_context ctx, const Shape& sh, bool is_static, uint32_
     d.head_dim_v = sh.dv;
     d.type_k = d.type_v = sh.type;
     d.max_seqs = max_seqs;
+    d.flags = flags;
     if (is_static) {
         d.layout = KVRT_LAYOUT_STATIC;
         d.next = &sl;
@@ -613,26 +614,8 @@ TEST_CASE("static layout: deferred RoPE attends like the cell layout", "[static]
     Shape sh;
     sh.dk = sh.dv = 32;
     const uint32_t S = 24, W = S - 1;
-    auto make = [&](bool is_static) {
-        kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
-        sl.seq_len = S;
-        kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-        d.n_layers = sh.layers;
-        d.n_heads = sh.heads;
-        d.n_kv_heads = sh.kv_heads;
-        d.head_dim_k = sh.dk;
-        d.flags = KVRT_CACHE_DEFERRED_ROPE;
-        if (is_static) {
-            d.layout = KVRT_LAYOUT_STATIC;
-            d.next = &sl;
-        } else {
-            d.capacity = 64;
-        }
-        kvrt_cache c = nullptr;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
-        return c;
-    };
-    kvrt_cache st = make(true), cells = make(false);
+    kvrt_cache st = make_cache(ctx, sh, true, S, 0.0, 1, 0, KVRT_CACHE_DEFERRED_ROPE);
+    kvrt_cache cells = make_cache(ctx, sh, false, 0, 0.0, 1, 64, KVRT_CACHE_DEFERRED_ROPE);
     REQUIRE(store_tokens(st, sh, 0, 0, 20) == KVRT_SUCCESS);
     REQUIRE(store_tokens(st, sh, 0, 20, 20) == KVRT_SUCCESS);
     REQUIRE(store_tokens(cells, sh, 0, 40 - static_cast<int32_t>(W), W) == KVRT_SUCCESS);
