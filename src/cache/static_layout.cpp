@@ -30,8 +30,13 @@ Result Cache::snapshot(int32_t seq, SeqSnapshot* out) const {
     out->window = seq_windows_[static_cast<size_t>(seq)];
     out->cells.clear();
     out->positions.clear();
-    KVRT_TRY(table_.cells_of_seq(seq, &out->cells));
-    for (uint32_t c : out->cells) out->positions.push_back(table_.cell_pos(c));
+    // The sequence's cells are its window's valid rows: no table scan.
+    const uint32_t base = static_cast<uint32_t>(seq) * static_geo_.reservation_rows;
+    const kv::StaticWindow& w = out->window;
+    for (uint32_t r = w.first_valid_row(); r < w.start() + w.window_rows(); ++r) {
+        out->cells.push_back(base + r);
+        out->positions.push_back(table_.cell_pos(base + r));
+    }
     return KVRT_SUCCESS;
 }
 
