@@ -290,6 +290,29 @@ bool validation_enabled() {
 
 double tokens_per_s(const Results& r) { return r.decode_s > 0 ? static_cast<double>(r.generated) / r.decode_s : 0; }
 
+// One line of the accuracy figures: the worst error against a limit.
+void print_error_line(const std::string& what, const demo::ErrorFigures& e, double limit) {
+    std::printf("  %-36s max abs %.2e  NMSE %.2e  (limit %.0e)  %s\n", what.c_str(), e.max_abs, e.nmse, limit,
+                e.nmse <= limit ? "ok" : "FAILED");
+}
+
+// The accuracy of attention, checks (a) and (b) (demo_check.hpp); `fresh` names (b).
+void print_attention_accuracy(const Results& r, const char* fresh) {
+    std::printf("accuracy       %llu attention calls at %llu checkpoints against a CPU reference in double:\n",
+                static_cast<unsigned long long>(r.checked_calls), static_cast<unsigned long long>(r.checkpoints));
+    print_error_line("(a) K/V read back from the cache", r.vs_cache, r.cache_limit);
+    print_error_line(fresh, r.vs_fresh, r.fresh_limit);
+}
+
+void print_validation(const Results& r) {
+    if (validation_enabled())
+        std::printf("validation     %llu errors, %llu warnings from the Khronos validation layer\n",
+                    static_cast<unsigned long long>(r.validation_errors),
+                    static_cast<unsigned long long>(r.validation_warnings));
+    else
+        std::printf("validation     off (KVRT_VALIDATION=1 runs under the Khronos validation layer)\n");
+}
+
 // The GPU time per operation label, from the stream's timestamps.
 void print_gpu_times(const Results& r) {
     if (r.timestamps) {
@@ -352,22 +375,10 @@ void print_text(const Options& opt, const Results& r) {
                 "               the cache plus kvrt's staging and scratch buffers\n",
                 human_bytes(static_cast<double>(r.cache.device_bytes)).c_str(), r.cache.used, r.cache.capacity,
                 human_bytes(static_cast<double>(r.peak_device_bytes)).c_str());
-    std::printf("accuracy       %llu attention calls at %llu checkpoints against a CPU reference in double:\n",
-                static_cast<unsigned long long>(r.checked_calls), static_cast<unsigned long long>(r.checkpoints));
-    const auto line = [](const char* what, const demo::ErrorFigures& e, double limit) {
-        std::printf("  %-36s max abs %.2e  NMSE %.2e  (limit %.0e)  %s\n", what, e.max_abs, e.nmse, limit,
-                    e.nmse <= limit ? "ok" : "FAILED");
-    };
-    line("(a) K/V read back from the cache", r.vs_cache, r.cache_limit);
-    line("(b) K/V in f32, RoPE at current pos", r.vs_fresh, r.fresh_limit);
+    print_attention_accuracy(r, "(b) K/V in f32, RoPE at current pos");
     std::printf("               (a) is kvrt's arithmetic alone; (b) adds the cost of %s storage%s\n",
                 type_name(opt.kv_type), opt.strategy == Strategy::Shift ? " and of the RoPE shifts" : "");
-    if (validation_enabled())
-        std::printf("validation     %llu errors, %llu warnings from the Khronos validation layer\n",
-                    static_cast<unsigned long long>(r.validation_errors),
-                    static_cast<unsigned long long>(r.validation_warnings));
-    else
-        std::printf("validation     off (KVRT_VALIDATION=1 runs under the Khronos validation layer)\n");
+    print_validation(r);
 }
 
 bool memory_constant(const Results& r) {
@@ -405,18 +416,17 @@ void print_memory_text(const Options& opt, const Results& r) {
     std::printf("accuracy       %llu update+read calls at %llu checkpoints against a CPU reference in double\n"
                 "               that absorbed every token itself:\n",
                 static_cast<unsigned long long>(r.checked_calls), static_cast<unsigned long long>(r.checkpoints));
-    const auto line = [&](const std::string& what, const demo::ErrorFigures& e) {
-        std::printf("  %-36s max abs %.2e  NMSE %.2e  (limit %.0e)  %s\n", what.c_str(), e.max_abs, e.nmse, m.limit,
-                    e.nmse <= m.limit ? "ok" : "FAILED");
-    };
-    line("reads (the layers' outputs)", m.reads);
-    line("final state MV, " + std::to_string(opt.seqs) + " seq x " + std::to_string(cfg.n_layers) + " layers", m.state);
-    if (validation_enabled())
-        std::printf("validation     %llu errors, %llu warnings from the Khronos validation layer\n",
-                    static_cast<unsigned long long>(r.validation_errors),
-                    static_cast<unsigned long long>(r.validation_warnings));
-    else
-        std::printf("validation     off (KVRT_VALIDATION=1 runs under the Khronos validation layer)\n");
+    print_error_line("reads (the layers' outputs)", m.reads, m.limit);
+    print_error_line("final state MV, " + std::to_string(opt.seqs) + " seq x " + std::to_string(cfg.n_layers) + " layers",
+                     m.state, m.limit);
+    print_validation(r);
+}
+
+// The validation figures and the verdict, closing a JSON summary.
+void print_json_end(const Results& r, bool passed) {
+    std::printf("\"validation\": %s, \"validation_errors\": %llu, \"validation_warnings\": %llu, \"passed\": %s}\n",
+                validation_enabled() ? "true" : "false", static_cast<unsigned long long>(r.validation_errors),
+                static_cast<unsigned long long>(r.validation_warnings), passed ? "true" : "false");
 }
 
 // The GPU times as a JSON object's members.
@@ -455,9 +465,7 @@ void print_memory_json(const Options& opt, const Results& r, bool passed) {
                 "\"state\": {\"max_abs\": %.6e, \"nmse\": %.6e, \"limit\": %.1e}, ",
                 static_cast<unsigned long long>(r.checkpoints), static_cast<unsigned long long>(r.checked_calls),
                 m.reads.max_abs, m.reads.nmse, m.limit, m.state.max_abs, m.state.nmse, m.limit);
-    std::printf("\"validation\": %s, \"validation_errors\": %llu, \"validation_warnings\": %llu, \"passed\": %s}\n",
-                validation_enabled() ? "true" : "false", static_cast<unsigned long long>(r.validation_errors),
-                static_cast<unsigned long long>(r.validation_warnings), passed ? "true" : "false");
+    print_json_end(r, passed);
 }
 
 void print_json(const Options& opt, const Results& r, bool passed) {
@@ -485,9 +493,7 @@ void print_json(const Options& opt, const Results& r, bool passed) {
                 static_cast<unsigned long long>(r.checkpoints), static_cast<unsigned long long>(r.checked_calls),
                 r.vs_cache.max_abs, r.vs_cache.nmse, r.cache_limit, r.vs_fresh.max_abs, r.vs_fresh.nmse,
                 r.fresh_limit);
-    std::printf("\"validation\": %s, \"validation_errors\": %llu, \"validation_warnings\": %llu, \"passed\": %s}\n",
-                validation_enabled() ? "true" : "false", static_cast<unsigned long long>(r.validation_errors),
-                static_cast<unsigned long long>(r.validation_warnings), passed ? "true" : "false");
+    print_json_end(r, passed);
 }
 
 // The cache's device memory never changed, and the context's did not grow
@@ -585,26 +591,14 @@ void print_static_text(const Options& opt, const Results& r) {
                     human_bytes(static_cast<double>(st.device_bytes_end)).c_str(), verdict,
                     human_bytes(static_cast<double>(r.peak_device_bytes)).c_str());
     }
-    std::printf("accuracy       %llu attention calls at %llu checkpoints against a CPU reference in double:\n",
-                static_cast<unsigned long long>(r.checked_calls), static_cast<unsigned long long>(r.checkpoints));
-    const auto line = [](const char* what, const demo::ErrorFigures& e, double limit) {
-        std::printf("  %-36s max abs %.2e  NMSE %.2e  (limit %.0e)  %s\n", what, e.max_abs, e.nmse, limit,
-                    e.nmse <= limit ? "ok" : "FAILED");
-    };
-    line("(a) K/V read back from the cache", r.vs_cache, r.cache_limit);
-    line("(b) K/V in f32, RoPE in double", r.vs_fresh, r.fresh_limit);
+    print_attention_accuracy(r, "(b) K/V in f32, RoPE in double");
     std::printf("               (a) is kvrt's arithmetic alone; (b) adds the cost of %s storage\n",
                 type_name(opt.kv_type));
     if (w.stored_values)
         std::printf("               (%s of %s stored values, %.2g%%, outside the scales' range: clamped)\n",
                     with_commas(w.clipped_values).c_str(), with_commas(w.stored_values).c_str(),
                     100.0 * static_cast<double>(w.clipped_values) / static_cast<double>(w.stored_values));
-    if (validation_enabled())
-        std::printf("validation     %llu errors, %llu warnings from the Khronos validation layer\n",
-                    static_cast<unsigned long long>(r.validation_errors),
-                    static_cast<unsigned long long>(r.validation_warnings));
-    else
-        std::printf("validation     off (KVRT_VALIDATION=1 runs under the Khronos validation layer)\n");
+    print_validation(r);
 }
 
 void print_static_json(const Options& opt, const Results& r, bool passed) {
@@ -655,9 +649,7 @@ void print_static_json(const Options& opt, const Results& r, bool passed) {
                 "\"vs_fresh\": {\"max_abs\": %.6e, \"nmse\": %.6e, \"limit\": %.1e}, ",
                 static_cast<unsigned long long>(r.checkpoints), static_cast<unsigned long long>(r.checked_calls),
                 r.vs_cache.max_abs, r.vs_cache.nmse, r.cache_limit, r.vs_fresh.max_abs, r.vs_fresh.nmse, r.fresh_limit);
-    std::printf("\"validation\": %s, \"validation_errors\": %llu, \"validation_warnings\": %llu, \"passed\": %s}\n",
-                validation_enabled() ? "true" : "false", static_cast<unsigned long long>(r.validation_errors),
-                static_cast<unsigned long long>(r.validation_warnings), passed ? "true" : "false");
+    print_json_end(r, passed);
 }
 
 }  // namespace

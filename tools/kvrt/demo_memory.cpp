@@ -1,8 +1,6 @@
 // The memory strategy of `kvrt demo`; see demo_memory.hpp.
 #include "demo_memory.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -176,20 +174,13 @@ private:
     kvrt_stream stream_ = nullptr;
     kvrt_buffer out_ = nullptr;  // reads, downloaded after each layer
 
-    const bool tty_ = isatty(fileno(stderr)) != 0;
-    double last_progress_s_ = -1;
-    bool progress_shown_ = false;
+    ProgressLine progress_line_;
 };
 
 bool MemoryRunner::setup() {
     const ModelConfig& cfg = model_.config();
-    kvrt_context_desc cd = KVRT_CONTEXT_DESC_INIT;
-    cd.device = opt_.device.empty() ? nullptr : opt_.device.c_str();
-    cd.log_callback = log_to_stderr;
-    if (!ok(kvrt_context_create(&cd, &ctx_), "creating the context")) return false;
-    kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
-    if (!ok(kvrt_context_get_device_info(ctx_, &info), "reading the device")) return false;
-    res_.device = info.name;
+    const char* step = "";
+    if (!ok(create_context(opt_, &ctx_, &res_.device, &step), step)) return false;
 
     // MK of every layer and head, layer-major: the model's parameters, copied
     // by kvrt_memory_create. MV starts at zero.
@@ -217,17 +208,7 @@ bool MemoryRunner::setup() {
         return false;
     res_.memory.created_bytes = after - before;
 
-    // GPU timestamps around every operation, where the queue has them.
-    kvrt_stream_desc sd = KVRT_STREAM_DESC_INIT;
-    sd.flags = KVRT_STREAM_TIMESTAMPS;
-    sd.label = "kvrt demo";
-    kvrt_result r = kvrt_stream_create(ctx_, &sd, &stream_);
-    if (r == KVRT_ERROR_UNSUPPORTED) {
-        sd.flags = 0;
-        r = kvrt_stream_create(ctx_, &sd, &stream_);
-    }
-    if (!ok(r, "creating the stream")) return false;
-    res_.timestamps = sd.flags != 0;
+    if (!ok(create_timed_stream(ctx_, &stream_, &res_.timestamps), "creating the stream")) return false;
 
     // The largest batch is the prompt or one token per sequence.
     const uint64_t rows = std::max<uint64_t>(std::strlen(kPrompt), opt_.seqs);
@@ -402,12 +383,7 @@ bool MemoryRunner::device_bytes(uint64_t* out) {
 
 // Gathers the figures of the end of the run.
 void MemoryRunner::finish() {
-    kvrt_context_stats stats = KVRT_CONTEXT_STATS_INIT;
-    if (kvrt_context_get_stats(ctx_, &stats) == KVRT_SUCCESS) {
-        res_.peak_device_bytes = stats.peak_device_bytes;
-        res_.validation_errors = stats.validation_errors;
-        res_.validation_warnings = stats.validation_warnings;
-    }
+    read_context_stats(ctx_, &res_);
     Results::MemoryFigures& m = res_.memory;
     m.limit = kMemoryNmseLimit;
     res_.checked_calls = checked_calls_;
@@ -415,24 +391,14 @@ void MemoryRunner::finish() {
     res_.checks_passed = checked_calls_ > 0 && m.reads.nmse <= m.limit && m.state.nmse <= m.limit && constant;
 }
 
-// A progress line on stderr: redrawn in place on a terminal (at most 10 times
-// a second), otherwise one line per eighth of the run.
 void MemoryRunner::progress(uint32_t step, double elapsed_s) {
-    const uint32_t steps = opt_.tokens;
-    if (tty_ ? elapsed_s - last_progress_s_ < 0.1 && step != steps : step % std::max(1u, steps / 8) != 0) return;
-    last_progress_s_ = elapsed_s;
-    std::fprintf(stderr, "%stoken %u/%u | memory %u slots, %llu tokens absorbed per sequence | %.1f tokens/s%s",
-                 tty_ ? "\r" : "", step, steps, opt_.slots, static_cast<unsigned long long>(absorbed_[0]),
-                 elapsed_s > 0 ? step * opt_.seqs / elapsed_s : 0.0, tty_ ? "\033[K" : "\n");
-    progress_shown_ = tty_;
+    progress_line_.update(step, opt_.tokens, opt_.seqs, elapsed_s, [&] {
+        return "memory " + std::to_string(opt_.slots) + " slots, " + std::to_string(absorbed_[0]) +
+               " tokens absorbed per sequence";
+    });
 }
 
-// Erases the progress line of a terminal, before other output.
-void MemoryRunner::progress_clear() {
-    if (!progress_shown_) return;
-    std::fprintf(stderr, "\r\033[K");
-    progress_shown_ = false;
-}
+void MemoryRunner::progress_clear() { progress_line_.clear(); }
 
 }  // namespace
 

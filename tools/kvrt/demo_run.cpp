@@ -24,122 +24,39 @@ namespace {
 // Waits of the demo's own submissions.
 constexpr uint64_t kWaitNs = 60ull * 1000 * 1000 * 1000;
 
-// Tokens evaluated together, one sequence each.
-struct Batch {
-    std::vector<int> tokens;
-    std::vector<int32_t> positions;
-    std::vector<int32_t> seq_ids;
-    std::vector<int> logit_rows;  // rows whose logits are needed
+using runner::Batch;
+using runner::Labels;
+using runner::Sequence;
 
-    void add(int token, size_t pos, uint32_t seq) {
-        tokens.push_back(token);
-        positions.push_back(static_cast<int32_t>(pos));
-        seq_ids.push_back(static_cast<int32_t>(seq));
-    }
-    uint32_t size() const { return static_cast<uint32_t>(tokens.size()); }
-};
-
-struct Sequence {
-    std::vector<int> tokens;  // the token at each position of the sequence: its n_past is tokens.size()
-    int pending = 0;          // sampled from the last logits, evaluated by the next step
-};
-
-class Runner {
+// Shift and Reevaluate: a cell cache, made room in when it is full.
+class Runner : public runner::RunnerBase {
 public:
     Runner(const Options& opt, Results* res)
-        : opt_(opt),
-          res_(*res),
-          model_(ModelConfig{}),
-          mirror_(model_.config(), opt.capacity),
-          checker_(model_.config(), opt.kv_type),
-          seqs_(opt.seqs),
+        : RunnerBase(opt, res, opt.capacity,
+                     Labels{"placing the batch", "recording the K/V store", "running store and attention",
+                            "reading the cache back"}),
           steps_(opt.tokens) {}
 
-    ~Runner() {
-        kvrt_buffer_destroy(out_);
-        kvrt_stream_destroy(stream_);
-        kvrt_cache_destroy(cache_);
-        kvrt_context_destroy(ctx_);
-    }
-
-    Runner(const Runner&) = delete;
-    Runner& operator=(const Runner&) = delete;
-
-    int run() {
-        const Clock::time_point t0 = Clock::now();
-        bool done = setup();
-        res_.setup_s = seconds_since(t0);
-        done = done && prompt() && decode();
-        if (ctx_) finish();
-        return done ? 0 : 1;
-    }
-
 private:
-    // Reports a failed kvrt call; true when `r` is a success.
-    bool ok(kvrt_result r, const char* what) {
-        if (r == KVRT_SUCCESS) return true;
-        progress_clear();
-        report(what, r);
-        return false;
-    }
-
-    // Reports a disagreement between kvrt and the demo's own bookkeeping;
-    // returns false.
-    bool mismatch(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-
-    bool setup();
-    bool prompt();
-    bool decode();
+    bool setup() override;
+    bool prompt() override;
+    bool decode() override;
+    void placed(const Batch& b, const std::vector<uint32_t>& cells) override;
+    void stored(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells) override;
+    void checked_cells(std::vector<uint32_t>* cells, std::vector<uint32_t>* mirror_cells) const override;
+    std::string progress_state() const override;
     bool make_room();
-    bool evaluate(const Batch& b, bool check, std::vector<float>* logits);
-    bool attend(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells, bool check);
-    bool submit(const char* what);
     bool verify_metadata();
-    void finish();
-    void progress(uint32_t step, double elapsed_s);
-    void progress_clear();
 
-    const Options& opt_;
-    Results& res_;
-    Model model_;
-    Mirror mirror_;
-    Checker checker_;
-    std::vector<Sequence> seqs_;
     const uint32_t steps_;
     // Positions [0, shared_end_) are cells shared by every sequence (the
     // prompt, copied with kvrt_cache_seq_cp); 0 with a single sequence.
     int32_t shared_end_ = 0;
-
-    kvrt_context ctx_ = nullptr;
-    kvrt_cache cache_ = nullptr;
-    kvrt_stream stream_ = nullptr;
-    kvrt_buffer out_ = nullptr;  // attention outputs, downloaded after each layer
-
-    const bool tty_ = isatty(fileno(stderr)) != 0;
-    double last_progress_s_ = -1;
-    bool progress_shown_ = false;
 };
-
-bool Runner::mismatch(const char* fmt, ...) {
-    progress_clear();
-    std::va_list args;
-    va_start(args, fmt);
-    std::fprintf(stderr, "error: ");
-    std::vfprintf(stderr, fmt, args);
-    std::fprintf(stderr, "\n");
-    va_end(args);
-    return false;
-}
 
 bool Runner::setup() {
     const ModelConfig& cfg = model_.config();
-    kvrt_context_desc cd = KVRT_CONTEXT_DESC_INIT;
-    cd.device = opt_.device.empty() ? nullptr : opt_.device.c_str();
-    cd.log_callback = log_to_stderr;
-    if (!ok(kvrt_context_create(&cd, &ctx_), "creating the context")) return false;
-    kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
-    if (!ok(kvrt_context_get_device_info(ctx_, &info), "reading the device")) return false;
-    res_.device = info.name;
+    if (!create_context()) return false;
 
     kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
     d.n_layers = static_cast<uint32_t>(cfg.n_layers);
@@ -153,24 +70,9 @@ bool Runner::setup() {
     d.rope.freq_base = static_cast<float>(cfg.rope_base);
     d.label = "kvrt demo cache";
     if (!ok(kvrt_cache_create(ctx_, &d, &cache_), "creating the cache")) return false;
-
-    // GPU timestamps around every operation, where the queue has them.
-    kvrt_stream_desc sd = KVRT_STREAM_DESC_INIT;
-    sd.flags = KVRT_STREAM_TIMESTAMPS;
-    sd.label = "kvrt demo";
-    kvrt_result r = kvrt_stream_create(ctx_, &sd, &stream_);
-    if (r == KVRT_ERROR_UNSUPPORTED) {
-        sd.flags = 0;
-        r = kvrt_stream_create(ctx_, &sd, &stream_);
-    }
-    if (!ok(r, "creating the stream")) return false;
-    res_.timestamps = sd.flags != 0;
-
+    if (!create_stream()) return false;
     // The largest batch is the prompt or a re-evaluation, never above capacity.
-    kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
-    bd.size = uint64_t{opt_.capacity} * static_cast<uint64_t>(cfg.q_dim()) * sizeof(float);
-    bd.label = "kvrt demo attention output";
-    return ok(kvrt_buffer_create(ctx_, &bd, &out_), "creating the output buffer");
+    return create_output(opt_.capacity);
 }
 
 // Evaluates the prompt as one batch in sequence 0, then lets every other
@@ -207,7 +109,6 @@ bool Runner::prompt() {
 bool Runner::decode() {
     const Clock::time_point t0 = Clock::now();
     const double check0 = res_.check_s;
-    const int vocab = model_.config().vocab;
     bool made_room = false;
     for (uint32_t step = 0; step < steps_; ++step) {
         // Make room until the step fits: with shared cells, one round may free
@@ -233,13 +134,7 @@ bool Runner::decode() {
         std::vector<float> logits;
         if (!evaluate(b, check, &logits)) return false;
         made_room = false;
-        for (uint32_t s = 0; s < opt_.seqs; ++s) {
-            Sequence& seq = seqs_[s];
-            seq.tokens.push_back(seq.pending);
-            res_.text[s].push_back(static_cast<char>(seq.pending));
-            seq.pending = ranked_token(logits.data() + static_cast<size_t>(s) * vocab, 0);
-        }
-        res_.generated += opt_.seqs;
+        advance(logits);
         progress(step + 1, seconds_since(t0) - (res_.check_s - check0));
     }
     progress_clear();
@@ -317,82 +212,6 @@ bool Runner::make_room() {
     return verify_metadata();
 }
 
-// Places a batch, then runs the model over it; the model calls attend() for
-// every layer.
-bool Runner::evaluate(const Batch& b, bool check, std::vector<float>* logits) {
-    std::vector<uint32_t> cells(b.size());
-    const kvrt_batch kb{b.size(), b.positions.data(), nullptr, b.seq_ids.data()};
-    {
-        ScopeTimer t(&res_.runtime_s);
-        if (!ok(kvrt_cache_place(cache_, &kb, cells.data()), "placing the batch")) return false;
-    }
-    for (size_t i = 0; i < cells.size(); ++i) mirror_.place(cells[i], b.positions[i], b.seq_ids[i]);
-    double attend_s = 0;
-    const Clock::time_point t0 = Clock::now();
-    const bool done = model_.forward(
-        b.tokens, b.positions, b.logit_rows,
-        [&](const AttentionIO& io) {
-            ScopeTimer t(&attend_s);
-            return attend(io, b, cells, check);
-        },
-        logits);
-    res_.model_s += seconds_since(t0) - attend_s;
-    res_.evaluated += b.size();
-    if (check) ++res_.checkpoints;
-    return done;
-}
-
-// One layer: writes the batch's K/V into its cells and runs attention over
-// the cache, both recorded into one stream and submitted together; then the
-// optional reference check.
-bool Runner::attend(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells, bool check) {
-    const ModelConfig& cfg = model_.config();
-    const uint32_t n = static_cast<uint32_t>(io.n);
-    const size_t kvd = static_cast<size_t>(cfg.kv_dim());
-    const kvrt_tensor_ref k{nullptr, io.k, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_tensor_ref v{nullptr, io.v, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_tensor_ref q{nullptr, io.q, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_output_ref out{out_, nullptr, KVRT_TYPE_F32, 0, 0};
-    {
-        ScopeTimer t(&res_.runtime_s);
-        if (!ok(kvrt_stream_begin(stream_), "starting a recording") ||
-            !ok(kvrt_cache_write(cache_, stream_, n, cells.data(), io.layer, &k, &v), "recording the K/V store") ||
-            !ok(kvrt_cache_attention(cache_, stream_, io.layer, n, b.positions.data(), b.seq_ids.data(), &q, &out,
-                                     nullptr),
-                "recording attention") ||
-            !submit("running store and attention") ||
-            !ok(kvrt_buffer_download(out_, 0, io.out, uint64_t{n} * static_cast<uint64_t>(cfg.q_dim()) * sizeof(float)),
-                "downloading the attention output"))
-            return false;
-    }
-    for (size_t i = 0; i < cells.size(); ++i) mirror_.set_layer(cells[i], io.layer, io.k_raw + i * kvd, io.v + i * kvd);
-    if (!check) return true;
-
-    ScopeTimer t(&res_.check_s);
-    const std::vector<uint32_t> used = mirror_.used_cells();
-    std::vector<float> cache_k(used.size() * kvd), cache_v(used.size() * kvd);
-    if (!ok(kvrt_cache_read(cache_, io.layer, static_cast<uint32_t>(used.size()), used.data(), cache_k.data(),
-                            cache_v.data()),
-            "reading the cache back"))
-        return false;
-    AttentionCall call;
-    call.layer = io.layer;
-    call.n = io.n;
-    call.q = io.q;
-    call.positions = b.positions.data();
-    call.seq_ids = b.seq_ids.data();
-    call.out = io.out;
-    checker_.check(call, mirror_, used, cache_k.data(), cache_v.data());
-    return true;
-}
-
-// Submits the recording, waits, and adds its GPU timings per operation label.
-bool Runner::submit(const char* what) {
-    const char* step = what;
-    const kvrt_result r = submit_timed(stream_, res_.timestamps, &res_.gpu, &step);
-    return ok(r, step ? step : what);
-}
-
 // Compares kvrt's cell metadata with the demo's after a context change.
 bool Runner::verify_metadata() {
     ScopeTimer t(&res_.runtime_s);
@@ -414,16 +233,183 @@ bool Runner::verify_metadata() {
     return true;
 }
 
-// Gathers the figures of the end of the run.
-void Runner::finish() {
+void Runner::placed(const Batch& b, const std::vector<uint32_t>& cells) {
+    for (size_t i = 0; i < cells.size(); ++i) mirror_.place(cells[i], b.positions[i], b.seq_ids[i]);
+}
+
+void Runner::stored(const AttentionIO& io, const Batch&, const std::vector<uint32_t>& cells) {
+    const size_t kvd = static_cast<size_t>(model_.config().kv_dim());
+    for (size_t i = 0; i < cells.size(); ++i) mirror_.set_layer(cells[i], io.layer, io.k_raw + i * kvd, io.v + i * kvd);
+}
+
+void Runner::checked_cells(std::vector<uint32_t>* cells, std::vector<uint32_t>* mirror_cells) const {
+    *cells = mirror_.used_cells();
+    *mirror_cells = *cells;
+}
+
+std::string Runner::progress_state() const {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "cache %u/%u cells | %s %u", mirror_.used(), opt_.capacity,
+                  opt_.strategy == Strategy::Shift ? "context shifts" : "re-evaluations",
+                  opt_.strategy == Strategy::Shift ? res_.shifts : res_.reevaluations);
+    return buf;
+}
+
+}  // namespace
+
+namespace runner {
+
+RunnerBase::RunnerBase(const Options& opt, Results* res, uint32_t mirror_cells, const Labels& labels)
+    : opt_(opt),
+      res_(*res),
+      model_(ModelConfig{}),
+      mirror_(model_.config(), mirror_cells),
+      checker_(model_.config(), opt.kv_type),
+      seqs_(opt.seqs),
+      labels_(labels) {}
+
+RunnerBase::~RunnerBase() {
+    kvrt_buffer_destroy(out_);
+    kvrt_stream_destroy(stream_);
+    kvrt_cache_destroy(cache_);
+    kvrt_context_destroy(ctx_);
+}
+
+int RunnerBase::run() {
+    const Clock::time_point t0 = Clock::now();
+    bool done = setup();
+    res_.setup_s = seconds_since(t0);
+    done = done && prompt() && decode();
+    if (ctx_) {
+        finish_common();
+        finish();
+    }
+    return done ? 0 : 1;
+}
+
+bool RunnerBase::ok(kvrt_result r, const char* what) {
+    if (r == KVRT_SUCCESS) return true;
+    progress_clear();
+    report(what, r);
+    return false;
+}
+
+bool RunnerBase::mismatch(const char* fmt, ...) {
+    progress_clear();
+    std::va_list args;
+    va_start(args, fmt);
+    std::fprintf(stderr, "error: ");
+    std::vfprintf(stderr, fmt, args);
+    std::fprintf(stderr, "\n");
+    va_end(args);
+    return false;
+}
+
+bool RunnerBase::create_context() {
+    const char* step = "";
+    return ok(demo::create_context(opt_, &ctx_, &res_.device, &step), step);
+}
+
+bool RunnerBase::create_stream() {
+    return ok(create_timed_stream(ctx_, &stream_, &res_.timestamps), "creating the stream");
+}
+
+bool RunnerBase::create_output(uint64_t rows) {
+    kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+    bd.size = rows * static_cast<uint64_t>(model_.config().q_dim()) * sizeof(float);
+    bd.label = "kvrt demo attention output";
+    return ok(kvrt_buffer_create(ctx_, &bd, &out_), "creating the output buffer");
+}
+
+bool RunnerBase::evaluate(const Batch& b, bool check, std::vector<float>* logits) {
+    std::vector<uint32_t> cells(b.size());
+    const kvrt_batch kb{b.size(), b.positions.data(), nullptr, b.seq_ids.data()};
+    {
+        ScopeTimer t(&res_.runtime_s);
+        if (!ok(kvrt_cache_place(cache_, &kb, cells.data()), labels_.place)) return false;
+    }
+    placed(b, cells);
+    double attend_s = 0;
+    const Clock::time_point t0 = Clock::now();
+    const bool done = model_.forward(
+        b.tokens, b.positions, b.logit_rows,
+        [&](const AttentionIO& io) {
+            ScopeTimer t(&attend_s);
+            return attend(io, b, cells, check);
+        },
+        logits);
+    res_.model_s += seconds_since(t0) - attend_s;
+    res_.evaluated += b.size();
+    if (check) ++res_.checkpoints;
+    return done;
+}
+
+// One layer: writes the batch's K/V into its cells and runs attention over
+// the cache, both recorded into one stream and submitted together; then the
+// optional reference check.
+bool RunnerBase::attend(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells, bool check) {
+    const ModelConfig& cfg = model_.config();
+    const uint32_t n = static_cast<uint32_t>(io.n);
+    const size_t kvd = static_cast<size_t>(cfg.kv_dim());
+    const kvrt_tensor_ref k{nullptr, io.k, KVRT_TYPE_F32, 0, 0, 0};
+    const kvrt_tensor_ref v{nullptr, io.v, KVRT_TYPE_F32, 0, 0, 0};
+    const kvrt_tensor_ref q{nullptr, io.q, KVRT_TYPE_F32, 0, 0, 0};
+    const kvrt_output_ref out{out_, nullptr, KVRT_TYPE_F32, 0, 0};
+    {
+        ScopeTimer t(&res_.runtime_s);
+        if (!ok(kvrt_stream_begin(stream_), "starting a recording") ||
+            !ok(kvrt_cache_write(cache_, stream_, n, cells.data(), io.layer, &k, &v), labels_.write) ||
+            !ok(kvrt_cache_attention(cache_, stream_, io.layer, n, b.positions.data(), b.seq_ids.data(), &q, &out,
+                                     nullptr),
+                "recording attention") ||
+            !submit(labels_.submit) ||
+            !ok(kvrt_buffer_download(out_, 0, io.out, uint64_t{n} * static_cast<uint64_t>(cfg.q_dim()) * sizeof(float)),
+                "downloading the attention output"))
+            return false;
+    }
+    stored(io, b, cells);
+    if (!check) return true;
+
+    ScopeTimer t(&res_.check_s);
+    std::vector<uint32_t> used, mirror_used;
+    checked_cells(&used, &mirror_used);
+    std::vector<float> cache_k(used.size() * kvd), cache_v(used.size() * kvd);
+    if (!ok(kvrt_cache_read(cache_, io.layer, static_cast<uint32_t>(used.size()), used.data(), cache_k.data(),
+                            cache_v.data()),
+            labels_.read))
+        return false;
+    AttentionCall call;
+    call.layer = io.layer;
+    call.n = io.n;
+    call.q = io.q;
+    call.positions = b.positions.data();
+    call.seq_ids = b.seq_ids.data();
+    call.out = io.out;
+    checker_.check(call, mirror_, mirror_used, cache_k.data(), cache_v.data());
+    return true;
+}
+
+void RunnerBase::advance(const std::vector<float>& logits) {
+    const int vocab = model_.config().vocab;
+    for (uint32_t s = 0; s < opt_.seqs; ++s) {
+        Sequence& seq = seqs_[s];
+        seq.tokens.push_back(seq.pending);
+        res_.text[s].push_back(static_cast<char>(seq.pending));
+        seq.pending = ranked_token(logits.data() + static_cast<size_t>(s) * vocab, 0);
+    }
+    res_.generated += opt_.seqs;
+}
+
+bool RunnerBase::submit(const char* what) {
+    const char* step = what;
+    const kvrt_result r = submit_timed(stream_, res_.timestamps, &res_.gpu, &step);
+    return ok(r, step ? step : what);
+}
+
+void RunnerBase::finish_common() {
     res_.cache = KVRT_CACHE_INFO_INIT;
     if (cache_) (void)kvrt_cache_get_info(cache_, &res_.cache);
-    kvrt_context_stats stats = KVRT_CONTEXT_STATS_INIT;
-    if (kvrt_context_get_stats(ctx_, &stats) == KVRT_SUCCESS) {
-        res_.peak_device_bytes = stats.peak_device_bytes;
-        res_.validation_errors = stats.validation_errors;
-        res_.validation_warnings = stats.validation_warnings;
-    }
+    read_context_stats(ctx_, &res_);
     res_.checked_calls = checker_.calls();
     res_.vs_cache = checker_.vs_cache();
     res_.vs_fresh = checker_.vs_fresh();
@@ -432,26 +418,13 @@ void Runner::finish() {
     res_.checks_passed = checker_.calls() > 0 && checker_.passed();
 }
 
-// A progress line on stderr: redrawn in place on a terminal (at most 10 times
-// a second), otherwise one line per eighth of the run.
-void Runner::progress(uint32_t step, double elapsed_s) {
-    if (tty_ ? elapsed_s - last_progress_s_ < 0.1 && step != steps_ : step % std::max(1u, steps_ / 8) != 0) return;
-    last_progress_s_ = elapsed_s;
-    std::fprintf(stderr, "%stoken %u/%u | cache %u/%u cells | %s %u | %.1f tokens/s%s", tty_ ? "\r" : "", step, steps_,
-                 mirror_.used(), opt_.capacity, opt_.strategy == Strategy::Shift ? "context shifts" : "re-evaluations",
-                 opt_.strategy == Strategy::Shift ? res_.shifts : res_.reevaluations,
-                 elapsed_s > 0 ? step * opt_.seqs / elapsed_s : 0.0, tty_ ? "\033[K" : "\n");
-    progress_shown_ = tty_;
+void RunnerBase::progress(uint32_t step, double elapsed_s) {
+    progress_line_.update(step, opt_.tokens, opt_.seqs, elapsed_s, [&] { return progress_state(); });
 }
 
-// Erases the progress line of a terminal, before other output.
-void Runner::progress_clear() {
-    if (!progress_shown_) return;
-    std::fprintf(stderr, "\r\033[K");
-    progress_shown_ = false;
-}
+void RunnerBase::progress_clear() { progress_line_.clear(); }
 
-}  // namespace
+}  // namespace runner
 
 kvrt_result submit_timed(kvrt_stream stream, bool timestamps, std::map<std::string, OpTime>* gpu, const char** step) {
     kvrt_result r = kvrt_stream_submit(stream);
@@ -468,6 +441,55 @@ kvrt_result submit_timed(kvrt_stream stream, bool timestamps, std::map<std::stri
         op.ms += static_cast<double>(timings[i].ns) / 1e6;
     }
     return KVRT_SUCCESS;
+}
+
+kvrt_result create_context(const Options& opt, kvrt_context* ctx, std::string* device, const char** step) {
+    kvrt_context_desc cd = KVRT_CONTEXT_DESC_INIT;
+    cd.device = opt.device.empty() ? nullptr : opt.device.c_str();
+    cd.log_callback = log_to_stderr;
+    *step = "creating the context";
+    kvrt_result r = kvrt_context_create(&cd, ctx);
+    if (r != KVRT_SUCCESS) return r;
+    kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
+    *step = "reading the device";
+    if ((r = kvrt_context_get_device_info(*ctx, &info)) == KVRT_SUCCESS) *device = info.name;
+    return r;
+}
+
+kvrt_result create_timed_stream(kvrt_context ctx, kvrt_stream* stream, bool* timestamps) {
+    kvrt_stream_desc sd = KVRT_STREAM_DESC_INIT;
+    sd.flags = KVRT_STREAM_TIMESTAMPS;
+    sd.label = "kvrt demo";
+    kvrt_result r = kvrt_stream_create(ctx, &sd, stream);
+    if (r == KVRT_ERROR_UNSUPPORTED) {
+        sd.flags = 0;
+        r = kvrt_stream_create(ctx, &sd, stream);
+    }
+    if (r == KVRT_SUCCESS) *timestamps = sd.flags != 0;
+    return r;
+}
+
+ProgressLine::ProgressLine() : tty_(isatty(fileno(stderr)) != 0) {}
+
+void ProgressLine::print(uint32_t step, uint32_t steps, uint32_t seqs, double elapsed_s, const std::string& state) {
+    last_s_ = elapsed_s;
+    std::fprintf(stderr, "%stoken %u/%u | %s | %.1f tokens/s%s", tty_ ? "\r" : "", step, steps, state.c_str(),
+                 elapsed_s > 0 ? step * seqs / elapsed_s : 0.0, tty_ ? "\033[K" : "\n");
+    shown_ = tty_;
+}
+
+void ProgressLine::clear() {
+    if (!shown_) return;
+    std::fprintf(stderr, "\r\033[K");
+    shown_ = false;
+}
+
+void read_context_stats(kvrt_context ctx, Results* res) {
+    kvrt_context_stats stats = KVRT_CONTEXT_STATS_INIT;
+    if (kvrt_context_get_stats(ctx, &stats) != KVRT_SUCCESS) return;
+    res->peak_device_bytes = stats.peak_device_bytes;
+    res->validation_errors = stats.validation_errors;
+    res->validation_warnings = stats.validation_warnings;
 }
 
 int ranked_token(const float* logits, uint32_t r) {

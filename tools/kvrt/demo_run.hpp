@@ -12,6 +12,7 @@
 // windows slide by themselves.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "demo_check.hpp"
+#include "demo_model.hpp"
 #include "demo_window.hpp"
 #include "kvrt/kvrt.h"
 
@@ -76,6 +78,39 @@ private:
 struct OpTime {
     uint64_t count = 0;
     double ms = 0;
+};
+
+// Creates the demo's context on opt.device, logging to stderr, and reads the
+// device's name into *device. Returns the first failing call's result and,
+// in *step, what it was doing.
+kvrt_result create_context(const Options& opt, kvrt_context* ctx, std::string* device, const char** step);
+
+// Creates a stream labelled "kvrt demo" with GPU timestamps around every
+// operation where the queue has them, without otherwise; *timestamps says which.
+kvrt_result create_timed_stream(kvrt_context ctx, kvrt_stream* stream, bool* timestamps);
+
+// A progress line on stderr: redrawn in place on a terminal (at most 10 times
+// a second), otherwise one line per eighth of the run.
+class ProgressLine {
+public:
+    ProgressLine();
+
+    // "token <step>/<steps> | <state> | <rate> tokens/s" (seqs tokens a step),
+    // when one is due; state() gives the middle part.
+    template <typename State>
+    void update(uint32_t step, uint32_t steps, uint32_t seqs, double elapsed_s, State state) {
+        if (tty_ ? elapsed_s - last_s_ < 0.1 && step != steps : step % std::max(1u, steps / 8) != 0) return;
+        print(step, steps, seqs, elapsed_s, state());
+    }
+    // Erases the line of a terminal, before other output.
+    void clear();
+
+private:
+    void print(uint32_t step, uint32_t steps, uint32_t seqs, double elapsed_s, const std::string& state);
+
+    const bool tty_;
+    double last_s_ = -1;
+    bool shown_ = false;
 };
 
 // Submits the stream's recording and waits for it; with `timestamps`, adds
@@ -152,6 +187,121 @@ struct Results {
         double calibration_margin = 0;
     } stat;
 };
+
+// What the attention strategies' runners (Runner in demo_run.cpp,
+// StaticRunner in demo_static.cpp) have in common: the kvrt objects, the
+// batch evaluation (kvrt_cache_place, then per layer kvrt_cache_write and
+// kvrt_cache_attention in one submission, the download and the optional
+// reference check), the token bookkeeping, timings, progress and the figures
+// of the end of the run. A runner supplies what differs through the virtual
+// functions below.
+namespace runner {
+
+// Tokens evaluated together, each in one sequence; the tokens of a sequence
+// in increasing positions.
+struct Batch {
+    std::vector<int> tokens;
+    std::vector<int32_t> positions;
+    std::vector<int32_t> seq_ids;
+    std::vector<int> logit_rows;  // rows whose logits are needed
+
+    void add(int token, size_t pos, uint32_t seq) {
+        tokens.push_back(token);
+        positions.push_back(static_cast<int32_t>(pos));
+        seq_ids.push_back(static_cast<int32_t>(seq));
+    }
+    uint32_t size() const { return static_cast<uint32_t>(tokens.size()); }
+};
+
+struct Sequence {
+    std::vector<int> tokens;  // the token at each position of the sequence: its n_past is tokens.size()
+    int pending = 0;          // sampled from the last logits, evaluated by the next step
+};
+
+// The wording of the errors of the shared steps.
+struct Labels {
+    const char* place;   // kvrt_cache_place
+    const char* write;   // recording kvrt_cache_write
+    const char* submit;  // submitting store and attention
+    const char* read;    // kvrt_cache_read of the checked cells
+};
+
+class RunnerBase {
+public:
+    RunnerBase(const Options& opt, Results* res, uint32_t mirror_cells, const Labels& labels);
+    virtual ~RunnerBase();
+
+    RunnerBase(const RunnerBase&) = delete;
+    RunnerBase& operator=(const RunnerBase&) = delete;
+
+    // Sets up, evaluates the prompt and decodes; returns 0, or 1 after
+    // printing why it stopped.
+    int run();
+
+protected:
+    virtual bool setup() = 0;
+    virtual bool prompt() = 0;
+    virtual bool decode() = 0;
+    // Gathers the figures of the end of the run (after the shared ones).
+    virtual void finish() {}
+    // After kvrt_cache_place gave the batch its cells: the runner's own
+    // bookkeeping (the mirror's cells).
+    virtual void placed(const Batch& b, const std::vector<uint32_t>& cells) = 0;
+    // After a layer's K/V rows were stored in `cells`.
+    virtual void stored(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells) = 0;
+    // The cells a reference check compares: kvrt's and the mirror's.
+    virtual void checked_cells(std::vector<uint32_t>* cells, std::vector<uint32_t>* mirror_cells) const = 0;
+    // The middle of the progress line, e.g. "cache 10/256 cells | context shifts 0".
+    virtual std::string progress_state() const = 0;
+
+    // Reports a failed kvrt call; true when `r` is a success.
+    bool ok(kvrt_result r, const char* what);
+    // Reports a disagreement between kvrt and the demo's own bookkeeping;
+    // returns false.
+    bool mismatch(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+    // Creates the context and reads the device's name.
+    bool create_context();
+    // Creates the stream, with GPU timestamps where the queue has them.
+    bool create_stream();
+    // Creates the attention output buffer for batches of up to `rows` tokens.
+    bool create_output(uint64_t rows);
+
+    // Places a batch, then runs the model over it; the model calls attend()
+    // for every layer.
+    bool evaluate(const Batch& b, bool check, std::vector<float>* logits);
+    // Appends each sequence's pending token to it and samples the next from
+    // its row of `logits` (row s for sequence s).
+    void advance(const std::vector<float>& logits);
+    // Submits the recording, waits, and adds its GPU timings per operation label.
+    bool submit(const char* what);
+    void progress(uint32_t step, double elapsed_s);
+    void progress_clear();
+
+    const Options& opt_;
+    Results& res_;
+    Model model_;
+    Mirror mirror_;
+    Checker checker_;
+    std::vector<Sequence> seqs_;
+
+    kvrt_context ctx_ = nullptr;
+    kvrt_cache cache_ = nullptr;
+    kvrt_stream stream_ = nullptr;
+    kvrt_buffer out_ = nullptr;  // attention outputs, downloaded after each layer
+
+private:
+    bool attend(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells, bool check);
+    void finish_common();
+
+    const Labels labels_;
+    ProgressLine progress_line_;
+};
+
+}  // namespace runner
+
+// Copies the context's peak device memory and validation counts into *res.
+void read_context_stats(kvrt_context ctx, Results* res);
 
 // Runs the demo. Returns 0, or 1 after printing why it stopped; `out` holds
 // the figures gathered so far either way.

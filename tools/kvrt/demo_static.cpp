@@ -1,11 +1,8 @@
 // The static strategy of `kvrt demo`; see demo_static.hpp.
 #include "demo_static.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -20,21 +17,8 @@ namespace cli::demo {
 
 namespace {
 
-// Tokens evaluated together, each in one sequence; the tokens of a sequence
-// in increasing positions.
-struct Batch {
-    std::vector<int> tokens;
-    std::vector<int32_t> positions;
-    std::vector<int32_t> seq_ids;
-    std::vector<int> logit_rows;
-
-    void add(int token, size_t pos, uint32_t seq) {
-        tokens.push_back(token);
-        positions.push_back(static_cast<int32_t>(pos));
-        seq_ids.push_back(static_cast<int32_t>(seq));
-    }
-    uint32_t size() const { return static_cast<uint32_t>(tokens.size()); }
-};
+using runner::Batch;
+using runner::Labels;
 
 // Causal attention of a batch of one sequence over itself, in double: the
 // calibration pass's stand-in for the cache.
@@ -65,101 +49,42 @@ void self_attention(const ModelConfig& cfg, const AttentionIO& io) {
     }
 }
 
-class StaticRunner {
+class StaticRunner : public runner::RunnerBase {
 public:
     StaticRunner(const Options& opt, Results* res)
-        : opt_(opt),
-          res_(*res),
-          model_(ModelConfig{}),
+        : RunnerBase(opt, res, opt.seqs * opt.capacity,
+                     Labels{"appending the batch", "recording the K/V rows", "running the K/V rows and attention",
+                            "reading the windows back"}),
           w_(opt.capacity),
           rr_(static_cast<uint32_t>(std::ceil(opt.reserve * static_cast<double>(opt.capacity)))),
-          mirror_(model_.config(), opt.seqs * opt.capacity),
-          checker_(model_.config(), opt.kv_type),
-          windows_(opt.seqs, WindowModel(w_, rr_)),
-          seqs_(opt.seqs) {}
-
-    ~StaticRunner() {
-        kvrt_buffer_destroy(out_);
-        kvrt_stream_destroy(stream_);
-        kvrt_cache_destroy(cache_);
-        kvrt_context_destroy(ctx_);
-    }
-
-    StaticRunner(const StaticRunner&) = delete;
-    StaticRunner& operator=(const StaticRunner&) = delete;
-
-    int run() {
-        const Clock::time_point t0 = Clock::now();
-        bool done = calibrate() && setup();
-        res_.setup_s = seconds_since(t0);
-        done = done && prompt() && decode();
-        if (ctx_) finish();
-        return done ? 0 : 1;
-    }
+          windows_(opt.seqs, WindowModel(w_, rr_)) {}
 
 private:
-    struct Sequence {
-        std::vector<int> tokens;  // the token at each position: n_past is tokens.size()
-        int pending = 0;
-    };
-
-    bool ok(kvrt_result r, const char* what) {
-        if (r == KVRT_SUCCESS) return true;
-        progress_clear();
-        report(what, r);
-        return false;
-    }
-    bool mismatch(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-
     bool calibrate();
-    bool setup();
-    bool prompt();
-    bool decode();
-    bool evaluate(const Batch& b, bool check, std::vector<float>* logits);
-    bool attend(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells, bool check);
+    bool setup() override;
+    bool prompt() override;
+    bool decode() override;
+    void finish() override;
+    // Checks the cells kvrt_cache_place chose against the window model, which
+    // appends the batch too; the mirror's cells follow the positions.
+    void placed(const Batch& b, const std::vector<uint32_t>& cells) override;
+    void stored(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells) override;
+    void checked_cells(std::vector<uint32_t>* cells, std::vector<uint32_t>* mirror_cells) const override;
+    std::string progress_state() const override;
     // The valid cells of `seq`'s window, oldest first: kvrt's (seq x reserved
     // rows + row) and the mirror's (seq x window rows + position mod window rows).
     void window_cells(uint32_t seq, std::vector<uint32_t>* cells, std::vector<uint32_t>* mirror_cells) const;
     bool check_windows();
-    bool submit(const char* what);
     bool device_bytes(uint64_t* out);
-    void finish();
-    void progress(uint32_t step, double elapsed_s);
-    void progress_clear();
 
-    const Options& opt_;
-    Results& res_;
-    Model model_;
+    // mirror_ holds cells s x w_ + pos % w_: each sequence's window as a ring.
     const uint32_t w_, rr_;  // window rows (S - 1) and reserved rows per region
-    Mirror mirror_;          // cells s x w_ + pos % w_: each sequence's window as a ring
-    Checker checker_;
     std::vector<WindowModel> windows_;
     std::unique_ptr<WindowChecker> window_checker_;
-    std::vector<Sequence> seqs_;
     std::vector<kvrt_quant_scale> k_scales_, v_scales_;
     bool slide_checked_ = false;    // a step that slid was checked
     uint32_t last_slide_check_ = 0;  // the latest such step
-
-    kvrt_context ctx_ = nullptr;
-    kvrt_cache cache_ = nullptr;
-    kvrt_stream stream_ = nullptr;
-    kvrt_buffer out_ = nullptr;
-
-    const bool tty_ = isatty(fileno(stderr)) != 0;
-    double last_progress_s_ = -1;
-    bool progress_shown_ = false;
 };
-
-bool StaticRunner::mismatch(const char* fmt, ...) {
-    progress_clear();
-    std::va_list args;
-    va_start(args, fmt);
-    std::fprintf(stderr, "error: ");
-    std::vfprintf(stderr, fmt, args);
-    std::fprintf(stderr, "\n");
-    va_end(args);
-    return false;
-}
 
 // Static-scale types: per-layer scales from the prompt's K/V in f32 (see
 // demo_static.hpp). A static graph's scales are fixed before it runs; so are
@@ -209,14 +134,9 @@ bool StaticRunner::calibrate() {
 }
 
 bool StaticRunner::setup() {
+    if (!calibrate()) return false;
     const ModelConfig& cfg = model_.config();
-    kvrt_context_desc cd = KVRT_CONTEXT_DESC_INIT;
-    cd.device = opt_.device.empty() ? nullptr : opt_.device.c_str();
-    cd.log_callback = log_to_stderr;
-    if (!ok(kvrt_context_create(&cd, &ctx_), "creating the context")) return false;
-    kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
-    if (!ok(kvrt_context_get_device_info(ctx_, &info), "reading the device")) return false;
-    res_.device = info.name;
+    if (!create_context()) return false;
 
     kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
     scales.count = static_cast<uint32_t>(cfg.n_layers);
@@ -260,22 +180,9 @@ bool StaticRunner::setup() {
                         static_cast<unsigned long long>(want));
     window_checker_ = std::make_unique<WindowChecker>(cfg, opt_.seqs, w_, rr_, opt_.kv_type, k_scales_, v_scales_);
 
-    kvrt_stream_desc sd = KVRT_STREAM_DESC_INIT;
-    sd.flags = KVRT_STREAM_TIMESTAMPS;
-    sd.label = "kvrt demo";
-    kvrt_result r = kvrt_stream_create(ctx_, &sd, &stream_);
-    if (r == KVRT_ERROR_UNSUPPORTED) {
-        sd.flags = 0;
-        r = kvrt_stream_create(ctx_, &sd, &stream_);
-    }
-    if (!ok(r, "creating the stream")) return false;
-    res_.timestamps = sd.flags != 0;
-
+    if (!create_stream()) return false;
     // The largest batch is the prompt of every sequence.
-    kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
-    bd.size = uint64_t{opt_.seqs} * std::strlen(kPrompt) * static_cast<uint64_t>(cfg.q_dim()) * sizeof(float);
-    bd.label = "kvrt demo attention output";
-    return ok(kvrt_buffer_create(ctx_, &bd, &out_), "creating the output buffer");
+    return create_output(uint64_t{opt_.seqs} * std::strlen(kPrompt));
 }
 
 // Evaluates the prompt in every sequence as one batch (each sequence has its
@@ -310,7 +217,6 @@ bool StaticRunner::prompt() {
 bool StaticRunner::decode() {
     const Clock::time_point t0 = Clock::now();
     const double check0 = res_.check_s;
-    const int vocab = model_.config().vocab;
     for (uint32_t step = 0; step < opt_.tokens; ++step) {
         Batch b;
         bool slides = false;
@@ -334,13 +240,7 @@ bool StaticRunner::decode() {
         }
         std::vector<float> logits;
         if (!evaluate(b, check, &logits)) return false;
-        for (uint32_t s = 0; s < opt_.seqs; ++s) {
-            Sequence& seq = seqs_[s];
-            seq.tokens.push_back(seq.pending);
-            res_.text[s].push_back(static_cast<char>(seq.pending));
-            seq.pending = ranked_token(logits.data() + static_cast<size_t>(s) * vocab, 0);
-        }
-        res_.generated += opt_.seqs;
+        advance(logits);
         for (const WindowModel& m : windows_) overlapping -= m.overlapping_slides();
         if (overlapping != 0 && res_.stat.device_bytes_first_slide == 0) {
             ScopeTimer t(&res_.runtime_s);
@@ -355,16 +255,7 @@ bool StaticRunner::decode() {
     return device_bytes(&res_.stat.device_bytes_end);
 }
 
-// Appends a batch (kvrt_cache_place: the windows advance or slide), checks
-// the cells kvrt chose against the demo's window model, then runs the model
-// over the batch; the model calls attend() for every layer.
-bool StaticRunner::evaluate(const Batch& b, bool check, std::vector<float>* logits) {
-    std::vector<uint32_t> cells(b.size());
-    const kvrt_batch kb{b.size(), b.positions.data(), nullptr, b.seq_ids.data()};
-    {
-        ScopeTimer t(&res_.runtime_s);
-        if (!ok(kvrt_cache_place(cache_, &kb, cells.data()), "appending the batch")) return false;
-    }
+void StaticRunner::placed(const Batch& b, const std::vector<uint32_t>& cells) {
     std::vector<uint32_t> count(opt_.seqs, 0), first_row(opt_.seqs, 0), seen(opt_.seqs, 0);
     for (int32_t s : b.seq_ids) ++count[static_cast<size_t>(s)];
     for (uint32_t s = 0; s < opt_.seqs; ++s) {
@@ -381,69 +272,31 @@ bool StaticRunner::evaluate(const Batch& b, bool check, std::vector<float>* logi
                      b.positions[i], s, cells[i], want, rr_, want - s * rr_);
         mirror_.place(s * w_ + static_cast<uint32_t>(b.positions[i]) % w_, b.positions[i], static_cast<int>(s));
     }
-    double attend_s = 0;
-    const Clock::time_point t0 = Clock::now();
-    const bool done = model_.forward(
-        b.tokens, b.positions, b.logit_rows,
-        [&](const AttentionIO& io) {
-            ScopeTimer t(&attend_s);
-            return attend(io, b, cells, check);
-        },
-        logits);
-    res_.model_s += seconds_since(t0) - attend_s;
-    res_.evaluated += b.size();
-    if (check) ++res_.checkpoints;
-    return done;
 }
 
-// One layer: writes the batch's K/V rows into their cells and runs attention
-// over the windows, recorded into one submission; then the optional
-// reference check over the windows' valid cells.
-bool StaticRunner::attend(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>& cells, bool check) {
-    const ModelConfig& cfg = model_.config();
-    const uint32_t n = static_cast<uint32_t>(io.n);
-    const size_t kvd = static_cast<size_t>(cfg.kv_dim());
-    const kvrt_tensor_ref k{nullptr, io.k, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_tensor_ref v{nullptr, io.v, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_tensor_ref q{nullptr, io.q, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_output_ref out{out_, nullptr, KVRT_TYPE_F32, 0, 0};
-    {
-        ScopeTimer t(&res_.runtime_s);
-        if (!ok(kvrt_stream_begin(stream_), "starting a recording") ||
-            !ok(kvrt_cache_write(cache_, stream_, n, cells.data(), io.layer, &k, &v), "recording the K/V rows") ||
-            !ok(kvrt_cache_attention(cache_, stream_, io.layer, n, b.positions.data(), b.seq_ids.data(), &q, &out,
-                                     nullptr),
-                "recording attention") ||
-            !submit("running the K/V rows and attention") ||
-            !ok(kvrt_buffer_download(out_, 0, io.out, uint64_t{n} * static_cast<uint64_t>(cfg.q_dim()) * sizeof(float)),
-                "downloading the attention output"))
-            return false;
-    }
-    for (uint32_t i = 0; i < n; ++i) {
+// After a layer's K/V rows were stored: the mirror and the window checker keep them.
+void StaticRunner::stored(const AttentionIO& io, const Batch& b, const std::vector<uint32_t>&) {
+    const size_t kvd = static_cast<size_t>(model_.config().kv_dim());
+    for (uint32_t i = 0; i < static_cast<uint32_t>(io.n); ++i) {
         const uint32_t s = static_cast<uint32_t>(b.seq_ids[i]);
         const int32_t pos = b.positions[i];
         mirror_.set_layer(s * w_ + static_cast<uint32_t>(pos) % w_, io.layer, io.k_raw + i * kvd, io.v + i * kvd);
         window_checker_->record(s, pos, io.layer, io.k + i * kvd, io.v + i * kvd);
     }
-    if (!check) return true;
+}
 
-    ScopeTimer t(&res_.check_s);
-    std::vector<uint32_t> used, mirror_used;
-    for (uint32_t s = 0; s < opt_.seqs; ++s) window_cells(s, &used, &mirror_used);
-    std::vector<float> cache_k(used.size() * kvd), cache_v(used.size() * kvd);
-    if (!ok(kvrt_cache_read(cache_, io.layer, static_cast<uint32_t>(used.size()), used.data(), cache_k.data(),
-                            cache_v.data()),
-            "reading the windows back"))
-        return false;
-    AttentionCall call;
-    call.layer = io.layer;
-    call.n = io.n;
-    call.q = io.q;
-    call.positions = b.positions.data();
-    call.seq_ids = b.seq_ids.data();
-    call.out = io.out;
-    checker_.check(call, mirror_, mirror_used, cache_k.data(), cache_v.data());
-    return true;
+// The reference check runs over the windows' valid cells.
+void StaticRunner::checked_cells(std::vector<uint32_t>* cells, std::vector<uint32_t>* mirror_cells) const {
+    for (uint32_t s = 0; s < opt_.seqs; ++s) window_cells(s, cells, mirror_cells);
+}
+
+std::string StaticRunner::progress_state() const {
+    uint64_t slides = 0;
+    for (const WindowModel& m : windows_) slides += m.slides();
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "window %u/%u rows | %llu slides", windows_[0].n_valid(), w_,
+                  static_cast<unsigned long long>(slides));
+    return buf;
 }
 
 void StaticRunner::window_cells(uint32_t seq, std::vector<uint32_t>* cells, std::vector<uint32_t>* mirror_cells) const {
@@ -488,12 +341,6 @@ bool StaticRunner::check_windows() {
     return true;
 }
 
-bool StaticRunner::submit(const char* what) {
-    const char* step = what;
-    const kvrt_result r = submit_timed(stream_, res_.timestamps, &res_.gpu, &step);
-    return ok(r, step ? step : what);
-}
-
 bool StaticRunner::device_bytes(uint64_t* out) {
     kvrt_context_stats stats = KVRT_CONTEXT_STATS_INIT;
     if (!ok(kvrt_context_get_stats(ctx_, &stats), "reading the device memory in use")) return false;
@@ -501,13 +348,12 @@ bool StaticRunner::device_bytes(uint64_t* out) {
     return true;
 }
 
-// Gathers the figures of the end of the run and decides whether it passed.
+// Gathers the static figures of the end of the run (after the shared ones)
+// and decides whether it passed.
 void StaticRunner::finish() {
     Results::StaticFigures& st = res_.stat;
-    res_.cache = KVRT_CACHE_INFO_INIT;
     bool stats_read = false;
     if (cache_) {
-        (void)kvrt_cache_get_info(cache_, &res_.cache);
         st.stats = KVRT_STATIC_STATS_INIT;
         stats_read = kvrt_cache_static_stats(cache_, -1, &st.stats) == KVRT_SUCCESS;
     }
@@ -517,18 +363,7 @@ void StaticRunner::finish() {
         st.model_rows_moved += m.rows_moved();
         appended += m.rows_appended();
     }
-    kvrt_context_stats stats = KVRT_CONTEXT_STATS_INIT;
-    if (kvrt_context_get_stats(ctx_, &stats) == KVRT_SUCCESS) {
-        res_.peak_device_bytes = stats.peak_device_bytes;
-        res_.validation_errors = stats.validation_errors;
-        res_.validation_warnings = stats.validation_warnings;
-    }
     if (window_checker_) st.windows = window_checker_->figures();
-    res_.checked_calls = checker_.calls();
-    res_.vs_cache = checker_.vs_cache();
-    res_.vs_fresh = checker_.vs_fresh();
-    res_.cache_limit = Checker::cache_limit();
-    res_.fresh_limit = checker_.fresh_limit();
     const ModelConfig& cfg = model_.config();
     const uint64_t per_row = static_cast<uint64_t>(cfg.n_layers * cfg.n_kv_heads) * 2u *
                              static_cast<uint64_t>(cfg.head_dim) * element_bytes(opt_.kv_type);
@@ -547,28 +382,8 @@ void StaticRunner::finish() {
     // (scratch for its copy, kept by kvrt for the next ones); never after.
     const uint64_t baseline = st.device_bytes_first_slide ? st.device_bytes_first_slide : st.device_bytes_start;
     const bool memory_ok = st.cache_bytes_constant && st.device_bytes_start != 0 && st.device_bytes_end == baseline;
-    res_.checks_passed = checker_.calls() > 0 && checker_.passed() && st.windows.windows > 0 &&
+    res_.checks_passed = res_.checks_passed && st.windows.windows > 0 &&
                          st.windows.mismatches == 0 && st.cell_mismatches == 0 && stats_match && memory_ok;
-}
-
-// A progress line on stderr: redrawn in place on a terminal (at most 10 times
-// a second), otherwise one line per eighth of the run.
-void StaticRunner::progress(uint32_t step, double elapsed_s) {
-    const uint32_t steps = opt_.tokens;
-    if (tty_ ? elapsed_s - last_progress_s_ < 0.1 && step != steps : step % std::max(1u, steps / 8) != 0) return;
-    last_progress_s_ = elapsed_s;
-    uint64_t slides = 0;
-    for (const WindowModel& m : windows_) slides += m.slides();
-    std::fprintf(stderr, "%stoken %u/%u | window %u/%u rows | %llu slides | %.1f tokens/s%s", tty_ ? "\r" : "", step,
-                 steps, windows_[0].n_valid(), w_, static_cast<unsigned long long>(slides),
-                 elapsed_s > 0 ? step * opt_.seqs / elapsed_s : 0.0, tty_ ? "\033[K" : "\n");
-    progress_shown_ = tty_;
-}
-
-void StaticRunner::progress_clear() {
-    if (!progress_shown_) return;
-    std::fprintf(stderr, "\r\033[K");
-    progress_shown_ = false;
 }
 
 }  // namespace
