@@ -888,7 +888,9 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
  *   KVRT_ERROR_UNSUPPORTED (positions and windows are the graph's).
  * - If a store's recording is dropped, or its submission fails before the
  *   device ran it, the sequences it appended to get their previous windows
- *   back. A synchronous store that fails with KVRT_ERROR_TIMEOUT keeps its
+ *   back. A store that fails while recording into a stream leaves that
+ *   recording unsubmittable (kvrt_stream_submit fails with
+ *   KVRT_ERROR_INVALID_STATE and drops it), as a slide copy may be in it. A synchronous store that fails with KVRT_ERROR_TIMEOUT keeps its
  *   append: the work was submitted and completes later.
  * - The same tokens give the same attention results as in the cell layout.
  * - kvrt_cache_get_info reports capacity = max_seqs * (S-1), used = the

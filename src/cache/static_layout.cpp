@@ -221,6 +221,9 @@ Result Cache::static_append(vk::Stream* stream, const kv::Token* tokens, uint32_
         if (r == KVRT_SUCCESS && with_data) r = record_writes(*s, n, cells.data(), layer, *k, *v);
         if (stream) {
             if (r == KVRT_SUCCESS) stream->on_abort(this, undo);
+            // A slide copy may be recorded already: it must not run once the
+            // windows are restored below.
+            else stream->mark_broken("a static-layout append failed while recording");
         } else if (r == KVRT_SUCCESS) {
             r = finish_own();
             // A timeout means the work was submitted: it completes later, and

@@ -87,6 +87,11 @@ public:
     // changed while recording: run (newest first) if this recording is dropped
     // or its submission fails, discarded once the queue accepted it.
     void on_abort(const void* owner, std::function<void()> undo) { aborts_.push_back({owner, std::move(undo)}); }
+
+    // Makes the current recording unsubmittable (submit drops it and fails
+    // with KVRT_ERROR_INVALID_STATE, saying `why`): for an op that failed
+    // after recording commands that must not run without their metadata.
+    void mark_broken(const char* why);
     // Drops the undos of an owner that is being destroyed.
     void forget_owner(const void* owner);
 
@@ -105,7 +110,6 @@ private:
     explicit Stream(Context& ctx);
     void drop_recording();
     Result alloc_set(const Pipeline& pipeline, VkDescriptorSet* out);
-    void mark_broken(const char* why);
 
     Context& ctx_;
     State state_ = State::Idle;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "core/fault.hpp"
 #include "kv/static_window.hpp"
 #include "kvrt/kvrt_vulkan.h"
 #include "reference/attention.hpp"
@@ -628,5 +629,49 @@ TEST_CASE("static layout: deferred RoPE attends like the cell layout", "[static]
     for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-5).margin(1e-3));
     kvrt_cache_destroy(st);
     kvrt_cache_destroy(cells);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+TEST_CASE("static layout: an append that fails at any point leaves the windows as they were", "[static][faults]") {
+    GpuContext ctx;
+    const Shape sh;
+    const uint32_t S = 16, W = S - 1;
+    // R = 1: every append slides through scratch memory, the longest path.
+    kvrt_cache c = make_cache(ctx, sh, true, S, 1.0);
+    REQUIRE(store_tokens(c, sh, 0, 0, W) == KVRT_SUCCESS);
+    int32_t last = static_cast<int32_t>(W) - 1;
+    for (const bool with_stream : {false, true}) {
+        for (uint64_t n = 1;; ++n) {
+            INFO("fault point " << n << (with_stream ? ", recorded into a stream" : ", synchronous"));
+            Stream s(ctx);
+            if (with_stream) KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+            kvrt_result r = KVRT_SUCCESS;
+            uint64_t passed = 0;
+            {
+                kvrt::fault::arm(n);
+                r = store_tokens(c, sh, 0, last + 1, 1, with_stream ? static_cast<kvrt_stream>(s) : nullptr);
+                passed = kvrt::fault::points_passed();
+                kvrt::fault::arm(0);
+            }
+            INFO("result " << r << ": " << kvrt_last_error_message());
+            if (with_stream) {
+                const kvrt_result submitted = kvrt_stream_submit(s);
+                if (r == KVRT_SUCCESS) {
+                    REQUIRE(submitted == KVRT_SUCCESS);
+                    KVRT_REQUIRE_OK(kvrt_stream_wait(s, 60ull * 1000 * 1000 * 1000));
+                } else {
+                    REQUIRE(submitted == KVRT_ERROR_INVALID_STATE);  // the partial recording never runs
+                }
+            }
+            // A timeout keeps the append: the work was submitted.
+            if (r == KVRT_SUCCESS || r == KVRT_ERROR_TIMEOUT) ++last;
+            check_windows(c, sh, 0, S, W, last);
+            if (passed < n) {
+                REQUIRE(r == KVRT_SUCCESS);  // the armed point was never reached: all points covered
+                break;
+            }
+        }
+    }
+    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
