@@ -9,15 +9,48 @@
  * -----------
  * - Every function that can fail returns a kvrt_result: KVRT_SUCCESS (0) or a
  *   negative error. After an error, kvrt_last_error_message() gives a sentence
- *   that says what was wrong, for the calling thread.
+ *   that says what was wrong, for the calling thread. Each function's comment
+ *   lists the errors it returns.
  * - Out-parameters come last. A function that creates an object writes NULL to
  *   its out-handle on failure.
  * - Destroy functions accept NULL and do nothing.
- * - Descriptor structs start with (type, next); a zeroed field means "default".
- *   Initialize them with their KVRT_*_INIT macro; fields are only ever appended.
  * - No function aborts, prints or lets an exception escape. Bad input (NULL,
  *   destroyed or foreign handles, sizes or offsets out of range, arithmetic
  *   overflow) is reported as an error and changes nothing.
+ *
+ * Structs and extension (the rule that keeps old binaries working)
+ * -----------------------------------------------------------------
+ * - Every struct passed by pointer starts with `kvrt_struct_type type; const
+ *   void* next;` and has a KVRT_*_INIT macro that sets `type` and the default
+ *   of every field. Start from the macro: a zero field means "default" unless
+ *   its comment says otherwise, and element types have no zero default.
+ * - Structs are frozen: once released, a struct never grows, shrinks or
+ *   changes a field. New options come as new structs chained through `next`
+ *   (Vulkan's sType/pNext). A struct's `type` therefore names its exact
+ *   layout, and the library reads and writes no byte beyond it.
+ * - Every entry point checks every chain it is given: a `type` the library
+ *   does not accept at that place, or a type given twice, is refused with
+ *   KVRT_ERROR_INVALID_ARGUMENT and a message that names it. An application
+ *   built against a newer header thus learns that the loaded library lacks an
+ *   extension, instead of having it silently ignored.
+ * - Output structs (kvrt_device_info, kvrt_cache_info, ...) are filled as
+ *   their `type` says: the library writes the fields after `type` and `next`,
+ *   never those two, and fills each struct chained on `next` that it accepts
+ *   there. Arrays of output structs need `type` set in every element.
+ * - Element types (kvrt_type) are one vocabulary for caches, tensors, outputs
+ *   and the fixed memory; kvrt_type_name, kvrt_type_block_size and
+ *   kvrt_type_block_bytes describe them, so callers need no table of their own.
+ * - Where a call takes a source and a destination, the source comes first.
+ *
+ * Versions, SONAME and experimental parts
+ * ---------------------------------------
+ * - Result values, enum values and struct type values are pinned forever.
+ * - Before 1.0, each minor version is its own ABI: the shared library's
+ *   SONAME is libkvrt.so.0.MINOR, so a binary built against 0.1 never loads
+ *   0.2 by accident, while patch releases (0.1.x) keep the ABI. From 1.0 on the
+ *   SONAME is libkvrt.so.MAJOR and minor releases only add.
+ * - Items marked "Experimental" may change in any minor release, also after
+ *   1.0; everything else follows the rule above.
  *
  * Threading
  * ---------
@@ -118,7 +151,7 @@ KVRT_API const char* kvrt_version_string(void);
 
 typedef uint32_t kvrt_flags;
 
-/* Identifies each descriptor struct, so that `next` chains can be checked. */
+/* Identifies each struct, so that `next` chains can be checked. */
 typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_UNDEFINED = 0,
     KVRT_STRUCT_TYPE_CONTEXT_DESC = 1,
@@ -126,6 +159,10 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_BUFFER_DESC = 3,
     KVRT_STRUCT_TYPE_STREAM_DESC = 4,
     KVRT_STRUCT_TYPE_CONTEXT_STATS = 5,
+    KVRT_STRUCT_TYPE_TIMING = 6,
+    KVRT_STRUCT_TYPE_PIPELINE_CACHE_DESC = 7,
+    KVRT_STRUCT_TYPE_TENSOR_REF = 8,
+    KVRT_STRUCT_TYPE_OUTPUT_REF = 9,
     KVRT_STRUCT_TYPE_CACHE_DESC = 10,
     KVRT_STRUCT_TYPE_CACHE_ESTIMATE = 11,
     KVRT_STRUCT_TYPE_CACHE_INFO = 12,
@@ -134,11 +171,69 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_STATIC_SCALES_DESC = 15,
     KVRT_STRUCT_TYPE_STATIC_WINDOW = 16,
     KVRT_STRUCT_TYPE_STATIC_STATS = 17,
+    KVRT_STRUCT_TYPE_BATCH = 18,
+    KVRT_STRUCT_TYPE_ROPE_DESC = 19,
     KVRT_STRUCT_TYPE_MEMORY_DESC = 20,
     KVRT_STRUCT_TYPE_MEMORY_BATCH = 21,
+    KVRT_STRUCT_TYPE_MEMORY_INIT = 22,
+    KVRT_STRUCT_TYPE_MEMORY_ESTIMATE = 23,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
+    KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC = 101,
+    KVRT_STRUCT_TYPE_VULKAN_COMPLETION = 102,
     KVRT_STRUCT_TYPE_MAX_ENUM = 0x7FFFFFFF
 } kvrt_struct_type;
+
+/* Element types: of a cache's stored K and V, of the data given to kvrt
+ * (kvrt_tensor_ref), of its results (kvrt_output_ref) and of the fixed
+ * memory's state. There is no default type: the KVRT_*_INIT macros set the
+ * usual one, and KVRT_TYPE_UNDEFINED (0) is refused everywhere. */
+typedef enum kvrt_type {
+    KVRT_TYPE_UNDEFINED = 0,
+    KVRT_TYPE_F32 = 1,
+    KVRT_TYPE_F16 = 2, /* IEEE binary16 */
+    /* Blocks of 32 values: fp16 scale d = amax/127, then 32 int8 codes; 34
+     * bytes. Bit-compatible with GGML's Q8_0. */
+    KVRT_TYPE_Q8_0 = 3,
+    /* Blocks of 32 values: fp16 scale d = m/-8 (m: the value of largest
+     * magnitude, sign kept), then 16 bytes of 4-bit codes, element j in the
+     * low nibble of byte j and element j+16 in its high nibble; 18 bytes.
+     * Bit-compatible with GGML's Q4_0. */
+    KVRT_TYPE_Q4_0 = 4,
+    /* Static-scale unsigned integers (NPU/DSP interop): one (scale,
+     * zero_point) per layer for K and per layer for V, fixed when the cache is
+     * created (kvrt_static_scales_desc) and shared by every row, past and new.
+     * value = scale * (q - zero_point); a value x is stored as
+     * q = clamp(roundf(x * inv) + zero_point, 0, qmax), where inv = 1/scale
+     * computed once in f32 and roundf rounds halves away from zero (NaN is
+     * stored as zero_point, infinities saturate). The same convention as
+     * QNN's UFIXED_POINT_8/16 with offset = -zero_point.
+     * 1 byte (qmax 255) and 2 bytes (qmax 65535) per value. */
+    KVRT_TYPE_U8_STATIC = 5,
+    KVRT_TYPE_U16_STATIC = 6,
+    KVRT_TYPE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_type;
+
+/* The lowercase name of a type ("f32", "f16", "q8_0", "q4_0", "u8_static",
+ * "u16_static"); static storage. NULL for KVRT_TYPE_UNDEFINED and unknown
+ * values. Thread-safety: Safe. */
+KVRT_API const char* kvrt_type_name(kvrt_type type);
+
+/* The type named `name` (as kvrt_type_name spells it, case-insensitive).
+ * Fails with KVRT_ERROR_INVALID_ARGUMENT for NULL arguments or an unknown
+ * name (*out_type is then KVRT_TYPE_UNDEFINED). Thread-safety: Safe. */
+KVRT_API kvrt_result kvrt_type_from_name(const char* name, kvrt_type* out_type);
+
+/* Values per block of a type: 1 for F32, F16 and the static-scale types, 32
+ * for Q8_0 and Q4_0; 0 for KVRT_TYPE_UNDEFINED and unknown values. A row of n
+ * values (n a multiple of the block size) takes
+ * n / kvrt_type_block_size(t) * kvrt_type_block_bytes(t) bytes.
+ * Thread-safety: Safe. */
+KVRT_API uint32_t kvrt_type_block_size(kvrt_type type);
+
+/* Bytes per block of a type: 4 (F32), 2 (F16), 34 (Q8_0), 18 (Q4_0), 1
+ * (U8_STATIC), 2 (U16_STATIC); 0 for KVRT_TYPE_UNDEFINED and unknown values.
+ * Thread-safety: Safe. */
+KVRT_API uint32_t kvrt_type_block_bytes(kvrt_type type);
 
 typedef enum kvrt_log_level {
     KVRT_LOG_LEVEL_DEFAULT = 0, /* as a threshold: KVRT_LOG_LEVEL_WARN */
@@ -276,6 +371,22 @@ typedef struct kvrt_context_desc {
 #define KVRT_CONTEXT_DESC_INIT \
     { KVRT_STRUCT_TYPE_CONTEXT_DESC, NULL, 0, NULL, NULL, NULL, KVRT_LOG_LEVEL_DEFAULT, 0, 0 }
 
+/* Pipeline-cache data to start a context with, chained on
+ * kvrt_context_desc.next: bytes an earlier context returned from
+ * kvrt_context_get_pipeline_cache. With them the device's compiler can skip
+ * the work it did before when kvrt creates its kernels, so the first call of
+ * each kernel is faster. Data from another device, driver or driver version
+ * is detected by Vulkan's cache header and ignored (with a log message at
+ * INFO), never an error. The bytes are copied during creation. */
+typedef struct kvrt_pipeline_cache_desc {
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_PIPELINE_CACHE_DESC */
+    const void* next;
+    const void* data;        /* may be NULL when size is 0 */
+    uint64_t size;           /* bytes */
+} kvrt_pipeline_cache_desc;
+
+#define KVRT_PIPELINE_CACHE_DESC_INIT { KVRT_STRUCT_TYPE_PIPELINE_CACHE_DESC, NULL, NULL, 0 }
+
 /* Counters of a context (kvrt_context_get_stats). */
 typedef struct kvrt_context_stats {
     kvrt_struct_type type;
@@ -299,8 +410,12 @@ KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* c
 
 /* Creates a context: its own Vulkan instance and device on the device chosen by
  * desc->device (or KVRT_DEVICE), with one compute queue. `desc` may be NULL for
- * all defaults. Fails with KVRT_ERROR_UNSUPPORTED when there is no Vulkan
- * loader, no matching device, or a requested layer is missing.
+ * all defaults; it accepts a kvrt_pipeline_cache_desc on its chain. Fails
+ * with KVRT_ERROR_INVALID_ARGUMENT for a NULL `out_context`, a wrong
+ * desc->type or a bad chain; KVRT_ERROR_UNSUPPORTED when there is no Vulkan
+ * loader, no matching device, or a requested layer is missing;
+ * KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY when Vulkan runs out;
+ * KVRT_ERROR_DEVICE_LOST or KVRT_ERROR_INTERNAL for other Vulkan failures.
  * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_context_create(const kvrt_context_desc* desc, kvrt_context* out_context);
 
@@ -310,12 +425,24 @@ KVRT_API kvrt_result kvrt_context_create(const kvrt_context_desc* desc, kvrt_con
 KVRT_API void kvrt_context_destroy(kvrt_context context);
 
 /* Describes the context's device. Fails with KVRT_ERROR_INVALID_HANDLE or
- * KVRT_ERROR_INVALID_ARGUMENT (NULL `info` or wrong `info->type`).
- * Thread-safety: Unsafe. */
+ * KVRT_ERROR_INVALID_ARGUMENT (NULL `info`, a wrong `info->type` or an unknown
+ * struct chained on it). Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_context_get_device_info(kvrt_context context, kvrt_device_info* info);
 
-/* Reads the context's counters. Thread-safety: Unsafe. */
+/* Reads the context's counters. Fails with KVRT_ERROR_INVALID_HANDLE, or
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL `stats`, a wrong `stats->type` or an
+ * unknown struct chained on it. Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_context_get_stats(kvrt_context context, kvrt_context_stats* stats);
+
+/* The context's pipeline cache: everything the device compiled for the
+ * kernels kvrt created so far, to save and hand back at the next start
+ * (kvrt_pipeline_cache_desc). With `data` NULL, writes the size to *size.
+ * Otherwise writes up to *size bytes and the number written to *size, and
+ * fails with KVRT_ERROR_INVALID_ARGUMENT ("buffer too small") when the data
+ * did not fit (call again with the size a NULL query gives). Fails with
+ * KVRT_ERROR_INVALID_HANDLE, KVRT_ERROR_INVALID_ARGUMENT for a NULL `size`,
+ * or KVRT_ERROR_OUT_OF_HOST_MEMORY. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_context_get_pipeline_cache(kvrt_context context, void* data, uint64_t* size);
 
 /* ========================================================================== */
 /* Buffers                                                                    */
@@ -335,9 +462,12 @@ typedef struct kvrt_buffer_desc {
 
 #define KVRT_BUFFER_DESC_INIT { KVRT_STRUCT_TYPE_BUFFER_DESC, NULL, 0, 0, NULL }
 
-/* Creates a zeroed device buffer. Fails with KVRT_ERROR_INVALID_ARGUMENT for size
- * 0 or nonzero flags, KVRT_ERROR_OUT_OF_DEVICE_MEMORY when the device cannot
- * hold it (nothing stays allocated). Thread-safety: Unsafe (on the context). */
+/* Creates a zeroed device buffer. Fails with KVRT_ERROR_INVALID_HANDLE for a
+ * bad context; KVRT_ERROR_INVALID_ARGUMENT for NULL arguments, a wrong
+ * desc->type or bad chain, size 0 or nonzero flags;
+ * KVRT_ERROR_OUT_OF_DEVICE_MEMORY when the device cannot hold it (nothing
+ * stays allocated); KVRT_ERROR_OUT_OF_HOST_MEMORY. Thread-safety: Unsafe (on
+ * the context). */
 KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_desc* desc,
                                         kvrt_buffer* out_buffer);
 
@@ -348,14 +478,17 @@ KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_
  * Thread-safety: Unsafe (on the buffer and its context). */
 KVRT_API void kvrt_buffer_destroy(kvrt_buffer buffer);
 
-/* The buffer's size in bytes. Thread-safety: Unsafe. */
+/* The buffer's size in bytes. Fails with KVRT_ERROR_INVALID_HANDLE, or
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL `out_size`. Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_buffer_get_size(kvrt_buffer buffer, uint64_t* out_size);
 
 /* Copies `size` bytes from host memory into the buffer at `offset`. First waits
  * (up to the context's wait timeout) for submitted work that uses the buffer, so
  * the write is ordered after it. Fails with KVRT_ERROR_INVALID_ARGUMENT when
- * [offset, offset + size) is outside the buffer or `data` is NULL with size > 0;
- * on failure the buffer is unchanged unless the error is a device error.
+ * [offset, offset + size) is outside the buffer or `data` is NULL with size > 0,
+ * KVRT_ERROR_INVALID_HANDLE for a bad buffer, KVRT_ERROR_TIMEOUT or a device
+ * error while waiting or copying; on failure the buffer is unchanged unless
+ * the error is a device error.
  * Thread-safety: Unsafe (on the buffer and its context). */
 KVRT_API kvrt_result kvrt_buffer_upload(kvrt_buffer buffer, uint64_t offset, const void* data,
                                         uint64_t size);
@@ -396,13 +529,22 @@ typedef struct kvrt_stream_desc {
 
 #define KVRT_STREAM_DESC_INIT { KVRT_STRUCT_TYPE_STREAM_DESC, NULL, 0, 0, NULL }
 
-/* The GPU time of one recorded operation. */
+/* The GPU time of one recorded operation (kvrt_stream_get_timings). */
 typedef struct kvrt_timing {
-    const char* label;  /* static string naming the operation, e.g. "fill" */
-    uint64_t ns;        /* time between the operation's start and end stamps */
+    kvrt_struct_type type;  /* KVRT_STRUCT_TYPE_TIMING */
+    const void* next;
+    const char* label;      /* static string naming the operation, e.g. "fill" */
+    uint64_t ns;            /* time between the operation's start and end stamps */
 } kvrt_timing;
 
-/* Creates a stream. Thread-safety: Unsafe (on the context). */
+#define KVRT_TIMING_INIT { KVRT_STRUCT_TYPE_TIMING, NULL, NULL, 0 }
+
+/* Creates a stream. Fails with KVRT_ERROR_INVALID_HANDLE for a bad context;
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL `out_stream`, a wrong desc->type, a
+ * bad chain or unknown flags; KVRT_ERROR_UNSUPPORTED for timestamps on a
+ * queue without them; KVRT_ERROR_OUT_OF_HOST_MEMORY or
+ * _OUT_OF_DEVICE_MEMORY. `desc` may be NULL for all defaults.
+ * Thread-safety: Unsafe (on the context). */
 KVRT_API kvrt_result kvrt_stream_create(kvrt_context context, const kvrt_stream_desc* desc,
                                         kvrt_stream* out_stream);
 
@@ -410,39 +552,55 @@ KVRT_API kvrt_result kvrt_stream_create(kvrt_context context, const kvrt_stream_
  * released afterwards. NULL is a no-op. Thread-safety: Unsafe. */
 KVRT_API void kvrt_stream_destroy(kvrt_stream stream);
 
-/* Starts recording. Fails with KVRT_ERROR_INVALID_STATE if the stream is already
- * recording, or submitted and not yet waited for. Thread-safety: Unsafe. */
+/* Starts recording. Fails with KVRT_ERROR_INVALID_HANDLE, or
+ * KVRT_ERROR_INVALID_STATE if the stream is already recording, or submitted
+ * and not yet waited for; KVRT_ERROR_DEVICE_LOST after a lost device.
+ * Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_stream_begin(kvrt_stream stream);
 
-/* Ends recording and submits. Fails with KVRT_ERROR_INVALID_STATE if the stream
- * is not recording or a buffer it uses was destroyed meanwhile (the recording is
- * then dropped and the stream is idle again). Thread-safety: Unsafe (on the
- * stream; submissions of a context are serialized internally). */
+/* Ends recording and submits. Fails with KVRT_ERROR_INVALID_HANDLE;
+ * KVRT_ERROR_INVALID_STATE if the stream is not recording, or a buffer it
+ * uses was destroyed meanwhile, or a failed call left the recording
+ * unsubmittable (the recording is then dropped, what it changed is rolled
+ * back, and the stream is idle again); KVRT_ERROR_OUT_OF_HOST_MEMORY,
+ * _OUT_OF_DEVICE_MEMORY or _DEVICE_LOST from the submission (the same
+ * rollback). Thread-safety: Unsafe (on the stream; submissions of a context
+ * are serialized internally). */
 KVRT_API kvrt_result kvrt_stream_submit(kvrt_stream stream);
 
 /* Waits up to `timeout_ns` nanoseconds for the last submission. Returns
  * KVRT_SUCCESS when it completed (also when nothing was submitted),
  * KVRT_ERROR_TIMEOUT when it did not complete in time (wait again later), or
- * KVRT_ERROR_DEVICE_LOST. A timeout of 0 polls. Thread-safety: Unsafe. */
+ * KVRT_ERROR_DEVICE_LOST; KVRT_ERROR_INVALID_HANDLE for a bad stream. A
+ * timeout of 0 polls. Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_stream_wait(kvrt_stream stream, uint64_t timeout_ns);
 
 /* After a successful wait on a stream created with KVRT_STREAM_TIMESTAMPS,
  * copies the timing of each operation of the last submission, in recording
  * order. With `timings` NULL writes the count to *count; otherwise fills up to
- * *count entries and writes the number filled. Thread-safety: Unsafe. */
+ * *count entries (each with `type` set) and writes the number filled. Fails
+ * with KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_ARGUMENT for a NULL
+ * `count` or an entry with a wrong type; KVRT_ERROR_INVALID_STATE for a
+ * stream without timestamps or whose last submission was not waited for.
+ * Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_stream_get_timings(kvrt_stream stream, kvrt_timing* timings,
                                              uint32_t* count);
 
 /* Records a compute kernel that writes the 32-bit `value` over `size` bytes of
- * `buffer` from `offset`. `offset` and `size` must be multiples of 4 and inside
- * the buffer. Thread-safety: Unsafe (on the stream). */
+ * `buffer` from `offset`. Fails with KVRT_ERROR_INVALID_HANDLE for a bad
+ * stream or buffer; KVRT_ERROR_INVALID_ARGUMENT when `offset` or `size` is not
+ * a multiple of 4, the range is outside the buffer, or the buffer belongs to
+ * another context; KVRT_ERROR_INVALID_STATE when the stream is not recording;
+ * KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY.
+ * Thread-safety: Unsafe (on the stream). */
 KVRT_API kvrt_result kvrt_cmd_fill(kvrt_stream stream, kvrt_buffer buffer, uint64_t offset,
                                    uint64_t size, uint32_t value);
 
 /* Records a compute kernel that copies `size` bytes from `src` at `src_offset`
- * to `dst` at `dst_offset`. Offsets and size must be multiples of 4 and inside
- * the buffers; if src and dst are the same buffer, the ranges must not overlap.
- * Thread-safety: Unsafe (on the stream). */
+ * to `dst` at `dst_offset`. Fails like kvrt_cmd_fill, and with
+ * KVRT_ERROR_INVALID_ARGUMENT when offsets or size are not multiples of 4 or
+ * outside the buffers, or when src and dst are the same buffer and the
+ * ranges overlap. Thread-safety: Unsafe (on the stream). */
 KVRT_API kvrt_result kvrt_cmd_copy(kvrt_stream stream, kvrt_buffer src, uint64_t src_offset,
                                    kvrt_buffer dst, uint64_t dst_offset, uint64_t size);
 
@@ -451,7 +609,7 @@ KVRT_API kvrt_result kvrt_cmd_copy(kvrt_stream stream, kvrt_buffer src, uint64_t
 /* ========================================================================== */
 
 /* A cache holds the keys and values of one model (all its layers) for up to
- * `capacity` tokens, shared by up to `max_seqs` sequences. See SPEC.md.
+ * `capacity` tokens, shared by up to `max_seqs` sequences.
  *
  * Cells (the general layout): each cell holds one token's K and V rows for every
  * layer, a position, and the set of sequences that use it. Tokens are placed in
@@ -459,37 +617,12 @@ KVRT_API kvrt_result kvrt_cmd_copy(kvrt_stream stream, kvrt_buffer src, uint64_t
  * position ranges [p0, p1) where a negative bound means "unbounded". */
 typedef struct kvrt_cache_T* kvrt_cache;
 
-/* Element types of K and V (and of the data given to kvrt). */
-typedef enum kvrt_type {
-    KVRT_TYPE_DEFAULT = 0, /* as a cache's K or V type: F16 */
-    KVRT_TYPE_F32 = 1,
-    KVRT_TYPE_F16 = 2,
-    /* Blocks of 32: fp16 scale d = amax/127, 32 int8 codes; 34 bytes.
-     * Bit-compatible with GGML's Q8_0. */
-    KVRT_TYPE_Q8_0 = 3,
-    /* Blocks of 32: fp16 scale d = m/-8, 16 bytes of 4-bit codes; 18 bytes.
-     * Bit-compatible with GGML's Q4_0. */
-    KVRT_TYPE_Q4_0 = 4,
-    /* Static-scale unsigned integers (NPU/DSP interop): one (scale,
-     * zero_point) per layer for K and per layer for V, fixed when the cache is
-     * created (kvrt_static_scales_desc) and shared by every row, past and new.
-     * value = scale * (q - zero_point); a value x is stored as
-     * q = clamp(roundf(x * inv) + zero_point, 0, qmax), where inv = 1/scale
-     * computed once in f32 and roundf rounds halves away from zero (NaN is
-     * stored as zero_point, infinities saturate). The same convention as
-     * QNN's UFIXED_POINT_8/16 with offset = -zero_point.
-     * 1 byte (qmax 255) and 2 bytes (qmax 65535) per value. */
-    KVRT_TYPE_U8_STATIC = 5,
-    KVRT_TYPE_U16_STATIC = 6,
-    KVRT_TYPE_MAX_ENUM = 0x7FFFFFFF
-} kvrt_type;
-
 /* How the cache arranges its rows. */
 typedef enum kvrt_layout {
     KVRT_LAYOUT_DEFAULT = 0, /* KVRT_LAYOUT_CELLS */
     /* Cells (the general layout): any cell holds any token of any sequences. */
     KVRT_LAYOUT_CELLS = 1,
-    /* The static padded layout of NPU/DSP engines (SPEC 5): each sequence has,
+    /* The static padded layout of NPU/DSP engines: each sequence has,
      * per (layer, KV head), a K window and a V window of seq_len - 1 rows that
      * a static graph binds as its [1,1,S-1,D] past tensors. Needs a
      * kvrt_static_layout_desc in the descriptor's `next` chain; see "Static
@@ -504,9 +637,13 @@ typedef enum kvrt_rope_mode {
     KVRT_ROPE_MODE_MAX_ENUM = 0x7FFFFFFF
 } kvrt_rope_mode;
 
-/* The RoPE of the model, used when K must be rotated by kvrt (shifts). Zero
- * fields take the default given in each comment. */
-typedef struct kvrt_rope_params {
+/* The RoPE of the model, chained on kvrt_cache_desc.next; kvrt uses it when
+ * it rotates K itself (shifts, deferred RoPE). Without it: normal mode, all
+ * of head_dim_k rotated, base 10000, no scaling. Zero fields take the default
+ * given in each comment. */
+typedef struct kvrt_rope_desc {
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_ROPE_DESC */
+    const void* next;
     kvrt_rope_mode mode;
     uint32_t n_rot;          /* rotated dimensions; 0 = head_dim_k */
     float freq_base;         /* 0 = 10000 */
@@ -516,7 +653,10 @@ typedef struct kvrt_rope_params {
     float beta_fast;         /* 0 = 32 */
     float beta_slow;         /* 0 = 1 */
     uint32_t n_ctx_orig;     /* YaRN original context; 0 = none */
-} kvrt_rope_params;
+} kvrt_rope_desc;
+
+#define KVRT_ROPE_DESC_INIT \
+    { KVRT_STRUCT_TYPE_ROPE_DESC, NULL, KVRT_ROPE_NORMAL, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0 }
 
 typedef enum kvrt_cache_flag_bits {
     /* Deferred RoPE: the engine stores K before rotation, and attention
@@ -528,12 +668,12 @@ typedef enum kvrt_cache_flag_bits {
     KVRT_CACHE_FLAG_MAX_ENUM = 0x7FFFFFFF
 } kvrt_cache_flag_bits;
 
-/* Structs that may be chained on a kvrt_cache_desc's `next`, in any order:
+/* Structs that may be chained on a kvrt_cache_desc's `next`, in any order,
+ * each at most once: kvrt_rope_desc (the model's RoPE),
  * kvrt_static_layout_desc (the static layout's sizes) and
- * kvrt_static_scales_desc (the scales of static-scale types). A struct of any
- * other type in the chain is refused. */
+ * kvrt_static_scales_desc (the scales of static-scale types). */
 typedef struct kvrt_cache_desc {
-    kvrt_struct_type type;
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_CACHE_DESC */
     const void* next;
     uint32_t n_layers;
     uint32_t n_heads;        /* query heads; a multiple of n_kv_heads */
@@ -544,17 +684,24 @@ typedef struct kvrt_cache_desc {
                               * is max_seqs * (seq_len - 1) */
     uint32_t max_seqs;       /* sequence ids are 0..max_seqs-1; 0 = 64 (1 with
                               * KVRT_LAYOUT_STATIC) */
-    kvrt_type type_k;        /* 0 = F16; Q8_0 and Q4_0 need head_dim_k % 32 == 0 */
-    kvrt_type type_v;        /* 0 = F16; Q8_0 and Q4_0 need head_dim_v % 32 == 0 */
+    /* Stored types of K and V (KVRT_CACHE_DESC_INIT: F16). Q8_0 and Q4_0 need
+     * head dims that are multiples of 32. */
+    kvrt_type type_k;
+    kvrt_type type_v;
     kvrt_layout layout;
     /* Sliding window of each layer (n_layers entries; 0 = full attention), or
      * NULL for none. A layer with window W attends to cells with
      * query_pos - cell_pos < W. Copied at creation. */
     const uint32_t* layer_windows;
-    kvrt_rope_params rope;
     const char* label;       /* debug name for Vulkan tools; may be NULL */
     kvrt_flags flags;        /* kvrt_cache_flag_bits */
 } kvrt_cache_desc;
+
+#define KVRT_CACHE_DESC_INIT                                                                 \
+    {                                                                                        \
+        KVRT_STRUCT_TYPE_CACHE_DESC, NULL, 0, 0, 0, 0, 0, 0, 0, KVRT_TYPE_F16, KVRT_TYPE_F16, \
+            KVRT_LAYOUT_DEFAULT, NULL, NULL, 0                                               \
+    }
 
 /* The sizes of a static layout (KVRT_LAYOUT_STATIC), chained on
  * kvrt_cache_desc.next. W = seq_len - 1 rows per window, reserved
@@ -568,35 +715,27 @@ typedef struct kvrt_static_layout_desc {
 
 #define KVRT_STATIC_LAYOUT_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC, NULL, 0, 0.0 }
 
-/* One per-tensor quantization: value = scale * (q - zero_point). */
-typedef struct kvrt_quant_scale {
-    float scale;             /* finite, normal (>= FLT_MIN), > 0 */
-    int32_t zero_point;      /* 0..255 (U8_STATIC) or 0..65535 (U16_STATIC) */
-} kvrt_quant_scale;
-
 /* The scales of static-scale K/V types (KVRT_TYPE_U8_STATIC,
  * KVRT_TYPE_U16_STATIC), chained on kvrt_cache_desc.next; needed when either
- * type is one, in either layout. Copied at creation. */
+ * type is one, in either layout. Each array has `count` entries: 1 (shared by
+ * all layers) or n_layers (one per layer). value = scale * (q - zero_point),
+ * where a scale is finite, normal (>= FLT_MIN) and > 0, and a zero point is
+ * 0..255 (U8_STATIC) or 0..65535 (U16_STATIC). Copied at creation. */
 typedef struct kvrt_static_scales_desc {
-    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_STATIC_SCALES_DESC */
+    kvrt_struct_type type;        /* KVRT_STRUCT_TYPE_STATIC_SCALES_DESC */
     const void* next;
-    uint32_t count;          /* entries in k and v: 1 (all layers) or n_layers */
-    const kvrt_quant_scale* k; /* when type_k is static-scale; else NULL */
-    const kvrt_quant_scale* v; /* when type_v is static-scale; else NULL */
+    uint32_t count;
+    const float* k_scales;        /* when type_k is static-scale; else NULL */
+    const int32_t* k_zero_points; /* with k_scales */
+    const float* v_scales;        /* when type_v is static-scale; else NULL */
+    const int32_t* v_zero_points; /* with v_scales */
 } kvrt_static_scales_desc;
 
-#define KVRT_STATIC_SCALES_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_SCALES_DESC, NULL, 0, NULL, NULL }
-
-#define KVRT_CACHE_DESC_INIT                                                                  \
-    {                                                                                         \
-        KVRT_STRUCT_TYPE_CACHE_DESC, NULL, 0, 0, 0, 0, 0, 0, 0, KVRT_TYPE_DEFAULT,            \
-            KVRT_TYPE_DEFAULT, KVRT_LAYOUT_DEFAULT, NULL,                                     \
-            {KVRT_ROPE_NORMAL, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0}, NULL, 0             \
-    }
+#define KVRT_STATIC_SCALES_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_SCALES_DESC, NULL, 0, NULL, NULL, NULL, NULL }
 
 /* Sizes of a cache, computed before anything is allocated. */
 typedef struct kvrt_cache_estimate {
-    kvrt_struct_type type;
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_CACHE_ESTIMATE */
     const void* next;
     /* K and V bytes of one token over all layers:
      * n_layers * n_kv_heads * (head_dim_k * size(type_k) + head_dim_v * size(type_v)),
@@ -609,8 +748,9 @@ typedef struct kvrt_cache_estimate {
     /* The device memory kvrt_cache_create allocates: data_bytes plus alignment
      * padding (each cell's row is padded to a multiple of 4 bytes, and each
      * layer's K and V are split into pieces no larger than the largest storage
-     * binding, each padded to 16 bytes). Equals kvrt_context_stats.device_bytes growth on creation, up to the
-     * driver's own allocation rounding. */
+     * binding, each padded to 16 bytes). Equals the growth of
+     * kvrt_context_stats.device_bytes on creation, up to the driver's own
+     * allocation rounding. */
     uint64_t device_bytes;
     /* The largest binding the estimate assumed (the context's, or 128 MiB
      * without a context). */
@@ -619,31 +759,82 @@ typedef struct kvrt_cache_estimate {
 
 #define KVRT_CACHE_ESTIMATE_INIT { KVRT_STRUCT_TYPE_CACHE_ESTIMATE, NULL, 0, 0, 0, 0 }
 
-/* A batch of tokens to place: token i has position positions[i] and belongs to
- * the seq_id_counts[i] sequences listed next in seq_ids (flattened, in token
- * order). seq_id_counts NULL means one sequence per token. */
+/* A batch of tokens: token i has position positions[i] and belongs to the
+ * seq_id_counts[i] sequences listed next in seq_ids (flattened, in token
+ * order). seq_id_counts NULL means one sequence per token. Used to place
+ * tokens (kvrt_cache_store, kvrt_cache_place) and to describe queries
+ * (kvrt_cache_attention, where each token has exactly one sequence). */
 typedef struct kvrt_batch {
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_BATCH */
+    const void* next;
     uint32_t n_tokens;
     const int32_t* positions;
     const uint32_t* seq_id_counts;
     const int32_t* seq_ids;
 } kvrt_batch;
 
-/* K or V data for kvrt to read, F32 or F16, as rows of one token and one layer:
- * n_kv_heads * head_dim values. Exactly one of `buffer` and `host` is set. */
+#define KVRT_BATCH_INIT { KVRT_STRUCT_TYPE_BATCH, NULL, 0, NULL, NULL, NULL }
+
+/* Data for kvrt to read: for each token, one row per head of `head_dim`
+ * values (n_kv_heads rows of K or V for a store, n_heads rows of Q for
+ * attention), at
+ *
+ *     offset + layer * layer_stride + token * row_stride + head * head_stride
+ *
+ * bytes into `buffer` or `host`. Exactly one of `buffer` and `host` is set;
+ * host data is copied during the call.
+ * - element_type F32 or F16 (KVRT_TENSOR_REF_INIT: F32): values, quantized
+ *   by kvrt to the stored type. Offset and strides are multiples of 4.
+ * - element_type equal to the cache's stored type (Q8_0, Q4_0, U8_STATIC,
+ *   U16_STATIC; F32 and F16 are the case above): the stored bytes
+ *   themselves, copied bit for bit (pre-quantized rows, in GGML's block
+ *   layout for Q8_0 and Q4_0; codes for the static-scale types). A head row
+ *   is then head_dim / kvrt_type_block_size * kvrt_type_block_bytes bytes;
+ *   offset and strides are multiples of 2 (1 for U8_STATIC).
+ * Zero strides mean packed: head_stride = the head row's bytes, row_stride =
+ * the heads of one token back to back, layer_stride = n_tokens rows.
+ * Head-major data (GGML's permuted [head_dim, n_tokens, n_heads]) sets
+ * row_stride to one head row and head_stride to n_tokens of them. */
 typedef struct kvrt_tensor_ref {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_TENSOR_REF */
+    const void* next;
     kvrt_buffer buffer;       /* a kvrt buffer (also one wrapping an app's VkBuffer) */
-    const void* host;         /* or host memory, copied during the call */
-    kvrt_type type;           /* KVRT_TYPE_F32 (0 = F32) or KVRT_TYPE_F16 */
-    uint64_t offset;          /* bytes to the first row; a multiple of 4 */
-    uint64_t row_stride;      /* bytes between tokens; 0 = packed; a multiple of 4 */
-    uint64_t layer_stride;    /* bytes between layers when storing all layers;
-                               * 0 = n_tokens * row_stride */
+    const void* host;         /* or host memory */
+    kvrt_type element_type;
+    uint64_t offset;          /* bytes to the first value */
+    uint64_t row_stride;      /* bytes between tokens; 0 = packed */
+    uint64_t head_stride;     /* bytes between heads of one token; 0 = packed */
+    uint64_t layer_stride;    /* bytes between layers when a call covers all
+                               * layers; 0 = packed */
 } kvrt_tensor_ref;
+
+#define KVRT_TENSOR_REF_INIT { KVRT_STRUCT_TYPE_TENSOR_REF, NULL, NULL, NULL, KVRT_TYPE_F32, 0, 0, 0, 0 }
+
+/* Where kvrt writes results: for each token, one row per head of head_dim
+ * values at offset + layer * layer_stride + token * row_stride + head *
+ * head_stride bytes into `buffer`, or into `host` memory (only when the call
+ * is synchronous, stream NULL; written only when it succeeds). Offset and
+ * strides are multiples of 4; zero strides mean packed, as in
+ * kvrt_tensor_ref. The rows may not overlap. Bytes between and around the
+ * rows are never written. */
+typedef struct kvrt_output_ref {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_OUTPUT_REF */
+    const void* next;
+    kvrt_buffer buffer;
+    void* host;
+    kvrt_type element_type;   /* F32 or F16 (KVRT_OUTPUT_REF_INIT: F32) */
+    uint64_t offset;          /* bytes to the first value */
+    uint64_t row_stride;      /* bytes between tokens; 0 = packed */
+    uint64_t head_stride;     /* bytes between heads of one token; 0 = packed */
+    uint64_t layer_stride;    /* bytes between layers when a call covers all
+                               * layers; 0 = packed */
+} kvrt_output_ref;
+
+#define KVRT_OUTPUT_REF_INIT { KVRT_STRUCT_TYPE_OUTPUT_REF, NULL, NULL, NULL, KVRT_TYPE_F32, 0, 0, 0, 0 }
 
 /* Occupancy of a cache (kvrt_cache_get_info). */
 typedef struct kvrt_cache_info {
-    kvrt_struct_type type;
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_CACHE_INFO */
     const void* next;
     uint32_t capacity;
     uint32_t used;            /* cells in use */
@@ -653,23 +844,33 @@ typedef struct kvrt_cache_info {
     float fragmentation;      /* empty share of the cells below n_attend */
     uint64_t device_bytes;    /* device memory the cache holds */
     uint64_t bytes_per_token;
+    /* Stored bytes of one cell's K (and V) in one layer, all KV heads, as
+     * kvrt_cache_read_raw gives them: n_kv_heads * head_dim / block size *
+     * block bytes of the stored type. */
+    uint64_t k_row_bytes;
+    uint64_t v_row_bytes;
 } kvrt_cache_info;
 
-#define KVRT_CACHE_INFO_INIT { KVRT_STRUCT_TYPE_CACHE_INFO, NULL, 0, 0, 0, 0, 0.0f, 0, 0 }
+#define KVRT_CACHE_INFO_INIT { KVRT_STRUCT_TYPE_CACHE_INFO, NULL, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0 }
 
 /* Computes the sizes of a cache for `desc` without allocating anything.
  * `context` may be NULL; with it, the estimate uses the device's binding limit.
- * Fails with KVRT_ERROR_INVALID_ARGUMENT for an invalid descriptor (the same
- * checks as kvrt_cache_create) or sizes that overflow 64 bits.
- * Thread-safety: Safe. */
+ * Fails with KVRT_ERROR_INVALID_HANDLE for a context that is not NULL and not
+ * live; KVRT_ERROR_INVALID_ARGUMENT for NULL `desc` or `out`, a wrong type or
+ * bad chain on either, an invalid descriptor (the same checks as
+ * kvrt_cache_create) or sizes that overflow 64 bits. Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_cache_estimate_size(kvrt_context context, const kvrt_cache_desc* desc,
                                               kvrt_cache_estimate* out);
 
 /* Creates an empty cache in device-local memory. Fails with
- * KVRT_ERROR_INVALID_ARGUMENT for an invalid descriptor (zero sizes, n_heads not
- * a multiple of n_kv_heads, quantized types with head dims not multiples of 32,
- * unknown types or layouts), KVRT_ERROR_OUT_OF_DEVICE_MEMORY when it does not
- * fit (nothing stays allocated). Thread-safety: Unsafe (on the context). */
+ * KVRT_ERROR_INVALID_HANDLE for a bad context; KVRT_ERROR_INVALID_ARGUMENT for
+ * NULL arguments or an invalid descriptor (a wrong type or bad chain, zero
+ * sizes, n_heads not a multiple of n_kv_heads, quantized types with head dims
+ * not multiples of 32, undefined or unknown types or layouts);
+ * KVRT_ERROR_UNSUPPORTED for a static layout whose region exceeds the
+ * device's binding limit; KVRT_ERROR_OUT_OF_DEVICE_MEMORY or
+ * _OUT_OF_HOST_MEMORY when it does not fit (nothing stays allocated).
+ * Thread-safety: Unsafe (on the context). */
 KVRT_API kvrt_result kvrt_cache_create(kvrt_context context, const kvrt_cache_desc* desc,
                                        kvrt_cache* out_cache);
 
@@ -677,12 +878,16 @@ KVRT_API kvrt_result kvrt_cache_create(kvrt_context context, const kvrt_cache_de
  * completes. NULL is a no-op. Thread-safety: Unsafe. */
 KVRT_API void kvrt_cache_destroy(kvrt_cache cache);
 
-/* Reads the cache's occupancy. Thread-safety: Unsafe. */
+/* Reads the cache's occupancy. Fails with KVRT_ERROR_INVALID_HANDLE, or
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL `info`, a wrong `info->type` or an
+ * unknown struct chained on it. Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_get_info(kvrt_cache cache, kvrt_cache_info* info);
 
 /* Places `batch` in free cells and writes its K and V, all or nothing:
  * - `layer` is a layer index, or -1 for all layers (then `k` and `v` hold
  *   n_layers blocks of rows, layer_stride apart);
+ * - `k` and `v` are values (F32, F16) or pre-quantized rows in the stored
+ *   type (see kvrt_tensor_ref);
  * - `out_cells` (may be NULL) receives the cell of each token.
  * With `stream` NULL the call records, submits and waits itself, and on any
  * failure (KVRT_ERROR_CACHE_FULL, a bad argument, out of device memory, device
@@ -690,10 +895,15 @@ KVRT_API kvrt_result kvrt_cache_get_info(kvrt_cache cache, kvrt_cache_info* info
  * writes are recorded into it; the cells are taken at once (later calls see
  * them), and if the recording is dropped or its submission fails they are
  * given back. Fails with KVRT_ERROR_CACHE_FULL (nothing changed) when fewer
- * free cells than tokens remain; KVRT_ERROR_INVALID_ARGUMENT for negative
- * positions, unknown sequence ids, a (sequence, position) pair already stored,
- * or data that does not match the geometry. Thread-safety: Unsafe (on the cache
- * and the stream). */
+ * free cells than tokens remain; KVRT_ERROR_INVALID_HANDLE for a bad cache,
+ * stream or buffer; KVRT_ERROR_INVALID_ARGUMENT for a NULL or mistyped batch
+ * or tensor, negative positions, unknown sequence ids, a (sequence, position)
+ * pair already stored, a layer out of range, data that does not match the
+ * geometry or lies outside its buffer, or a stream or buffer of another
+ * context; KVRT_ERROR_INVALID_STATE for a stream that is not recording; and
+ * the device errors KVRT_ERROR_OUT_OF_DEVICE_MEMORY, _OUT_OF_HOST_MEMORY,
+ * _DEVICE_LOST and _TIMEOUT. Thread-safety: Unsafe (on the cache and the
+ * stream). */
 KVRT_API kvrt_result kvrt_cache_store(kvrt_cache cache, kvrt_stream stream, const kvrt_batch* batch,
                                       int32_t layer, const kvrt_tensor_ref* k,
                                       const kvrt_tensor_ref* v, uint32_t* out_cells);
@@ -705,25 +915,56 @@ KVRT_API kvrt_result kvrt_cache_store(kvrt_cache cache, kvrt_stream stream, cons
 KVRT_API kvrt_result kvrt_cache_place(kvrt_cache cache, const kvrt_batch* batch, uint32_t* out_cells);
 
 /* Writes K and V rows of `n_tokens` tokens into `cells` (cells in use, as
- * returned by kvrt_cache_place) for `layer` (or -1: all layers). With `stream`
- * NULL, synchronous. Fails with KVRT_ERROR_INVALID_ARGUMENT for an empty or
- * repeated cell, a layer out of range or data that does not match.
- * Thread-safety: Unsafe. */
+ * returned by kvrt_cache_place) for `layer` (or -1: all layers); values or
+ * pre-quantized rows, as in kvrt_cache_store. With `stream` NULL,
+ * synchronous. Fails like kvrt_cache_store, and with
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL `cells` or an empty or repeated
+ * cell. Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_write(kvrt_cache cache, kvrt_stream stream, uint32_t n_tokens,
                                       const uint32_t* cells, int32_t layer, const kvrt_tensor_ref* k,
                                       const kvrt_tensor_ref* v);
 
 /* Reads back K and V of `n_cells` cells of one layer, dequantized to f32:
  * `k_out` gets n_cells * n_kv_heads * head_dim_k floats and `v_out`
- * n_cells * n_kv_heads * head_dim_v (either may be NULL). Waits for submitted
- * work that writes the cache. For debugging and tests. Thread-safety: Unsafe. */
+ * n_cells * n_kv_heads * head_dim_v (either may be NULL). Waits (up to the
+ * context's wait timeout) for submitted work that writes the cache. Fails
+ * with KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_ARGUMENT for a layer out
+ * of range, a NULL `cells` with n_cells > 0, or a cell out of range;
+ * KVRT_ERROR_TIMEOUT or a device error while waiting. Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n_cells,
                                      const uint32_t* cells, float* k_out, float* v_out);
 
+/* Which array of a cache. */
+typedef enum kvrt_kv_array {
+    KVRT_KV_ARRAY_UNDEFINED = 0,
+    KVRT_KV_ARRAY_K = 1,
+    KVRT_KV_ARRAY_V = 2,
+    KVRT_KV_ARRAY_MAX_ENUM = 0x7FFFFFFF
+} kvrt_kv_array;
+
+/* Reads the stored bytes of `n_cells` cells of one layer's K or V, bit for
+ * bit, in the stored type: for each cell in order, n_kv_heads head rows of
+ * head_dim / block size * block bytes (GGML's block layout for Q8_0 and
+ * Q4_0, the codes for the static-scale types), back to back with no padding:
+ * kvrt_cache_info.k_row_bytes (or v_row_bytes) per cell. `out_bytes` must be
+ * at least n_cells times that. What is read can be stored again, into this
+ * or another cache of the same type, with kvrt_cache_store or
+ * kvrt_cache_write and a kvrt_tensor_ref of the stored type. Waits (up to the
+ * context's wait timeout) for submitted work that writes the cache. Fails
+ * with KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_ARGUMENT for a layer out
+ * of range, an undefined array, a NULL `cells` or `out` with n_cells > 0, a
+ * cell out of range or `out_bytes` too small; KVRT_ERROR_TIMEOUT or a device
+ * error while waiting. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_read_raw(kvrt_cache cache, int32_t layer, kvrt_kv_array array, uint32_t n_cells,
+                                         const uint32_t* cells, void* out, uint64_t out_bytes);
+
 /* Sequence operations (llama.cpp's memory API). Ranges are half-open [p0, p1);
  * p0 < 0 means 0 and p1 < 0 means no end; 0 <= p1 < p0 is an error. They change
- * metadata only and fail with KVRT_ERROR_INVALID_ARGUMENT (nothing changed) for
- * an unknown sequence id or a reversed range. Thread-safety: Unsafe. */
+ * metadata only and fail with KVRT_ERROR_INVALID_HANDLE for a bad cache,
+ * KVRT_ERROR_INVALID_ARGUMENT (nothing changed) for an unknown sequence id, a
+ * reversed range or a NULL out-pointer, and KVRT_ERROR_UNSUPPORTED for the
+ * operations a static layout lacks (see "Static padded layout").
+ * Thread-safety: Unsafe. */
 
 /* Drops positions [p0, p1) of `seq` (seq < 0: of every sequence); a cell no
  * sequence uses becomes free. */
@@ -743,7 +984,7 @@ KVRT_API kvrt_result kvrt_cache_seq_div(kvrt_cache cache, int32_t seq, int32_t p
 /* Smallest and largest position of `seq`; -1 when it has none. */
 KVRT_API kvrt_result kvrt_cache_seq_pos_min(kvrt_cache cache, int32_t seq, int32_t* out_pos);
 KVRT_API kvrt_result kvrt_cache_seq_pos_max(kvrt_cache cache, int32_t seq, int32_t* out_pos);
-/* Frees every cell. */
+/* Frees every cell. Fails with KVRT_ERROR_INVALID_HANDLE. */
 KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache);
 
 /* Compaction: when the empty share of the cells below n_attend exceeds
@@ -752,7 +993,11 @@ KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache);
  * in one submission; `out_moved` (may be NULL) gets the number of cells moved.
  * With `stream` NULL, synchronous; metadata changes only after the copy
  * completed, so a failed call leaves data and metadata as they were. With a
- * stream, metadata changes when the stream's submission is accepted.
+ * stream, metadata changes when the stream's submission is accepted. Fails
+ * with KVRT_ERROR_INVALID_HANDLE for a bad cache or stream;
+ * KVRT_ERROR_INVALID_ARGUMENT for a threshold outside 0..1 or a stream of
+ * another context; KVRT_ERROR_INVALID_STATE for a stream that is not
+ * recording; and the device errors of kvrt_cache_store.
  * Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_compact(kvrt_cache cache, kvrt_stream stream, float threshold,
                                         uint32_t max_moves, uint32_t* out_moved);
@@ -769,7 +1014,11 @@ KVRT_API kvrt_result kvrt_cache_compact(kvrt_cache cache, kvrt_stream stream, fl
  * happens. With a deferred-RoPE cache (KVRT_CACHE_DEFERRED_ROPE) shifts touch
  * metadata only and this does nothing. With `stream` NULL, synchronous; with a
  * stream, the deltas are cleared at once and restored if the recording is
- * dropped. Thread-safety: Unsafe (on the cache and the stream). */
+ * dropped. Fails with KVRT_ERROR_INVALID_HANDLE for a bad cache or stream;
+ * KVRT_ERROR_INVALID_ARGUMENT for a stream of another context;
+ * KVRT_ERROR_INVALID_STATE for a stream that is not recording; and the device
+ * errors of kvrt_cache_store (the deltas stay pending then).
+ * Thread-safety: Unsafe (on the cache and the stream). */
 KVRT_API kvrt_result kvrt_cache_apply_shifts(kvrt_cache cache, kvrt_stream stream);
 
 /* Context shift of a full sequence, as llama.cpp does it: keeps positions
@@ -779,9 +1028,10 @@ KVRT_API kvrt_result kvrt_cache_apply_shifts(kvrt_cache cache, kvrt_stream strea
  * seq_add(seq, n_keep + n_discard, n_past, -n_discard), where n_past is the
  * sequence's largest position + 1. The K rotation is pending until the next
  * attention or kvrt_cache_apply_shifts. `out_n_past` (may be NULL) gets the
- * new largest position + 1. Fails with KVRT_ERROR_INVALID_ARGUMENT for an
- * unknown sequence, n_keep < 0 or n_discard < 0, or when nothing would be
- * discarded; nothing changes then. Thread-safety: Unsafe. */
+ * new largest position + 1. Fails with KVRT_ERROR_INVALID_HANDLE for a bad
+ * cache; KVRT_ERROR_INVALID_ARGUMENT for an unknown sequence, n_keep < 0 or
+ * n_discard < 0, or when nothing would be discarded; KVRT_ERROR_UNSUPPORTED
+ * on a static layout; nothing changes then. Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_context_shift(kvrt_cache cache, int32_t seq, int32_t n_keep, int32_t n_discard,
                                               int32_t* out_n_past);
 
@@ -791,8 +1041,8 @@ KVRT_API kvrt_result kvrt_cache_context_shift(kvrt_cache cache, int32_t seq, int
  * tokens the engine had at positions [*out_src_pos, *out_src_pos + *out_count)
  * must be stored again at positions [*out_dst_pos, *out_dst_pos + *out_count).
  * They are the newest tokens after discarding `n_discard` (0 = half of those
- * after n_keep). Same errors as kvrt_cache_context_shift. Thread-safety:
- * Unsafe. */
+ * after n_keep). Same errors as kvrt_cache_context_shift, and
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL out-pointer. Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32_t seq, int32_t n_keep,
                                                          int32_t n_discard, int32_t* out_src_pos,
                                                          int32_t* out_dst_pos, int32_t* out_count);
@@ -811,7 +1061,7 @@ typedef enum kvrt_attention_flag_bits {
 /* Options of kvrt_cache_attention. Zero fields are off or default. The
  * cache's sliding window of the layer (kvrt_cache_desc.layer_windows) applies. */
 typedef struct kvrt_attention_params {
-    kvrt_struct_type type;
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_ATTENTION_PARAMS */
     const void* next;
     kvrt_flags flags;         /* kvrt_attention_flag_bits */
     float scale;              /* logit scale; 0 = 1/sqrt(head_dim_k) */
@@ -827,37 +1077,32 @@ typedef struct kvrt_attention_params {
 
 #define KVRT_ATTENTION_PARAMS_INIT { KVRT_STRUCT_TYPE_ATTENTION_PARAMS, NULL, 0, 0.0f, 0.0f, 0.0f, 0, NULL }
 
-/* Where kvrt writes results: a kvrt buffer, or host memory (only when the call
- * is synchronous, stream NULL). Rows of one token, n_heads * head_dim_v values. */
-typedef struct kvrt_output_ref {
-    kvrt_buffer buffer;
-    void* host;
-    kvrt_type type;           /* KVRT_TYPE_F32 (0 = F32) or KVRT_TYPE_F16 */
-    uint64_t offset;          /* bytes to the first row; a multiple of 4 */
-    uint64_t row_stride;      /* bytes between tokens; 0 = packed; a multiple of 4 */
-} kvrt_output_ref;
 
-/* Attention of `n_queries` query tokens over the cache's cells in `layer`:
- * query i (position positions[i], sequence seq_ids[i]; `q` holds n_heads *
- * head_dim_k values per token) sees the cells of its sequence with position <=
- * its own (unless non-causal), inside the layer's sliding window; its output
- * row (n_heads * head_dim_v values) is softmax(scale * q K^T + bias) V with a
- * numerically stable online softmax, query head h reading KV head
- * h / (n_heads / n_kv_heads). A query that sees no cell gets zeros. Store the
- * queries' own K/V first so that they see themselves; tokens of one batch
- * never see later positions of the same batch. Pending RoPE shifts are applied
- * first (recorded into the same stream). Decode (few queries) splits the cells
- * across workgroups and merges the partial results; prefill (up to thousands
- * of queries) tiles the queries. Head dims must be multiples of 8.
- * With `stream` NULL the call is synchronous. Fails with
- * KVRT_ERROR_INVALID_ARGUMENT for a layer out of range, unknown sequences,
- * negative positions, buffers too small or types other than F32/F16 for q and
- * out. Thread-safety: Unsafe (on the cache and the stream). */
+/* Attention of the query tokens of `queries` over the cache's cells in
+ * `layer`: query i (position positions[i], exactly one sequence seq_ids[i];
+ * `q` holds n_heads rows of head_dim_k values per token) sees the cells of its
+ * sequence with position <= its own (unless non-causal), inside the layer's
+ * sliding window; its output (n_heads rows of head_dim_v values in `out`) is
+ * softmax(scale * q K^T + bias) V with a numerically stable online softmax,
+ * query head h reading KV head h / (n_heads / n_kv_heads). A query that sees
+ * no cell gets zeros. Store the queries' own K/V first so that they see
+ * themselves; tokens of one batch never see later positions of the same
+ * batch. Pending RoPE shifts are applied first (recorded into the same
+ * stream). Decode (few queries) splits the cells across workgroups and merges
+ * the partial results; prefill (up to thousands of queries) tiles the
+ * queries. Head dims must be multiples of 8. `params` may be NULL for the
+ * defaults. With `stream` NULL the call is synchronous. Fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad cache, stream or buffer;
+ * KVRT_ERROR_INVALID_ARGUMENT for NULL or mistyped structs or bad chains, a
+ * layer out of range, a query with other than one sequence, unknown
+ * sequences, negative positions, data outside its buffer, element types other
+ * than F32/F16 for q and out, overlapping output rows, host output with a
+ * stream, or a stream or buffer of another context; KVRT_ERROR_INVALID_STATE
+ * for a stream that is not recording; and the device errors of
+ * kvrt_cache_store. Thread-safety: Unsafe (on the cache and the stream). */
 KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, int32_t layer,
-                                          uint32_t n_queries, const int32_t* positions,
-                                          const int32_t* seq_ids, const kvrt_tensor_ref* q,
-                                          const kvrt_output_ref* out,
-                                          const kvrt_attention_params* params);
+                                          const kvrt_batch* queries, const kvrt_tensor_ref* q,
+                                          const kvrt_output_ref* out, const kvrt_attention_params* params);
 
 /* ========================================================================== */
 /* Static padded layout (NPU/DSP interop)                                     */
@@ -901,15 +1146,7 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
  *   and with KVRT_ERROR_INVALID_ARGUMENT for S < 2, R < 1 (or not finite), a
  *   capacity other than 0, or a row_stride that is not a multiple of 4. */
 
-/* Which array of a cache. */
-typedef enum kvrt_kv_array {
-    KVRT_KV_ARRAY_UNDEFINED = 0,
-    KVRT_KV_ARRAY_K = 1,
-    KVRT_KV_ARRAY_V = 2,
-    KVRT_KV_ARRAY_MAX_ENUM = 0x7FFFFFFF
-} kvrt_kv_array;
-
-/* Where one window lies (kvrt_cache_static_window). */
+/* Where one window lies (kvrt_cache_get_static_window). */
 typedef struct kvrt_static_window {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_WINDOW */
     const void* next;
@@ -925,33 +1162,39 @@ typedef struct kvrt_static_window {
     uint32_t n_valid;         /* valid rows: the window's last n_valid rows */
     int32_t pos_first;        /* position of the first valid row; -1 when empty */
     int32_t pos_last;         /* position of the last valid row; -1 when empty */
-    kvrt_type element_type;   /* the array's type */
-    kvrt_quant_scale scale;   /* the layer's scale for static-scale types; else {0, 0} */
+    kvrt_type element_type;   /* the array's stored type */
+    /* The layer's quantization for static-scale types (value = scale *
+     * (q - zero_point)); 0 and 0 for the other types. */
+    float scale;
+    int32_t zero_point;
 } kvrt_static_window;
 
 #define KVRT_STATIC_WINDOW_INIT \
-    { KVRT_STRUCT_TYPE_STATIC_WINDOW, NULL, NULL, 0, 0, 0, 0, 0, -1, -1, KVRT_TYPE_DEFAULT, {0.0f, 0} }
+    { KVRT_STRUCT_TYPE_STATIC_WINDOW, NULL, NULL, 0, 0, 0, 0, 0, -1, -1, KVRT_TYPE_UNDEFINED, 0.0f, 0 }
 
 /* Describes the current window of `seq` for (`layer`, `kv_head`, `array`).
  * The offset moves with every append (one row) and slide (back to the
  * region's start): ask again after each store, or bind per step. Fails with
- * KVRT_ERROR_INVALID_ARGUMENT for a cache of another layout, an unknown
- * sequence, a layer or head out of range, or an undefined array.
+ * KVRT_ERROR_INVALID_HANDLE for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for
+ * a NULL, mistyped or badly chained `out`, a cache of another layout, an
+ * unknown sequence, a layer or head out of range, or an undefined array.
  * Thread-safety: Unsafe (on the cache). */
-KVRT_API kvrt_result kvrt_cache_static_window(kvrt_cache cache, int32_t seq, uint32_t layer, uint32_t kv_head,
-                                              kvrt_kv_array array, kvrt_static_window* out);
+KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
+                                                  kvrt_kv_array array, kvrt_static_window* out);
 
 /* Writes the attention mask of `seq`'s next step: S entries, entry i < S-1
  * for window row i (0 when valid, -inf when padding: the first
  * S-1-n_valid entries), entry S-1 for the step's own new token (0). It is the
- * same for every layer and head. `type` is KVRT_TYPE_F32 (floats) or
+ * same for every layer and head. `element_type` is KVRT_TYPE_F32 (floats) or
  * KVRT_TYPE_F16 (IEEE half bits: 0x0000 and 0xFC00); `out_bytes` must hold S
- * entries. Fails with KVRT_ERROR_INVALID_ARGUMENT otherwise, or for a cache
- * of another layout or an unknown sequence. Thread-safety: Unsafe. */
-KVRT_API kvrt_result kvrt_cache_static_mask(kvrt_cache cache, int32_t seq, kvrt_type type, void* out,
-                                            uint64_t out_bytes);
+ * entries. Fails with KVRT_ERROR_INVALID_HANDLE for a bad cache;
+ * KVRT_ERROR_INVALID_ARGUMENT for another element type, a NULL `out` or
+ * `out_bytes` too small, a cache of another layout or an unknown sequence.
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
+                                                uint64_t out_bytes);
 
-/* Counters of the windows' movement (kvrt_cache_static_stats). */
+/* Counters of the windows' movement (kvrt_cache_get_static_stats). */
 typedef struct kvrt_static_stats {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_STATS */
     const void* next;
@@ -966,10 +1209,11 @@ typedef struct kvrt_static_stats {
 
 /* Reads the counters of `seq`, or of every sequence together when seq < 0.
  * They count since creation (or the sequence's last removal) and include
- * appends still recorded in a stream. Fails with
- * KVRT_ERROR_INVALID_ARGUMENT for a cache of another layout or an unknown
- * sequence. Thread-safety: Unsafe. */
-KVRT_API kvrt_result kvrt_cache_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out);
+ * appends still recorded in a stream. Fails with KVRT_ERROR_INVALID_HANDLE
+ * for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for a NULL, mistyped or badly
+ * chained `out`, a cache of another layout or an unknown sequence.
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_get_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out);
 
 /* Copies sequence `src_seq` of `src` into sequence `dst_seq` of `dst`, which
  * must hold no token: positions and rows, bit for bit, between any two
@@ -980,16 +1224,19 @@ KVRT_API kvrt_result kvrt_cache_static_stats(kvrt_cache cache, int32_t seq, kvrt
  * S-1 tokens when `src_seq` holds more; a cell `dst` receives all of them or
  * fails with KVRT_ERROR_CACHE_FULL. `out_count` (may be NULL) gets the number
  * of tokens copied. Synchronous; all or nothing: on failure `dst` is
- * unchanged. Fails with KVRT_ERROR_INVALID_ARGUMENT for mismatched caches, an
- * unknown sequence or a `dst_seq` in use. Thread-safety: Unsafe (on both). */
-KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache dst, int32_t dst_seq, kvrt_cache src, int32_t src_seq,
+ * unchanged. Fails with KVRT_ERROR_INVALID_HANDLE for a bad cache;
+ * KVRT_ERROR_INVALID_ARGUMENT for mismatched caches, the same sequence of
+ * the same cache, an unknown sequence or a `dst_seq` in use;
+ * KVRT_ERROR_CACHE_FULL; and the device errors of kvrt_cache_store.
+ * Thread-safety: Unsafe (on both). */
+KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache src, int32_t src_seq, kvrt_cache dst, int32_t dst_seq,
                                              uint32_t* out_count);
 
 /* ========================================================================== */
 /* Fixed-capacity memory                                                      */
 /* ========================================================================== */
 
-/* A fixed-capacity memory (the "MV/MK" memory of SPEC.md section 6) is a cache
+/* A fixed-capacity memory (an "MV/MK" memory) is a cache
  * whose size never grows. For each layer and head it holds n_slots keys MK (of
  * key_dim values, fixed at creation) and, for each sequence, n_slots values MV
  * (of value_dim values: the sequence's state). A token with projections wq
@@ -1023,16 +1270,10 @@ KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache dst, int32_t dst_seq, kv
  * effects at once; if the recording is dropped or its submission fails, the
  * memory returns to the state before the recorded calls. Record the work on
  * one memory into one stream at a time and submit it before using the memory
- * with another stream or with NULL. */
+ * with another stream or with NULL.
+ *
+ * Experimental: this section may change in any minor release. */
 typedef struct kvrt_memory_T* kvrt_memory;
-
-/* Element type of the state and of data given to or returned by a memory. */
-typedef enum kvrt_memory_type {
-    KVRT_MEMORY_TYPE_DEFAULT = 0, /* F32 */
-    KVRT_MEMORY_TYPE_F32 = 1,
-    KVRT_MEMORY_TYPE_F16 = 2,     /* IEEE binary16 */
-    KVRT_MEMORY_TYPE_MAX_ENUM = 0x7FFFFFFF
-} kvrt_memory_type;
 
 /* Where the initial MK or MV values come from. */
 typedef enum kvrt_memory_source {
@@ -1052,16 +1293,21 @@ typedef enum kvrt_memory_source {
  * blocks (layer-major) of n_slots rows of key_dim (MK) or value_dim (MV)
  * values, row-major, with no padding. Copied during kvrt_memory_create. */
 typedef struct kvrt_memory_init {
+    kvrt_struct_type type;      /* KVRT_STRUCT_TYPE_MEMORY_INIT */
+    const void* next;
     kvrt_memory_source source;
-    kvrt_memory_type data_type; /* of host or buffer data: F32 (0) or F16 */
+    kvrt_type element_type;     /* of host or buffer data: F32 (the INIT) or F16 */
     const void* host;           /* KVRT_MEMORY_SOURCE_HOST */
     kvrt_buffer buffer;         /* KVRT_MEMORY_SOURCE_BUFFER */
     uint64_t offset;            /* bytes into `buffer`; a multiple of 4 */
     uint64_t seed;              /* KVRT_MEMORY_SOURCE_SEED */
 } kvrt_memory_init;
 
+#define KVRT_MEMORY_INIT_INIT \
+    { KVRT_STRUCT_TYPE_MEMORY_INIT, NULL, KVRT_MEMORY_SOURCE_ZERO, KVRT_TYPE_F32, NULL, NULL, 0, 0 }
+
 typedef struct kvrt_memory_desc {
-    kvrt_struct_type type;
+    kvrt_struct_type type;        /* KVRT_STRUCT_TYPE_MEMORY_DESC */
     const void* next;
     uint32_t n_layers;
     uint32_t n_heads;
@@ -1069,93 +1315,87 @@ typedef struct kvrt_memory_desc {
     uint32_t key_dim;             /* E: size of MK rows, wq and q */
     uint32_t value_dim;           /* D: size of MV rows, wv and outputs; 0 = key_dim */
     uint32_t max_seqs;            /* sequence ids are 0..max_seqs-1; 0 = 1 */
-    /* Precision of MV: 0 = F32. F16 halves the state; it is rounded to f16 at
-     * the end of every chunk (and the initial values once). */
-    kvrt_memory_type state_type;
+    /* Precision of MV: F32 (the INIT) or F16, which halves the state; it is
+     * rounded to f16 at the end of every chunk (and the initial values once). */
+    kvrt_type state_type;
     uint32_t chunk_tokens;        /* tokens per chunk, 1..512; 0 = 512. Smaller
                                    * chunks need less working memory. */
-    kvrt_memory_init keys;        /* MK; default all zero */
-    kvrt_memory_init values;      /* initial MV; default all zero */
+    const kvrt_memory_init* keys;   /* MK; NULL = all zero */
+    const kvrt_memory_init* values; /* initial MV; NULL = all zero */
     const char* label;            /* debug name for Vulkan tools; may be NULL */
 } kvrt_memory_desc;
 
-#define KVRT_MEMORY_DESC_INIT                                                                      \
-    {                                                                                              \
-        KVRT_STRUCT_TYPE_MEMORY_DESC, NULL, 0, 0, 0, 0, 0, 0, KVRT_MEMORY_TYPE_DEFAULT, 0,         \
-            {KVRT_MEMORY_SOURCE_ZERO, KVRT_MEMORY_TYPE_DEFAULT, NULL, NULL, 0, 0},                 \
-            {KVRT_MEMORY_SOURCE_ZERO, KVRT_MEMORY_TYPE_DEFAULT, NULL, NULL, 0, 0}, NULL            \
-    }
-
-/* Per-token input vectors (wq, wv or q) of a batch: for each layer of the call
- * (one, or all of them, layer-major), n_tokens rows (in batch order) of
- * n_heads * dim values, head-major, packed. Exactly one of `buffer` and `host`
- * is set. Host data is copied during the call. The bytes of one layer must lie
- * inside one piece of the buffer (pieces are the context's largest binding,
- * 128 MiB on lavapipe; smaller buffers are one piece). */
-typedef struct kvrt_memory_input {
-    kvrt_buffer buffer;
-    const void* host;
-    kvrt_memory_type type;  /* F32 (0) or F16 */
-    uint64_t offset;        /* bytes into `buffer` (a multiple of 4); ignored for host */
-} kvrt_memory_input;
-
-/* Where a read writes its outputs: the same layout as kvrt_memory_input, with
- * dim = value_dim. F16 outputs need n_heads * value_dim even (rows of whole
- * 32-bit words). Host outputs need a NULL stream and are written only when the
- * call succeeds. A buffer's bytes outside the output range are never written;
- * inside it they are unspecified after a failed call. */
-typedef struct kvrt_memory_output {
-    kvrt_buffer buffer;
-    void* host;
-    kvrt_memory_type type;  /* F32 (0) or F16 */
-    uint64_t offset;        /* bytes into `buffer` (a multiple of 4); ignored for host */
-} kvrt_memory_output;
+#define KVRT_MEMORY_DESC_INIT \
+    { KVRT_STRUCT_TYPE_MEMORY_DESC, NULL, 0, 0, 0, 0, 0, 0, KVRT_TYPE_F32, 0, NULL, NULL, NULL }
 
 /* A batch of tokens for kvrt_memory_update, _read and _update_read. Tokens of
  * several sequences may be mixed in any order; the tokens of one sequence are
- * processed in batch order. */
+ * processed in batch order. Each tensor holds, for each layer of the call
+ * (one, or all of them), n_tokens tokens of n_heads rows of key_dim (wq, q)
+ * or value_dim (wv, out) values, addressed as kvrt_tensor_ref and
+ * kvrt_output_ref say (F32 or F16; strides must be 0 or the packed ones).
+ * The bytes of one layer must lie inside one piece of a buffer (pieces are
+ * the context's largest binding, 128 MiB on lavapipe; smaller buffers are one
+ * piece). F16 outputs need n_heads * value_dim even. Host outputs need a NULL
+ * stream and are written only when the call succeeds; a buffer's bytes
+ * outside the output range are never written, inside it they are unspecified
+ * after a failed call. */
 typedef struct kvrt_memory_batch {
-    kvrt_struct_type type;
+    kvrt_struct_type type;          /* KVRT_STRUCT_TYPE_MEMORY_BATCH */
     const void* next;
-    uint32_t n_tokens;         /* >= 1 */
-    const int32_t* seq_ids;    /* n_tokens sequence ids; NULL: all in sequence 0 */
-    int32_t layer;             /* a layer, or -1 for all layers (then every
-                                * input and output holds n_layers blocks) */
-    kvrt_memory_input wq;      /* update keys (key_dim per head) */
-    kvrt_memory_input wv;      /* update values (value_dim per head) */
-    kvrt_memory_input q;       /* read queries (key_dim per head) */
-    kvrt_memory_output out;    /* read outputs (value_dim per head) */
-    float scale;               /* read scale; 0 = 1/sqrt(key_dim) */
+    uint32_t n_tokens;              /* >= 1 */
+    const int32_t* seq_ids;         /* n_tokens sequence ids; NULL: all in sequence 0 */
+    int32_t layer;                  /* a layer, or -1 for all layers */
+    const kvrt_tensor_ref* wq;      /* update keys */
+    const kvrt_tensor_ref* wv;      /* update values */
+    const kvrt_tensor_ref* q;       /* read queries */
+    const kvrt_output_ref* out;     /* read outputs */
+    float scale;                    /* read scale; 0 = 1/sqrt(key_dim) */
 } kvrt_memory_batch;
 
-#define KVRT_MEMORY_BATCH_INIT                                                                    \
-    {                                                                                             \
-        KVRT_STRUCT_TYPE_MEMORY_BATCH, NULL, 0, NULL, 0, {NULL, NULL, KVRT_MEMORY_TYPE_DEFAULT, 0}, \
-            {NULL, NULL, KVRT_MEMORY_TYPE_DEFAULT, 0}, {NULL, NULL, KVRT_MEMORY_TYPE_DEFAULT, 0},  \
-            {NULL, NULL, KVRT_MEMORY_TYPE_DEFAULT, 0}, 0.0f                                       \
-    }
+#define KVRT_MEMORY_BATCH_INIT \
+    { KVRT_STRUCT_TYPE_MEMORY_BATCH, NULL, 0, NULL, 0, NULL, NULL, NULL, NULL, 0.0f }
 
-/* The device memory, in bytes, that kvrt_memory_create allocates for `desc`:
- * the keys, two state slots per sequence and layer, the initial values (unless
- * zero) and the working memory of one chunk. It does not depend on how many
- * tokens are ever processed. Calls add only transient upload memory (host
- * inputs, in their stream) and, for reads into host memory, a staging buffer
- * of the outputs. Assumes kvrt's 128 MiB pieces, which every context uses
- * unless it was created with a smaller max_binding_bytes; the driver's own
- * allocation rounding is not included. Fails with KVRT_ERROR_INVALID_ARGUMENT
- * (and writes nothing) for NULL arguments, an invalid descriptor (the checks
- * of kvrt_memory_create that need no context) or sizes that overflow.
+/* Sizes of a memory (kvrt_memory_estimate_size). */
+typedef struct kvrt_memory_estimate {
+    kvrt_struct_type type;          /* KVRT_STRUCT_TYPE_MEMORY_ESTIMATE */
+    const void* next;
+    /* The device memory kvrt_memory_create allocates: the keys, two state
+     * slots per sequence and layer, the initial values (unless zero) and the
+     * working memory of one chunk. It does not depend on how many tokens are
+     * ever processed. Calls add only transient upload memory (host inputs, in
+     * their stream) and, for reads into host memory, a staging buffer of the
+     * outputs. The driver's own allocation rounding is not included. */
+    uint64_t device_bytes;
+    /* The state of one sequence over all layers (one slot). */
+    uint64_t state_bytes_per_seq;
+    /* The largest binding the estimate assumed (the context's, or 128 MiB
+     * without a context). */
+    uint64_t max_binding_bytes;
+} kvrt_memory_estimate;
+
+#define KVRT_MEMORY_ESTIMATE_INIT { KVRT_STRUCT_TYPE_MEMORY_ESTIMATE, NULL, 0, 0, 0 }
+
+/* Computes the sizes of a memory for `desc` without allocating anything, as
+ * kvrt_cache_estimate_size does for a cache. `context` may be NULL. Fails
+ * with KVRT_ERROR_INVALID_HANDLE for a context that is not NULL and not live;
+ * KVRT_ERROR_INVALID_ARGUMENT (and writes nothing) for NULL, mistyped or
+ * badly chained arguments, an invalid descriptor (the checks of
+ * kvrt_memory_create that need no buffer) or sizes that overflow.
  * Thread-safety: Safe. */
-KVRT_API kvrt_result kvrt_memory_estimate(const kvrt_memory_desc* desc, uint64_t* out_bytes);
+KVRT_API kvrt_result kvrt_memory_estimate_size(kvrt_context context, const kvrt_memory_desc* desc,
+                                               kvrt_memory_estimate* out);
 
 /* Creates a memory, every sequence in the initial state. Fails with
  * KVRT_ERROR_INVALID_HANDLE for a bad context or initial-data buffer;
- * KVRT_ERROR_INVALID_ARGUMENT for a zero size, chunk_tokens above 512, an
- * unknown type or source, missing, misaligned or out-of-range initial data, a
- * buffer of another context, sizes that overflow, or a geometry where one
- * head's keys, state or working memory exceed a 128 MiB binding (lower
- * chunk_tokens); KVRT_ERROR_OUT_OF_DEVICE_MEMORY when it does not fit. Nothing
- * stays allocated on failure. Thread-safety: Unsafe (on the context). */
+ * KVRT_ERROR_INVALID_ARGUMENT for NULL, mistyped or badly chained structs, a
+ * zero size, chunk_tokens above 512, an undefined or unknown type or source,
+ * missing, misaligned or out-of-range initial data, a buffer of another
+ * context, sizes that overflow, or a geometry where one head's keys, state or
+ * working memory exceed the context's largest binding (lower chunk_tokens);
+ * KVRT_ERROR_OUT_OF_DEVICE_MEMORY or _OUT_OF_HOST_MEMORY when it does not
+ * fit. Nothing stays allocated on failure. Thread-safety: Unsafe (on the
+ * context). */
 KVRT_API kvrt_result kvrt_memory_create(kvrt_context context, const kvrt_memory_desc* desc,
                                         kvrt_memory* out_memory);
 
@@ -1167,12 +1407,13 @@ KVRT_API void kvrt_memory_destroy(kvrt_memory memory);
 /* Updates the state of the batch's sequences with `wq` and `wv` (`q` and `out`
  * are ignored). All or nothing: on any failure no sequence's state changed.
  * Fails with KVRT_ERROR_INVALID_HANDLE for a bad memory, stream or buffer;
- * KVRT_ERROR_INVALID_ARGUMENT for a NULL batch or wrong batch->type, n_tokens
- * 0, an unknown sequence id, a layer out of range, missing, doubly given or
- * misaligned data, data outside its buffer or straddling a piece, a stream or
- * buffer of another context; KVRT_ERROR_INVALID_STATE when the stream is not
- * recording; and with device errors (KVRT_ERROR_OUT_OF_DEVICE_MEMORY,
- * _DEVICE_LOST, _TIMEOUT). Thread-safety: Unsafe (on the memory and stream). */
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL, mistyped or badly chained batch or
+ * tensor, n_tokens 0, an unknown sequence id, a layer out of range, missing,
+ * doubly given, misaligned or strided data, data outside its buffer or
+ * straddling a piece, a stream or buffer of another context;
+ * KVRT_ERROR_INVALID_STATE when the stream is not recording; and with device
+ * errors (KVRT_ERROR_OUT_OF_DEVICE_MEMORY, _DEVICE_LOST, _TIMEOUT).
+ * Thread-safety: Unsafe (on the memory and stream). */
 KVRT_API kvrt_result kvrt_memory_update(kvrt_memory memory, kvrt_stream stream,
                                         const kvrt_memory_batch* batch);
 
@@ -1193,27 +1434,27 @@ KVRT_API kvrt_result kvrt_memory_read(kvrt_memory memory, kvrt_stream stream,
 KVRT_API kvrt_result kvrt_memory_update_read(kvrt_memory memory, kvrt_stream stream,
                                              const kvrt_memory_batch* batch);
 
-/* Returns sequence `seq` (or every sequence, for seq < 0) to the initial
- * state. Changes metadata only, so it cannot fail on the device. Fails with
- * KVRT_ERROR_INVALID_HANDLE for a bad memory or stream,
- * KVRT_ERROR_INVALID_ARGUMENT for an unknown sequence id or a stream of another
- * context, KVRT_ERROR_INVALID_STATE for a stream that is not recording.
- * Thread-safety: Unsafe (on the memory and stream). */
-KVRT_API kvrt_result kvrt_memory_seq_reset(kvrt_memory memory, kvrt_stream stream, int32_t seq);
+/* Sequence operations, named as the cache's. A memory's state has no
+ * positions (every token so far is folded into it), so they take no position
+ * range: they act on the whole sequence. */
 
-/* Makes `dst` a copy of the state of `src` (all layers), like llama.cpp's
- * seq_cp; later updates of either do not affect the other. Copies device
- * memory (into dst's other slots) unless `src` is in the initial state. All or
- * nothing; fails like kvrt_memory_seq_reset (negative ids included) and with
- * device errors. Thread-safety: Unsafe (on the memory and stream). */
-KVRT_API kvrt_result kvrt_memory_seq_fork(kvrt_memory memory, kvrt_stream stream, int32_t src,
-                                          int32_t dst);
+/* Removes sequence `seq` (or every sequence, for seq < 0), like
+ * kvrt_cache_seq_rm over all positions. A fixed-capacity memory has nothing
+ * to free, so the sequence returns to the initial state. Changes metadata
+ * only, so it cannot fail on the device. Fails with KVRT_ERROR_INVALID_HANDLE
+ * for a bad memory or stream, KVRT_ERROR_INVALID_ARGUMENT for an unknown
+ * sequence id or a stream of another context, KVRT_ERROR_INVALID_STATE for a
+ * stream that is not recording. Thread-safety: Unsafe (on the memory and
+ * stream). */
+KVRT_API kvrt_result kvrt_memory_seq_rm(kvrt_memory memory, kvrt_stream stream, int32_t seq);
 
-/* Removes sequence `seq` (or every sequence, for seq < 0), like llama.cpp's
- * seq_rm over all positions. A fixed-capacity memory has nothing to free, so
- * the sequence returns to the initial state: the same effect and errors as
- * kvrt_memory_seq_reset. Thread-safety: Unsafe (on the memory and stream). */
-KVRT_API kvrt_result kvrt_memory_seq_remove(kvrt_memory memory, kvrt_stream stream, int32_t seq);
+/* Makes `dst` a copy of the state of `src` (all layers), like
+ * kvrt_cache_seq_cp over all positions; later updates of either do not affect
+ * the other. Copies device memory (into dst's other slots) unless `src` is in
+ * the initial state. All or nothing; fails like kvrt_memory_seq_rm (negative
+ * ids included) and with device errors. Thread-safety: Unsafe (on the memory
+ * and stream). */
+KVRT_API kvrt_result kvrt_memory_seq_cp(kvrt_memory memory, kvrt_stream stream, int32_t src, int32_t dst);
 
 /* Copies the state MV of sequence `seq` at `layer` into `out` as f32:
  * n_heads * n_slots * value_dim values, head-major, row-major. Waits (up to the

@@ -2,12 +2,15 @@
  * kvrt_version.h: the library's version.
  *
  * This header is the single source of truth for the version: the build reads
- * these three macros to name the shared library (SONAME libkvrt.so.<MAJOR>) and
- * to write kvrt.pc and kvrt-config-version.cmake. Bump them here only.
+ * these three macros to name the shared library and to write kvrt.pc and
+ * kvrt-config-version.cmake. Bump them here only.
  *
- * Compatibility: within one MAJOR version the C ABI only grows (new functions,
- * new enum values, fields appended to descriptor structs); nothing is removed or
- * renumbered.
+ * Compatibility (the SONAME policy): before 1.0 every minor version is its own
+ * ABI, so the SONAME is libkvrt.so.0.MINOR and patch releases keep the ABI.
+ * From 1.0 on, the SONAME is libkvrt.so.MAJOR and within one major version the
+ * ABI only grows (new functions, new enum values, new chained structs); no
+ * struct changes, nothing is removed or renumbered. Items marked
+ * "Experimental" in kvrt.h are exempt.
  */
 #ifndef KVRT_VERSION_H
 #define KVRT_VERSION_H

@@ -19,7 +19,7 @@ extern "C" {
 /* The application's Vulkan objects, for kvrt_context_import. The instance must
  * be Vulkan 1.1 or newer, and the queue must support compute. */
 typedef struct kvrt_vulkan_import_desc {
-    kvrt_struct_type type;
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC */
     const void* next;
     VkInstance instance;
     VkPhysicalDevice physical_device;
@@ -32,6 +32,7 @@ typedef struct kvrt_vulkan_import_desc {
     /* The feature chain the device was created with (VkPhysicalDeviceFeatures2
      * with any of VkPhysicalDevice16BitStorageFeatures,
      * VkPhysicalDeviceShaderFloat16Int8Features, VkPhysicalDevice8BitStorageFeatures,
+     * VkPhysicalDeviceTimelineSemaphoreFeatures,
      * VkPhysicalDeviceVulkan11Features, VkPhysicalDeviceVulkan12Features chained).
      * kvrt uses only what it says is enabled. NULL: none of the optional
      * features, so the portable kernels are used. */
@@ -55,8 +56,10 @@ typedef struct kvrt_vulkan_import_desc {
  * device selector are ignored (the application owns the instance). The
  * application keeps ownership of its objects and must keep them alive until
  * kvrt_context_destroy returns. Fails with KVRT_ERROR_INVALID_ARGUMENT for
- * missing handles and KVRT_ERROR_UNSUPPORTED for a device below Vulkan 1.1 or a
- * queue family without compute. Thread-safety: Safe. */
+ * NULL arguments, mistyped or badly chained structs and missing handles;
+ * KVRT_ERROR_UNSUPPORTED for a device below Vulkan 1.1 or a queue family
+ * without compute; KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY.
+ * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_context_import(const kvrt_context_desc* desc,
                                          const kvrt_vulkan_import_desc* vulkan,
                                          kvrt_context* out_context);
@@ -66,7 +69,10 @@ KVRT_API kvrt_result kvrt_context_import(const kvrt_context_desc* desc,
  * holding `offset`, the offset of that byte inside it, and how many bytes of the
  * kvrt buffer follow contiguously in the same VkBuffer (from *out_offset). The
  * VkBuffer stays owned by kvrt and valid until the kvrt buffer is destroyed.
- * Synchronization with the application's own commands is the application's.
+ * Synchronization with the application's own commands is the application's
+ * (kvrt_stream_submit_vulkan, kvrt_stream_begin_vulkan). Fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad buffer and KVRT_ERROR_INVALID_ARGUMENT
+ * for NULL out-pointers or an offset outside the buffer.
  * For a static-layout window (kvrt_static_window), pass window.offset: the
  * window lies whole in the returned VkBuffer (*out_contiguous_bytes >=
  * window.bytes), so a graph binds (*out_buffer, *out_offset) directly; the
@@ -88,6 +94,98 @@ KVRT_API kvrt_result kvrt_buffer_get_vulkan(kvrt_buffer buffer, uint64_t offset,
  * the context). */
 KVRT_API kvrt_result kvrt_buffer_import_vulkan(kvrt_context context, VkBuffer buffer, VkDeviceSize offset,
                                                VkDeviceSize size, kvrt_buffer* out_buffer);
+
+/* ========================================================================== */
+/* Ordering with the application's own GPU work                               */
+/* ========================================================================== */
+
+/* Semaphores a stream's submission waits on and signals
+ * (kvrt_stream_submit_vulkan). Binary semaphores work on every device;
+ * timeline semaphores need Vulkan 1.2's timelineSemaphore feature or
+ * VK_KHR_timeline_semaphore, enabled on the device (kvrt enables it on the
+ * devices it creates; an imported device reports it in enabled_features). */
+typedef struct kvrt_vulkan_submit_desc {
+    kvrt_struct_type type;                  /* KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC */
+    const void* next;
+    uint32_t wait_count;
+    const VkSemaphore* wait_semaphores;
+    /* Values to wait for, one per wait semaphore (ignored for binary ones);
+     * NULL when all are binary. */
+    const uint64_t* wait_values;
+    /* Stages of kvrt's work that wait, one per wait semaphore; NULL = compute
+     * shader and transfer stages. */
+    const VkPipelineStageFlags* wait_stages;
+    uint32_t signal_count;
+    const VkSemaphore* signal_semaphores;
+    /* Values to signal, one per signal semaphore (ignored for binary ones);
+     * NULL when all are binary. */
+    const uint64_t* signal_values;
+} kvrt_vulkan_submit_desc;
+
+#define KVRT_VULKAN_SUBMIT_DESC_INIT \
+    { KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL }
+
+/* Like kvrt_stream_submit, and the submission also waits on and signals the
+ * application's semaphores: kvrt's work starts only when the waits are
+ * satisfied, and the signals happen when it completed, so the application's
+ * own queue work can be ordered before and after it without a CPU wait.
+ * `desc` NULL is kvrt_stream_submit. Fails like kvrt_stream_submit, and with
+ * KVRT_ERROR_INVALID_ARGUMENT for a mistyped or badly chained desc, NULL
+ * arrays with nonzero counts or VK_NULL_HANDLE semaphores;
+ * KVRT_ERROR_UNSUPPORTED when values are given and the device has no
+ * timeline semaphores enabled (nothing was submitted). A semaphore wait that
+ * is never satisfied leaves the stream's work pending: kvrt_stream_wait times
+ * out and the context's destruction waits up to its wait timeout.
+ * Thread-safety: Unsafe (on the stream). */
+KVRT_API kvrt_result kvrt_stream_submit_vulkan(kvrt_stream stream, const kvrt_vulkan_submit_desc* desc);
+
+/* How kvrt learns that the application's submission of a command buffer it
+ * recorded into (kvrt_stream_end_vulkan) has completed: a timeline semaphore
+ * and the value that submission signals, or a fence it signals. Exactly one
+ * of `semaphore` and `fence` is set. */
+typedef struct kvrt_vulkan_completion {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_VULKAN_COMPLETION */
+    const void* next;
+    VkSemaphore semaphore;    /* a timeline semaphore */
+    uint64_t value;           /* the value it reaches once the work completed */
+    VkFence fence;            /* or a fence */
+} kvrt_vulkan_completion;
+
+#define KVRT_VULKAN_COMPLETION_INIT { KVRT_STRUCT_TYPE_VULKAN_COMPLETION, NULL, VK_NULL_HANDLE, 0, VK_NULL_HANDLE }
+
+/* Starts recording kvrt operations into the application's command buffer
+ * `command_buffer` instead of the stream's own: it must be in the recording
+ * state, allocated from a pool of the context's queue family, and stay so
+ * until kvrt_stream_end_vulkan. kvrt first records a barrier that makes the
+ * application's earlier compute and transfer writes in it visible to kvrt's
+ * operations. Calls that take this stream then record into `command_buffer`
+ * as they would into the stream's own; synchronous calls (stream NULL) are
+ * unaffected. Fails with KVRT_ERROR_INVALID_HANDLE for a bad stream;
+ * KVRT_ERROR_INVALID_ARGUMENT for VK_NULL_HANDLE; KVRT_ERROR_INVALID_STATE
+ * when the stream is recording or has a submission not yet waited for.
+ * Experimental. Thread-safety: Unsafe (on the stream and the command buffer). */
+KVRT_API kvrt_result kvrt_stream_begin_vulkan(kvrt_stream stream, VkCommandBuffer command_buffer);
+
+/* Ends recording into the application's command buffer: records a barrier
+ * that makes kvrt's writes visible to the application's later compute,
+ * transfer and shader-read work in the same command buffer or in later
+ * submissions, and hands the recording over. The application then submits
+ * the command buffer itself, to the context's queue (under its queue lock if
+ * it shares the queue with kvrt), and makes that submission signal
+ * `completion`. kvrt treats the recording as submitted: it keeps what the
+ * recording uses alive, and kvrt_stream_wait waits on `completion`, until the
+ * work completed. If the application does not submit it after all, it calls
+ * kvrt_stream_end_vulkan with NULL `completion` instead, which drops the
+ * recording and rolls back what it changed, as a failed kvrt_stream_submit
+ * does. Fails with KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_STATE when
+ * the stream is not recording into an application's command buffer or a
+ * failed call left the recording unsubmittable (it is dropped and rolled
+ * back); KVRT_ERROR_INVALID_ARGUMENT for a mistyped or badly chained
+ * `completion` or one with neither or both of semaphore and fence;
+ * KVRT_ERROR_UNSUPPORTED for a semaphore without timeline semaphores enabled
+ * (the recording is dropped). Experimental. Thread-safety: Unsafe (on the
+ * stream and the command buffer). */
+KVRT_API kvrt_result kvrt_stream_end_vulkan(kvrt_stream stream, const kvrt_vulkan_completion* completion);
 
 #ifdef __cplusplus
 }
