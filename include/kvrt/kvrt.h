@@ -1369,8 +1369,8 @@ typedef struct kvrt_memory_estimate {
     uint64_t device_bytes;
     /* The state of one sequence over all layers (one slot). */
     uint64_t state_bytes_per_seq;
-    /* The largest binding the estimate assumed (the context's, or 128 MiB
-     * without a context). */
+    /* The largest binding the estimate assumed: the context's, capped at
+     * 128 MiB (a memory never binds more), or 128 MiB without a context. */
     uint64_t max_binding_bytes;
 } kvrt_memory_estimate;
 
@@ -1392,10 +1392,10 @@ KVRT_API kvrt_result kvrt_memory_estimate_size(kvrt_context context, const kvrt_
  * zero size, chunk_tokens above 512, an undefined or unknown type or source,
  * missing, misaligned or out-of-range initial data, a buffer of another
  * context, sizes that overflow, or a geometry where one head's keys, state or
- * working memory exceed the context's largest binding (lower chunk_tokens);
- * KVRT_ERROR_OUT_OF_DEVICE_MEMORY or _OUT_OF_HOST_MEMORY when it does not
- * fit. Nothing stays allocated on failure. Thread-safety: Unsafe (on the
- * context). */
+ * working memory exceed the largest binding a memory uses (the context's, at
+ * most 128 MiB; lower chunk_tokens); KVRT_ERROR_OUT_OF_DEVICE_MEMORY or
+ * _OUT_OF_HOST_MEMORY when it does not fit. Nothing stays allocated on
+ * failure. Thread-safety: Unsafe (on the context). */
 KVRT_API kvrt_result kvrt_memory_create(kvrt_context context, const kvrt_memory_desc* desc,
                                         kvrt_memory* out_memory);
 

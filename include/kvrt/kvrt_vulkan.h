@@ -131,11 +131,16 @@ typedef struct kvrt_vulkan_submit_desc {
  * own queue work can be ordered before and after it without a CPU wait.
  * `desc` NULL is kvrt_stream_submit. Fails like kvrt_stream_submit, and with
  * KVRT_ERROR_INVALID_ARGUMENT for a mistyped or badly chained desc, NULL
- * arrays with nonzero counts or VK_NULL_HANDLE semaphores;
- * KVRT_ERROR_UNSUPPORTED when values are given and the device has no
- * timeline semaphores enabled (nothing was submitted). A semaphore wait that
- * is never satisfied leaves the stream's work pending: kvrt_stream_wait times
- * out and the context's destruction waits up to its wait timeout.
+ * arrays with nonzero counts, VK_NULL_HANDLE semaphores or wait stages that
+ * are 0 or include VK_PIPELINE_STAGE_HOST_BIT; KVRT_ERROR_UNSUPPORTED when
+ * values are given and the device has no timeline semaphores enabled; after
+ * these two nothing was submitted and the stream is still recording (submit
+ * again, or with kvrt_stream_submit). KVRT_ERROR_INVALID_STATE, without
+ * changing anything, while the stream records into an application's command
+ * buffer. A binary semaphore to wait on must have its signal submitted
+ * before this call. A semaphore wait that is never satisfied leaves the
+ * stream's work pending: kvrt_stream_wait times out and the context's
+ * destruction waits up to its wait timeout.
  * Thread-safety: Unsafe (on the stream). */
 KVRT_API kvrt_result kvrt_stream_submit_vulkan(kvrt_stream stream, const kvrt_vulkan_submit_desc* desc);
 
@@ -160,9 +165,14 @@ typedef struct kvrt_vulkan_completion {
  * application's earlier compute and transfer writes in it visible to kvrt's
  * operations. Calls that take this stream then record into `command_buffer`
  * as they would into the stream's own; synchronous calls (stream NULL) are
- * unaffected. Fails with KVRT_ERROR_INVALID_HANDLE for a bad stream;
- * KVRT_ERROR_INVALID_ARGUMENT for VK_NULL_HANDLE; KVRT_ERROR_INVALID_STATE
- * when the stream is recording or has a submission not yet waited for.
+ * unaffected. A stream created with KVRT_STREAM_TIMESTAMPS writes its
+ * timestamps into `command_buffer` too (so the queue family needs
+ * timestamps, as at the stream's creation); kvrt_stream_get_timings reads
+ * them after kvrt_stream_wait. kvrt_stream_submit fails with
+ * KVRT_ERROR_INVALID_STATE until kvrt_stream_end_vulkan. Fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad stream; KVRT_ERROR_INVALID_ARGUMENT
+ * for VK_NULL_HANDLE; KVRT_ERROR_INVALID_STATE when the stream is recording
+ * or its last submission has not completed.
  * Experimental. Thread-safety: Unsafe (on the stream and the command buffer). */
 KVRT_API kvrt_result kvrt_stream_begin_vulkan(kvrt_stream stream, VkCommandBuffer command_buffer);
 
@@ -174,14 +184,19 @@ KVRT_API kvrt_result kvrt_stream_begin_vulkan(kvrt_stream stream, VkCommandBuffe
  * it shares the queue with kvrt), and makes that submission signal
  * `completion`. kvrt treats the recording as submitted: it keeps what the
  * recording uses alive, and kvrt_stream_wait waits on `completion`, until the
- * work completed. If the application does not submit it after all, it calls
+ * work completed. kvrt polls the semaphore or fence: the application keeps
+ * it alive, and a fence signalled (not reset), until kvrt_stream_wait on
+ * the stream succeeded, or else until the context is destroyed. If the
+ * application does not submit the command buffer after all, it calls
  * kvrt_stream_end_vulkan with NULL `completion` instead, which drops the
  * recording and rolls back what it changed, as a failed kvrt_stream_submit
- * does. Fails with KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_STATE when
- * the stream is not recording into an application's command buffer or a
- * failed call left the recording unsubmittable (it is dropped and rolled
- * back); KVRT_ERROR_INVALID_ARGUMENT for a mistyped or badly chained
- * `completion` or one with neither or both of semaphore and fence;
+ * does; the command buffer must then not be submitted. Fails with
+ * KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_STATE when the stream is not
+ * recording into an application's command buffer or a failed call left the
+ * recording unsubmittable (it is dropped and rolled back);
+ * KVRT_ERROR_INVALID_ARGUMENT, changing nothing (the stream still records),
+ * for a mistyped or badly chained `completion`, one with neither or both of
+ * semaphore and fence, or a semaphore with value 0;
  * KVRT_ERROR_UNSUPPORTED for a semaphore without timeline semaphores enabled
  * (the recording is dropped). Experimental. Thread-safety: Unsafe (on the
  * stream and the command buffer). */

@@ -34,7 +34,7 @@ KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_
         if (!out_buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_buffer is NULL");
         *out_buffer = nullptr;
         KVRT_TRY(check_context(context, "context"));
-        KVRT_TRY(check_struct(desc, desc ? desc->type : KVRT_STRUCT_TYPE_UNDEFINED, KVRT_STRUCT_TYPE_BUFFER_DESC, "desc"));
+        KVRT_TRY(check_struct("desc", desc, KVRT_STRUCT_TYPE_BUFFER_DESC));
         if (desc->size == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->size is 0");
         if (desc->flags != 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->flags must be 0");
         auto handle = std::make_unique<kvrt_buffer_T>();

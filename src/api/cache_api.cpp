@@ -1,7 +1,10 @@
 // The KV cache.
 #include "kvrt/kvrt.h"
 
+#include <cstdio>
+
 #include "api/handles.hpp"
+#include "kv/geometry.hpp"
 
 using namespace kvrt;
 using namespace kvrt::api;
@@ -20,8 +23,8 @@ void destroy_cache(void* h) {
     delete c;
 }
 
-Result check_cache(kvrt_cache_T* c) {
-    KVRT_TRY(check_handle(c, Kind::Cache, "cache"));
+Result check_cache(kvrt_cache_T* c, const char* arg = "cache") {
+    KVRT_TRY(check_handle(c, Kind::Cache, arg));
     return check_context(c->owner, "the cache's context");
 }
 
@@ -35,32 +38,57 @@ Result resolve_stream(kvrt_cache_T* c, kvrt_stream_T* s, vk::Stream** out) {
     return KVRT_SUCCESS;
 }
 
+// A buffer of a tensor or output: live and of the cache's context.
+Result resolve_buffer(kvrt_cache_T* c, const char* what, kvrt_buffer_T* b, const vk::Buffer** out) {
+    *out = nullptr;
+    if (!b) return KVRT_SUCCESS;
+    KVRT_TRY(check_handle(b, Kind::Buffer, what));
+    if (b->owner != c->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s's buffer belongs to another context", what);
+    *out = b->buffer.get();
+    return KVRT_SUCCESS;
+}
+
 Result resolve_tensor(kvrt_cache_T* c, const char* what, const kvrt_tensor_ref* ref, cache::Source* out) {
-    if (!ref) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s is NULL", what);
+    KVRT_TRY(check_struct(what, ref, KVRT_STRUCT_TYPE_TENSOR_REF));
+    char name[48];
+    std::snprintf(name, sizeof name, "%s->element_type", what);
+    KVRT_TRY(kv::check_type(name, ref->element_type));
     cache::Source s;
-    s.type = ref->type == KVRT_TYPE_DEFAULT ? KVRT_TYPE_F32 : ref->type;
-    if (ref->buffer) {
-        KVRT_TRY(check_handle(ref->buffer, Kind::Buffer, what));
-        if (ref->buffer->owner != c->owner)
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s's buffer belongs to another context", what);
-        s.buffer = ref->buffer->buffer.get();
-    }
+    s.type = ref->element_type;
+    KVRT_TRY(resolve_buffer(c, what, ref->buffer, &s.buffer));
     s.host = static_cast<const uint8_t*>(ref->host);
     s.offset = ref->offset;
     s.row_stride = ref->row_stride;
+    s.head_stride = ref->head_stride;
     s.layer_stride = ref->layer_stride;
     *out = s;
     return KVRT_SUCCESS;
 }
 
+Result resolve_output(kvrt_cache_T* c, const char* what, const kvrt_output_ref* ref, cache::Cache::Output* out) {
+    KVRT_TRY(check_struct(what, ref, KVRT_STRUCT_TYPE_OUTPUT_REF));
+    char name[48];
+    std::snprintf(name, sizeof name, "%s->element_type", what);
+    KVRT_TRY(kv::check_type(name, ref->element_type, {KVRT_TYPE_F32, KVRT_TYPE_F16}));
+    cache::Cache::Output o;
+    o.type = ref->element_type;
+    KVRT_TRY(resolve_buffer(c, what, ref->buffer, &o.buffer));
+    o.host = ref->host;
+    o.offset = ref->offset;
+    o.row_stride = ref->row_stride;
+    o.head_stride = ref->head_stride;
+    o.layer_stride = ref->layer_stride;
+    *out = o;
+    return KVRT_SUCCESS;
+}
+
 // Turns a kvrt_batch into tokens (pointing into the batch's arrays).
-Result resolve_batch(const kvrt_batch* b, std::vector<kv::Token>* out) {
-    if (!b) return fail(KVRT_ERROR_INVALID_ARGUMENT, "batch is NULL");
-    if (b->n_tokens == 0) {
-        out->clear();
-        return KVRT_SUCCESS;
-    }
-    if (!b->positions || !b->seq_ids) return fail(KVRT_ERROR_INVALID_ARGUMENT, "batch positions or seq_ids is NULL");
+Result resolve_batch(const char* what, const kvrt_batch* b, std::vector<kv::Token>* out) {
+    KVRT_TRY(check_struct(what, b, KVRT_STRUCT_TYPE_BATCH));
+    out->clear();
+    if (b->n_tokens == 0) return KVRT_SUCCESS;
+    if (!b->positions || !b->seq_ids)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s->positions or %s->seq_ids is NULL", what, what);
     out->resize(b->n_tokens);
     size_t at = 0;
     for (uint32_t i = 0; i < b->n_tokens; ++i) {
@@ -89,16 +117,14 @@ extern "C" {
 KVRT_API kvrt_result kvrt_cache_estimate_size(kvrt_context context, const kvrt_cache_desc* desc,
                                               kvrt_cache_estimate* out) {
     return guarded([&]() -> Result {
-        if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
-        KVRT_TRY(check_struct(out, out->type, KVRT_STRUCT_TYPE_CACHE_ESTIMATE, "out"));
-        if (!desc) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc is NULL");
+        KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_CACHE_ESTIMATE));
         uint64_t binding = 128ull << 20;
         if (context) {
             KVRT_TRY(check_handle(context, Kind::Context, "context"));
             binding = context->ctx->max_binding_bytes();
         }
         kv::CacheGeometry g;
-        KVRT_TRY(kv::CacheGeometry::from_desc(*desc, binding, &g));
+        KVRT_TRY(kv::CacheGeometry::from_desc(desc, binding, &g));
         out->bytes_per_token = g.bytes_per_token;
         out->data_bytes = g.data_bytes;
         out->device_bytes = g.device_bytes;
@@ -112,7 +138,7 @@ KVRT_API kvrt_result kvrt_cache_create(kvrt_context context, const kvrt_cache_de
         if (!out_cache) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_cache is NULL");
         *out_cache = nullptr;
         KVRT_TRY(check_context(context, "context"));
-        if (!desc) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc is NULL");
+        if (!desc) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc is NULL");  // the rest: CacheGeometry::from_desc
         auto handle = std::make_unique<kvrt_cache_T>();
         handle->owner = context;
         KVRT_TRY(cache::Cache::create(*context->ctx, *desc, &handle->cache));
@@ -134,8 +160,7 @@ KVRT_API void kvrt_cache_destroy(kvrt_cache cache) {
 KVRT_API kvrt_result kvrt_cache_get_info(kvrt_cache cache, kvrt_cache_info* info) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        if (!info) return fail(KVRT_ERROR_INVALID_ARGUMENT, "info is NULL");
-        KVRT_TRY(check_struct(info, info->type, KVRT_STRUCT_TYPE_CACHE_INFO, "info"));
+        KVRT_TRY(check_struct("info", info, KVRT_STRUCT_TYPE_CACHE_INFO));
         cache->cache->fill_info(info);
         return KVRT_SUCCESS;
     });
@@ -148,7 +173,7 @@ KVRT_API kvrt_result kvrt_cache_store(kvrt_cache cache, kvrt_stream stream, cons
         vk::Stream* s = nullptr;
         KVRT_TRY(resolve_stream(cache, stream, &s));
         std::vector<kv::Token> tokens;
-        KVRT_TRY(resolve_batch(batch, &tokens));
+        KVRT_TRY(resolve_batch("batch", batch, &tokens));
         cache::Source ks, vs;
         KVRT_TRY(resolve_tensor(cache, "k", k, &ks));
         KVRT_TRY(resolve_tensor(cache, "v", v, &vs));
@@ -160,7 +185,7 @@ KVRT_API kvrt_result kvrt_cache_place(kvrt_cache cache, const kvrt_batch* batch,
     return guarded([&]() -> Result {
         KVRT_TRY(check_cache(cache));
         std::vector<kv::Token> tokens;
-        KVRT_TRY(resolve_batch(batch, &tokens));
+        KVRT_TRY(resolve_batch("batch", batch, &tokens));
         return cache->cache->place(tokens.data(), static_cast<uint32_t>(tokens.size()), out_cells);
     });
 }
@@ -256,33 +281,34 @@ KVRT_API kvrt_result kvrt_cache_compact(kvrt_cache cache, kvrt_stream stream, fl
 
 extern "C" {
 
-KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, int32_t layer, uint32_t n_queries,
-                                          const int32_t* positions, const int32_t* seq_ids, const kvrt_tensor_ref* q,
+KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, int32_t layer,
+                                          const kvrt_batch* queries, const kvrt_tensor_ref* q,
                                           const kvrt_output_ref* out, const kvrt_attention_params* params) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_cache(cache));
         vk::Stream* s = nullptr;
         KVRT_TRY(resolve_stream(cache, stream, &s));
+        KVRT_TRY(check_struct("queries", queries, KVRT_STRUCT_TYPE_BATCH));
+        const uint32_t n = queries->n_tokens;
+        if (n > 0 && (!queries->positions || !queries->seq_ids))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "queries->positions or queries->seq_ids is NULL");
+        if (queries->seq_id_counts) {
+            for (uint32_t i = 0; i < n; ++i)
+                if (queries->seq_id_counts[i] != 1)
+                    return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                                "query %u lists %u sequences; each query of an attention belongs to exactly one", i,
+                                queries->seq_id_counts[i]);
+        }
         cache::Source qs;
         KVRT_TRY(resolve_tensor(cache, "q", q, &qs));
-        if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+        KVRT_TRY(kv::check_type("q->element_type", qs.type, {KVRT_TYPE_F32, KVRT_TYPE_F16}));
         cache::Cache::Output o;
-        o.type = out->type == KVRT_TYPE_DEFAULT ? KVRT_TYPE_F32 : out->type;
-        if (out->buffer) {
-            KVRT_TRY(check_handle(out->buffer, Kind::Buffer, "out"));
-            if (out->buffer->owner != cache->owner)
-                return fail(KVRT_ERROR_INVALID_ARGUMENT, "out's buffer belongs to another context");
-            o.buffer = out->buffer->buffer.get();
-        }
-        o.host = out->host;
-        o.offset = out->offset;
-        o.row_stride = out->row_stride;
+        KVRT_TRY(resolve_output(cache, "out", out, &o));
+        KVRT_TRY(check_optional_struct("params", params, KVRT_STRUCT_TYPE_ATTENTION_PARAMS));
         kvrt_attention_params p = KVRT_ATTENTION_PARAMS_INIT;
-        if (params) {
-            KVRT_TRY(check_struct(params, params->type, KVRT_STRUCT_TYPE_ATTENTION_PARAMS, "params"));
-            p = *params;
-        }
-        return cache->cache->attention(s, layer, n_queries, positions, seq_ids, qs, o, p);
+        if (params) p = *params;
+        p.next = nullptr;
+        return cache->cache->attention(s, layer, n, queries->positions, queries->seq_ids, qs, o, p);
     });
 }
 
@@ -314,6 +340,8 @@ KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
         KVRT_TRY(cache->cache->require_cells("kvrt_cache_discard_for_reevaluation"));
+        if (!out_src_pos || !out_dst_pos || !out_count)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_src_pos, out_dst_pos or out_count is NULL");
         return cache->cache->discard_for_reevaluation(seq, n_keep, n_discard, out_src_pos, out_dst_pos, out_count);
     });
 }
@@ -322,12 +350,11 @@ KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32
 
 extern "C" {
 
-KVRT_API kvrt_result kvrt_cache_static_window(kvrt_cache cache, int32_t seq, uint32_t layer, uint32_t kv_head,
-                                              kvrt_kv_array array, kvrt_static_window* out) {
+KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
+                                                  kvrt_kv_array array, kvrt_static_window* out) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
-        KVRT_TRY(check_struct(out, out->type, KVRT_STRUCT_TYPE_STATIC_WINDOW, "out"));
+        KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_STATIC_WINDOW));
         if (array != KVRT_KV_ARRAY_K && array != KVRT_KV_ARRAY_V)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "array must be KVRT_KV_ARRAY_K or KVRT_KV_ARRAY_V (got %d)",
                         static_cast<int>(array));
@@ -336,8 +363,9 @@ KVRT_API kvrt_result kvrt_cache_static_window(kvrt_cache cache, int32_t seq, uin
         KVRT_TRY(cache->cache->static_window(seq, layer, kv_head, arr, &w));
         // One handle per (layer, K|V) buffer, made on first use and kept
         // until the cache is destroyed.
-        const size_t slot = size_t{layer} * 2 + (arr == cache::Array::V ? 1 : 0);
-        if (cache->window_buffers.size() <= slot) cache->window_buffers.resize(size_t{cache->cache->geometry().n_layers} * 2);
+        const size_t slot = static_cast<size_t>(layer) * 2 + (arr == cache::Array::V ? 1 : 0);
+        if (cache->window_buffers.size() <= slot)
+            cache->window_buffers.resize(size_t{cache->cache->geometry().n_layers} * 2);
         kvrt_buffer_T*& b = cache->window_buffers[slot];
         if (!b) {
             auto handle = std::make_unique<kvrt_buffer_T>();
@@ -356,34 +384,34 @@ KVRT_API kvrt_result kvrt_cache_static_window(kvrt_cache cache, int32_t seq, uin
         out->pos_first = w.pos_first;
         out->pos_last = w.pos_last;
         out->element_type = w.type;
-        out->scale = kvrt_quant_scale{w.scale.scale, w.scale.zero_point};
+        out->scale = w.scale.scale;
+        out->zero_point = w.scale.zero_point;
         return KVRT_SUCCESS;
     });
 }
 
-KVRT_API kvrt_result kvrt_cache_static_mask(kvrt_cache cache, int32_t seq, kvrt_type type, void* out,
-                                            uint64_t out_bytes) {
+KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
+                                                uint64_t out_bytes) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->static_mask(seq, type, out, out_bytes);
+        return cache->cache->static_mask(seq, element_type, out, out_bytes);
     });
 }
 
-KVRT_API kvrt_result kvrt_cache_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
+KVRT_API kvrt_result kvrt_cache_get_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
-        KVRT_TRY(check_struct(out, out->type, KVRT_STRUCT_TYPE_STATIC_STATS, "out"));
+        KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_STATIC_STATS));
         return cache->cache->static_stats(seq, out);
     });
 }
 
-KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache dst, int32_t dst_seq, kvrt_cache src, int32_t src_seq,
+KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache src, int32_t src_seq, kvrt_cache dst, int32_t dst_seq,
                                              uint32_t* out_count) {
     return guarded([&]() -> Result {
         if (out_count) *out_count = 0;
-        KVRT_TRY(check_cache(dst));
-        KVRT_TRY(check_cache(src));
+        KVRT_TRY(check_cache(src, "src"));
+        KVRT_TRY(check_cache(dst, "dst"));
         if (src->owner != dst->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "the caches belong to different contexts");
         return dst->cache->transfer_from(*src->cache, src_seq, dst_seq, out_count);
     });

@@ -2,12 +2,30 @@
 #include "kvrt/kvrt.h"
 #include "kvrt/kvrt_vulkan.h"
 
+#include <cstdio>
+
 #include "api/handles.hpp"
 
 using namespace kvrt;
 using namespace kvrt::api;
 
 namespace {
+
+// Checks a kvrt_context_desc (may be NULL) and its chain, and reads it;
+// `pipeline_cache` gets the chained kvrt_pipeline_cache_desc or NULL.
+Result read_context_desc(const kvrt_context_desc* desc, vk::ContextOptions* out,
+                         const kvrt_pipeline_cache_desc** pipeline_cache) {
+    const void* found[1] = {};
+    KVRT_TRY(check_optional_struct("desc", desc, KVRT_STRUCT_TYPE_CONTEXT_DESC, {KVRT_STRUCT_TYPE_PIPELINE_CACHE_DESC},
+                                   found));
+    const auto* cache = static_cast<const kvrt_pipeline_cache_desc*>(found[0]);
+    if (cache && cache->size > 0 && !cache->data)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_pipeline_cache_desc.data is NULL with size %llu",
+                    static_cast<unsigned long long>(cache->size));
+    KVRT_TRY(vk::ContextOptions::from_desc(desc, out));
+    *pipeline_cache = cache;
+    return KVRT_SUCCESS;
+}
 
 Result finish_context(std::unique_ptr<vk::Context> ctx, kvrt_context* out) {
     auto handle = std::make_unique<kvrt_context_T>();
@@ -25,8 +43,11 @@ KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* c
     return guarded([&]() -> Result {
         if (!count) return fail(KVRT_ERROR_INVALID_ARGUMENT, "count is NULL");
         if (infos) {
-            for (uint32_t i = 0; i < *count; ++i)
-                KVRT_TRY(check_struct(&infos[i], infos[i].type, KVRT_STRUCT_TYPE_DEVICE_INFO, "infos[i]"));
+            for (uint32_t i = 0; i < *count; ++i) {
+                char name[32];
+                std::snprintf(name, sizeof name, "infos[%u]", i);
+                KVRT_TRY(check_struct(name, &infos[i], KVRT_STRUCT_TYPE_DEVICE_INFO));
+            }
         }
         std::vector<vk::PhysicalDeviceInfo> devices;
         KVRT_TRY(vk::enumerate_devices(&devices));
@@ -48,9 +69,10 @@ KVRT_API kvrt_result kvrt_context_create(const kvrt_context_desc* desc, kvrt_con
         if (!out_context) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_context is NULL");
         *out_context = nullptr;
         vk::ContextOptions options;
-        KVRT_TRY(vk::ContextOptions::from_desc(desc, &options));
+        const kvrt_pipeline_cache_desc* pipeline_cache = nullptr;
+        KVRT_TRY(read_context_desc(desc, &options, &pipeline_cache));
         std::unique_ptr<vk::Context> ctx;
-        KVRT_TRY(vk::Context::create(options, &ctx));
+        KVRT_TRY(vk::Context::create(options, &ctx, pipeline_cache));
         return finish_context(std::move(ctx), out_context);
     });
 }
@@ -60,11 +82,12 @@ KVRT_API kvrt_result kvrt_context_import(const kvrt_context_desc* desc, const kv
     return guarded([&]() -> Result {
         if (!out_context) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_context is NULL");
         *out_context = nullptr;
-        if (!vulkan) return fail(KVRT_ERROR_INVALID_ARGUMENT, "vulkan is NULL");
+        KVRT_TRY(check_struct("vulkan", vulkan, KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC));
         vk::ContextOptions options;
-        KVRT_TRY(vk::ContextOptions::from_desc(desc, &options));
+        const kvrt_pipeline_cache_desc* pipeline_cache = nullptr;
+        KVRT_TRY(read_context_desc(desc, &options, &pipeline_cache));
         std::unique_ptr<vk::Context> ctx;
-        KVRT_TRY(vk::Context::import(options, *vulkan, &ctx));
+        KVRT_TRY(vk::Context::import(options, *vulkan, &ctx, pipeline_cache));
         return finish_context(std::move(ctx), out_context);
     });
 }
@@ -81,8 +104,7 @@ KVRT_API void kvrt_context_destroy(kvrt_context context) {
 KVRT_API kvrt_result kvrt_context_get_device_info(kvrt_context context, kvrt_device_info* info) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(context, Kind::Context, "context"));
-        if (!info) return fail(KVRT_ERROR_INVALID_ARGUMENT, "info is NULL");
-        KVRT_TRY(check_struct(info, info->type, KVRT_STRUCT_TYPE_DEVICE_INFO, "info"));
+        KVRT_TRY(check_struct("info", info, KVRT_STRUCT_TYPE_DEVICE_INFO));
         vk::fill_device_info(context->ctx->info(), context->ctx->enabled(), info);
         return KVRT_SUCCESS;
     });
@@ -91,8 +113,7 @@ KVRT_API kvrt_result kvrt_context_get_device_info(kvrt_context context, kvrt_dev
 KVRT_API kvrt_result kvrt_context_get_stats(kvrt_context context, kvrt_context_stats* stats) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(context, Kind::Context, "context"));
-        if (!stats) return fail(KVRT_ERROR_INVALID_ARGUMENT, "stats is NULL");
-        KVRT_TRY(check_struct(stats, stats->type, KVRT_STRUCT_TYPE_CONTEXT_STATS, "stats"));
+        KVRT_TRY(check_struct("stats", stats, KVRT_STRUCT_TYPE_CONTEXT_STATS));
         context->ctx->fill_stats(stats);
         return KVRT_SUCCESS;
     });

@@ -1,7 +1,9 @@
-// Results and version: the entry points that need no object.
+// Results, version and element types: the entry points that need no object.
 #include "kvrt/kvrt.h"
 
+#include "api/handles.hpp"
 #include "core/result.hpp"
+#include "kv/geometry.hpp"
 
 #define KVRT_STR2(x) #x
 #define KVRT_STR(x) KVRT_STR2(x)
@@ -33,6 +35,33 @@ KVRT_API uint32_t kvrt_version(void) { return static_cast<uint32_t>(KVRT_VERSION
 
 KVRT_API const char* kvrt_version_string(void) {
     return KVRT_STR(KVRT_VERSION_MAJOR) "." KVRT_STR(KVRT_VERSION_MINOR) "." KVRT_STR(KVRT_VERSION_PATCH);
+}
+
+KVRT_API const char* kvrt_type_name(kvrt_type type) {
+    const kvrt::kv::TypeInfo* t = kvrt::kv::type_info(type);
+    return t ? t->name : nullptr;
+}
+
+KVRT_API kvrt_result kvrt_type_from_name(const char* name, kvrt_type* out_type) {
+    return kvrt::api::guarded([&]() -> kvrt::Result {
+        if (out_type) *out_type = KVRT_TYPE_UNDEFINED;
+        if (!name) return kvrt::fail(KVRT_ERROR_INVALID_ARGUMENT, "name is NULL");
+        if (!out_type) return kvrt::fail(KVRT_ERROR_INVALID_ARGUMENT, "out_type is NULL");
+        if (!kvrt::kv::parse_type(name, out_type))
+            return kvrt::fail(KVRT_ERROR_INVALID_ARGUMENT,
+                              "'%.64s' is not a type name (f32, f16, q8_0, q4_0, u8_static, u16_static)", name);
+        return KVRT_SUCCESS;
+    });
+}
+
+KVRT_API uint32_t kvrt_type_block_size(kvrt_type type) {
+    const kvrt::kv::TypeInfo* t = kvrt::kv::type_info(type);
+    return t ? t->block_elems : 0;
+}
+
+KVRT_API uint32_t kvrt_type_block_bytes(kvrt_type type) {
+    const kvrt::kv::TypeInfo* t = kvrt::kv::type_info(type);
+    return t ? t->block_bytes : 0;
 }
 
 }  // extern "C"

@@ -69,12 +69,4 @@ Result check_context(kvrt_context_T* ctx, const char* arg) {
     return KVRT_SUCCESS;
 }
 
-Result check_struct(const void* desc, kvrt_struct_type actual, kvrt_struct_type expected, const char* name) {
-    if (!desc) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-    if (actual != expected)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s.type is %d, expected %d (initialize it with its _INIT macro)",
-                    name, static_cast<int>(actual), static_cast<int>(expected));
-    return KVRT_SUCCESS;
-}
-
 }  // namespace kvrt::api

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/cache.hpp"
+#include "core/chain.hpp"
 #include "core/result.hpp"
 #include "vk/buffer.hpp"
 #include "vk/context.hpp"
@@ -80,9 +81,6 @@ Result check_handle(T* handle, Kind kind, const char* arg) {
 
 // Context handles also fail once the device is lost.
 Result check_context(kvrt_context_T* ctx, const char* arg);
-
-// Checks a descriptor's type field.
-Result check_struct(const void* desc, kvrt_struct_type actual, kvrt_struct_type expected, const char* name);
 
 // Runs an entry point's body: clears the thread's detail message and turns any
 // exception into a result, so none crosses the C boundary.

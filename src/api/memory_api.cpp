@@ -2,10 +2,13 @@
 // kvrt::ops::Memory.
 #include "kvrt/kvrt.h"
 
+#include <cstdint>
+#include <cstdio>
 #include <memory>
 
 #include "api/handles.hpp"
 #include "core/checked.hpp"
+#include "kv/geometry.hpp"
 #include "ops/memory.hpp"
 
 struct kvrt_memory_T {
@@ -24,44 +27,49 @@ void destroy_memory(void* h) {
     delete m;
 }
 
-Result read_type(kvrt_memory_type type, const char* name, bool* f16) {
-    switch (type) {
-        case KVRT_MEMORY_TYPE_DEFAULT:
-        case KVRT_MEMORY_TYPE_F32: *f16 = false; return KVRT_SUCCESS;
-        case KVRT_MEMORY_TYPE_F16: *f16 = true; return KVRT_SUCCESS;
-        default: return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: unknown type %d", name, static_cast<int>(type));
-    }
+// F32 or F16 (UNDEFINED and every other type refused); `f16` says which.
+Result read_type(kvrt_type type, const char* name, bool* f16) {
+    KVRT_TRY(kv::check_type(name, type, {KVRT_TYPE_F32, KVRT_TYPE_F16}));
+    *f16 = type == KVRT_TYPE_F16;
+    return KVRT_SUCCESS;
 }
 
-// The structural checks of an initial-data description (no handles).
-Result read_init(const kvrt_memory_init& in, const char* name, ops::MemoryInit* out) {
-    KVRT_TRY(read_type(in.data_type, name, &out->f16));
-    switch (in.source) {
+// The structural checks of an initial-data description (no handles); NULL
+// means all zero.
+Result read_init(const kvrt_memory_init* in, const char* name, ops::MemoryInit* out) {
+    *out = ops::MemoryInit{};
+    if (!in) return KVRT_SUCCESS;
+    KVRT_TRY(check_struct(name, in, KVRT_STRUCT_TYPE_MEMORY_INIT));
+    char what[48];
+    std::snprintf(what, sizeof what, "%s->element_type", name);
+    KVRT_TRY(read_type(in->element_type, what, &out->f16));
+    switch (in->source) {
         case KVRT_MEMORY_SOURCE_ZERO: out->source = ops::MemorySource::Zero; break;
         case KVRT_MEMORY_SOURCE_HOST:
-            if (!in.host) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: source HOST with host NULL", name);
+            if (!in->host) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: source HOST with host NULL", name);
             out->source = ops::MemorySource::Host;
-            out->host = in.host;
+            out->host = in->host;
             break;
         case KVRT_MEMORY_SOURCE_BUFFER:
-            if (!in.buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: source BUFFER with buffer NULL", name);
-            if (in.offset % 4) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: offset is not a multiple of 4", name);
+            if (!in->buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: source BUFFER with buffer NULL", name);
+            if (in->offset % 4) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: offset is not a multiple of 4", name);
             out->source = ops::MemorySource::Buffer;
-            out->offset = in.offset;
+            out->offset = in->offset;
             break;
         case KVRT_MEMORY_SOURCE_SEED:
             out->source = ops::MemorySource::Seed;
-            out->seed = in.seed;
+            out->seed = in->seed;
             break;
         default:
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: unknown source %d", name, static_cast<int>(in.source));
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: unknown source %d", name, static_cast<int>(in->source));
     }
     return KVRT_SUCCESS;
 }
 
-// Everything kvrt_memory_estimate and kvrt_memory_create check without a context.
+// Everything kvrt_memory_estimate_size and kvrt_memory_create check without a
+// buffer handle.
 Result read_desc(const kvrt_memory_desc* desc, ops::Memory::Params* out) {
-    KVRT_TRY(check_struct(desc, desc ? desc->type : KVRT_STRUCT_TYPE_UNDEFINED, KVRT_STRUCT_TYPE_MEMORY_DESC, "desc"));
+    KVRT_TRY(check_struct("desc", desc, KVRT_STRUCT_TYPE_MEMORY_DESC));
     ops::MemoryGeometry& geo = out->geo;
     const struct {
         uint32_t value;
@@ -89,15 +97,16 @@ Result read_desc(const kvrt_memory_desc* desc, ops::Memory::Params* out) {
 }
 
 // The buffer of an initial-data description: live, of `ctx`, range inside.
-Result resolve_init_buffer(kvrt_context_T* ctx, const kvrt_memory_init& in, const char* name, uint64_t values,
+Result resolve_init_buffer(kvrt_context_T* ctx, const kvrt_memory_init* in, const char* name, uint64_t values,
                            ops::MemoryInit* out) {
     if (out->source != ops::MemorySource::Buffer) return KVRT_SUCCESS;
-    KVRT_TRY(check_handle(in.buffer, Kind::Buffer, name));
-    if (in.buffer->owner != ctx) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the buffer belongs to another context", name);
+    KVRT_TRY(check_handle(in->buffer, Kind::Buffer, name));
+    if (in->buffer->owner != ctx)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the buffer belongs to another context", name);
     uint64_t bytes = 0;
-    if (!checked_mul(values, out->f16 ? 2 : 4, &bytes) || !range_inside(in.offset, bytes, in.buffer->buffer->size()))
+    if (!checked_mul(values, out->f16 ? 2 : 4, &bytes) || !range_inside(in->offset, bytes, in->buffer->buffer->size()))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the initial data is outside the buffer", name);
-    out->buffer = in.buffer->buffer.get();
+    out->buffer = in->buffer->buffer.get();
     return KVRT_SUCCESS;
 }
 
@@ -125,29 +134,80 @@ Result resolve_buffer(kvrt_memory_T* m, kvrt_buffer_T* b, const char* name, cons
     return KVRT_SUCCESS;
 }
 
+// The strides of a memory's tensor: 0 or exactly the packed ones (heads of
+// `dim` values back to back, tokens back to back, layers back to back).
+Result check_packed(const char* name, uint64_t head_stride, uint64_t row_stride, uint64_t layer_stride,
+                    const ops::MemoryGeometry& geo, uint32_t n_tokens, uint32_t dim, bool f16) {
+    const uint64_t head = uint64_t{dim} * (f16 ? 2 : 4);
+    const uint64_t row = head * geo.n_heads;
+    const uint64_t layer = row * n_tokens;
+    if ((head_stride && head_stride != head) || (row_stride && row_stride != row) ||
+        (layer_stride && layer_stride != layer))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "%s: a memory takes packed data only; strides must be 0 or head %llu, row %llu and layer %llu "
+                    "bytes (got %llu, %llu, %llu)",
+                    name, static_cast<unsigned long long>(head), static_cast<unsigned long long>(row),
+                    static_cast<unsigned long long>(layer), static_cast<unsigned long long>(head_stride),
+                    static_cast<unsigned long long>(row_stride), static_cast<unsigned long long>(layer_stride));
+    return KVRT_SUCCESS;
+}
+
+// One input of a batch: NULL (missing; the memory reports it when needed) or
+// a checked kvrt_tensor_ref.
+Result resolve_input(kvrt_memory_T* m, const kvrt_tensor_ref* ref, const char* name, uint32_t n_tokens, uint32_t dim,
+                     ops::MemoryData* out) {
+    *out = ops::MemoryData{};
+    if (!ref) return KVRT_SUCCESS;
+    KVRT_TRY(check_struct(name, ref, KVRT_STRUCT_TYPE_TENSOR_REF));
+    char what[48];
+    std::snprintf(what, sizeof what, "%s->element_type", name);
+    KVRT_TRY(read_type(ref->element_type, what, &out->f16));
+    KVRT_TRY(check_packed(name, ref->head_stride, ref->row_stride, ref->layer_stride, m->memory->geometry(), n_tokens,
+                          dim, out->f16));
+    KVRT_TRY(resolve_buffer(m, ref->buffer, name, &out->buffer));
+    if (ref->host) {
+        // The offset applies to host memory too.
+        if (ref->offset > UINTPTR_MAX - reinterpret_cast<uintptr_t>(ref->host))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: host + offset overflows", name);
+        out->host = static_cast<const uint8_t*>(ref->host) + ref->offset;
+    }
+    if (out->buffer) out->offset = ref->offset;
+    return KVRT_SUCCESS;
+}
+
+Result resolve_output(kvrt_memory_T* m, const kvrt_output_ref* ref, uint32_t n_tokens, ops::MemoryData* out) {
+    *out = ops::MemoryData{};
+    if (!ref) return KVRT_SUCCESS;
+    KVRT_TRY(check_struct("out", ref, KVRT_STRUCT_TYPE_OUTPUT_REF));
+    KVRT_TRY(read_type(ref->element_type, "out->element_type", &out->f16));
+    KVRT_TRY(check_packed("out", ref->head_stride, ref->row_stride, ref->layer_stride, m->memory->geometry(), n_tokens,
+                          m->memory->geometry().d, out->f16));
+    KVRT_TRY(resolve_buffer(m, ref->buffer, "out", &out->buffer));
+    if (ref->host) {
+        if (ref->offset > UINTPTR_MAX - reinterpret_cast<uintptr_t>(ref->host))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: host + offset overflows");
+        out->host_out = static_cast<uint8_t*>(ref->host) + ref->offset;
+    }
+    if (out->buffer) out->offset = ref->offset;
+    return KVRT_SUCCESS;
+}
+
+// The batch and the tensors the operation uses (the others are ignored, not
+// even read).
 Result resolve_batch(kvrt_memory_T* m, const kvrt_memory_batch* in, ops::MemoryOp op, ops::MemoryBatch* out) {
-    KVRT_TRY(check_struct(in, in ? in->type : KVRT_STRUCT_TYPE_UNDEFINED, KVRT_STRUCT_TYPE_MEMORY_BATCH, "batch"));
+    KVRT_TRY(check_struct("batch", in, KVRT_STRUCT_TYPE_MEMORY_BATCH));
     out->n_tokens = in->n_tokens;
     out->seq_ids = in->seq_ids;
     out->layer = in->layer;
     out->scale = in->scale;
-    const auto input = [&](const kvrt_memory_input& src, const char* name, ops::MemoryData* dst) -> Result {
-        KVRT_TRY(read_type(src.type, name, &dst->f16));
-        KVRT_TRY(resolve_buffer(m, src.buffer, name, &dst->buffer));
-        dst->host = src.host;
-        dst->offset = src.offset;
-        return KVRT_SUCCESS;
-    };
+    const ops::MemoryGeometry& geo = m->memory->geometry();
     if (op != ops::MemoryOp::Read) {
-        KVRT_TRY(input(in->wq, "wq", &out->wq));
-        KVRT_TRY(input(in->wv, "wv", &out->wv));
+        KVRT_TRY(resolve_input(m, in->wq, "wq", in->n_tokens, geo.e, &out->wq));
+        KVRT_TRY(resolve_input(m, in->wv, "wv", in->n_tokens, geo.d, &out->wv));
     }
     if (op != ops::MemoryOp::Update) {
-        KVRT_TRY(input(in->q, "q", &out->q));
-        KVRT_TRY(read_type(in->out.type, "out", &out->out.f16));
-        KVRT_TRY(resolve_buffer(m, in->out.buffer, "out", &out->out.buffer));
-        out->out.host_out = in->out.host;
-        out->out.offset = in->out.offset;
+        KVRT_TRY(resolve_input(m, in->q, "q", in->n_tokens, geo.e, &out->q));
+        KVRT_TRY(resolve_output(m, in->out, in->n_tokens, &out->out));
     }
     return KVRT_SUCCESS;
 }
@@ -174,14 +234,26 @@ Result check_seq(const kvrt_memory_T* m, int32_t seq, bool allow_all, const char
 
 extern "C" {
 
-KVRT_API kvrt_result kvrt_memory_estimate(const kvrt_memory_desc* desc, uint64_t* out_bytes) {
+KVRT_API kvrt_result kvrt_memory_estimate_size(kvrt_context context, const kvrt_memory_desc* desc,
+                                               kvrt_memory_estimate* out) {
     return guarded([&]() -> Result {
-        if (!out_bytes) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_bytes is NULL");
+        KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_MEMORY_ESTIMATE));
+        uint64_t cap = ops::kMemoryPieceCap;
+        if (context) {
+            KVRT_TRY(check_handle(context, Kind::Context, "context"));
+            cap = ops::Memory::piece_cap(*context->ctx);
+        }
         ops::Memory::Params params;
         KVRT_TRY(read_desc(desc, &params));
         ops::MemoryLayout layout;
-        KVRT_TRY(layout.compute(params.geo, ops::kMemoryPieceCap));
-        *out_bytes = layout.total_bytes;
+        KVRT_TRY(layout.compute(params.geo, cap));
+        // One slot of one sequence: every layer's groups (MemoryLayout::state_offset).
+        uint64_t per_seq = 0;
+        if (!checked_mul(uint64_t{layout.geo.n_layers} * layout.n_groups, layout.state_block, &per_seq))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "the memory's sizes overflow 64 bits");
+        out->device_bytes = layout.total_bytes;
+        out->state_bytes_per_seq = per_seq;
+        out->max_binding_bytes = layout.piece_cap;
         return KVRT_SUCCESS;
     });
 }
@@ -233,29 +305,25 @@ KVRT_API kvrt_result kvrt_memory_update_read(kvrt_memory memory, kvrt_stream str
     return run(memory, stream, batch, ops::MemoryOp::UpdateRead);
 }
 
-KVRT_API kvrt_result kvrt_memory_seq_reset(kvrt_memory memory, kvrt_stream stream, int32_t seq) {
+KVRT_API kvrt_result kvrt_memory_seq_rm(kvrt_memory memory, kvrt_stream stream, int32_t seq) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_memory(memory));
         vk::Stream* s = nullptr;
         KVRT_TRY(resolve_stream(memory, stream, &s));
         KVRT_TRY(check_seq(memory, seq, true, "seq"));
-        return memory->memory->seq_reset(s, seq);
+        return memory->memory->seq_rm(s, seq);
     });
 }
 
-KVRT_API kvrt_result kvrt_memory_seq_fork(kvrt_memory memory, kvrt_stream stream, int32_t src, int32_t dst) {
+KVRT_API kvrt_result kvrt_memory_seq_cp(kvrt_memory memory, kvrt_stream stream, int32_t src, int32_t dst) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_memory(memory));
         vk::Stream* s = nullptr;
         KVRT_TRY(resolve_stream(memory, stream, &s));
         KVRT_TRY(check_seq(memory, src, false, "src"));
         KVRT_TRY(check_seq(memory, dst, false, "dst"));
-        return memory->memory->seq_fork(s, static_cast<uint32_t>(src), static_cast<uint32_t>(dst));
+        return memory->memory->seq_cp(s, static_cast<uint32_t>(src), static_cast<uint32_t>(dst));
     });
-}
-
-KVRT_API kvrt_result kvrt_memory_seq_remove(kvrt_memory memory, kvrt_stream stream, int32_t seq) {
-    return kvrt_memory_seq_reset(memory, stream, seq);
 }
 
 KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int32_t layer, float* out) {

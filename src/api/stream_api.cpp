@@ -1,6 +1,10 @@
 // Streams and the transfer kernels.
 #include "kvrt/kvrt.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
 #include "api/handles.hpp"
 #include "core/checked.hpp"
 #include "ops/transfer.hpp"
@@ -44,11 +48,9 @@ KVRT_API kvrt_result kvrt_stream_create(kvrt_context context, const kvrt_stream_
         if (!out_stream) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_stream is NULL");
         *out_stream = nullptr;
         KVRT_TRY(check_context(context, "context"));
+        KVRT_TRY(check_optional_struct("desc", desc, KVRT_STRUCT_TYPE_STREAM_DESC));
         kvrt_stream_desc d = KVRT_STREAM_DESC_INIT;
-        if (desc) {
-            KVRT_TRY(check_struct(desc, desc->type, KVRT_STRUCT_TYPE_STREAM_DESC, "desc"));
-            d = *desc;
-        }
+        if (desc) d = *desc;
         if (d.flags & ~static_cast<kvrt_flags>(KVRT_STREAM_TIMESTAMPS))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown stream flags 0x%x", static_cast<unsigned>(d.flags));
         if (d.max_timings > 65536) return fail(KVRT_ERROR_INVALID_ARGUMENT, "max_timings above 65536");
@@ -96,7 +98,29 @@ KVRT_API kvrt_result kvrt_stream_get_timings(kvrt_stream stream, kvrt_timing* ti
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(stream, Kind::Stream, "stream"));
         if (!count) return fail(KVRT_ERROR_INVALID_ARGUMENT, "count is NULL");
-        return stream->stream->timings(timings, count);
+        if (timings) {
+            for (uint32_t i = 0; i < *count; ++i) {
+                char name[32];
+                std::snprintf(name, sizeof name, "timings[%u]", i);
+                KVRT_TRY(check_struct(name, &timings[i], KVRT_STRUCT_TYPE_TIMING));
+            }
+        }
+        uint32_t n = 0;
+        KVRT_TRY(stream->stream->timings(nullptr, &n));
+        if (!timings) {
+            *count = n;
+            return KVRT_SUCCESS;
+        }
+        // Filled through a copy: the caller's `type` and `next` stay as they are.
+        n = std::min(n, *count);
+        std::vector<kvrt_timing> got(n);
+        KVRT_TRY(stream->stream->timings(got.data(), &n));
+        for (uint32_t i = 0; i < n; ++i) {
+            timings[i].label = got[i].label;
+            timings[i].ns = got[i].ns;
+        }
+        *count = n;
+        return KVRT_SUCCESS;
     });
 }
 

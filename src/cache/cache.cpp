@@ -15,8 +15,6 @@ namespace kvrt::cache {
 
 namespace {
 
-uint64_t elem_bytes(kvrt_type t) { return t == KVRT_TYPE_F16 ? 2 : 4; }
-
 // A placed batch, so that it can be given back if its data never reaches the
 // device: exactly (rollback) while it is the table's latest change, otherwise
 // cell by cell, freeing each cell that still holds the token placed there.
@@ -45,7 +43,7 @@ struct PlacedBatch {
 
 Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_ptr<Cache>* out) {
     std::unique_ptr<Cache> c(new Cache(ctx));
-    KVRT_TRY(kv::CacheGeometry::from_desc(desc, ctx.max_binding_bytes(), &c->geo_));
+    KVRT_TRY(kv::CacheGeometry::from_desc(&desc, ctx.max_binding_bytes(), &c->geo_));
     // A cache larger than the device's memory can never be allocated: fail
     // before the host table (its size grows with the capacity) and before the
     // driver is asked (some, lavapipe among them, overcommit: each layer's
@@ -57,21 +55,8 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
     KVRT_TRY(c->table_.init(c->geo_.capacity, c->geo_.max_seqs));
     if (desc.layer_windows) c->windows_.assign(desc.layer_windows, desc.layer_windows + desc.n_layers);
     else c->windows_.assign(desc.n_layers, 0);
-    c->rope_ = desc.rope;
-    if (c->rope_.n_rot == 0) c->rope_.n_rot = c->geo_.k.head_dim;
-    if (c->rope_.n_rot > c->geo_.k.head_dim || c->rope_.n_rot % 2 != 0)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "rope.n_rot %u must be even and at most head_dim_k %u",
-                    c->rope_.n_rot, c->geo_.k.head_dim);
-    if (c->rope_.mode != KVRT_ROPE_NORMAL && c->rope_.mode != KVRT_ROPE_NEOX)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown rope mode %d", static_cast<int>(c->rope_.mode));
-    if (c->rope_.ext_factor != 0.0f && c->rope_.n_ctx_orig == 0)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "YaRN (rope.ext_factor != 0) needs rope.n_ctx_orig");
-    if (!(c->rope_.freq_base >= 0.0f) || !(c->rope_.freq_scale >= 0.0f))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "rope.freq_base and rope.freq_scale must be >= 0");
-    if (desc.flags & ~static_cast<kvrt_flags>(KVRT_CACHE_DEFERRED_ROPE))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown cache flags 0x%x", static_cast<unsigned>(desc.flags));
-    c->deferred_ = desc.flags & KVRT_CACHE_DEFERRED_ROPE;
-    c->rope_math_ = kv::Rope::from_params(c->rope_, static_cast<int>(c->geo_.k.head_dim));
+    c->deferred_ = c->geo_.flags & KVRT_CACHE_DEFERRED_ROPE;
+    c->rope_math_ = kv::Rope::from_params(c->geo_.rope, static_cast<int>(c->geo_.k.head_dim));
     if (c->is_static()) {
         std::unique_ptr<StaticArena> arena;
         KVRT_TRY(StaticArena::create(ctx, c->geo_, desc.label, &arena));
@@ -117,124 +102,8 @@ Result Cache::finish_own() {
     return KVRT_SUCCESS;
 }
 
-Result Cache::check_source(const char* what, const Source& s, uint32_t n, int32_t layer,
-                           const kv::RowGeometry& g) const {
-    if (s.type != KVRT_TYPE_F32 && s.type != KVRT_TYPE_F16)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: type must be F32 or F16", what);
-    if (!s.buffer == !s.host) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: set exactly one of buffer and host", what);
-    if (s.offset % 4 || s.row_stride % 4 || s.layer_stride % 4)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: offset and strides must be multiples of 4", what);
-    const uint64_t row_bytes = uint64_t{geo_.n_kv_heads} * g.head_dim * elem_bytes(s.type);
-    const uint64_t stride = s.row_stride ? s.row_stride : row_bytes;
-    if (stride < row_bytes)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: row_stride %llu is below the row size %llu", what,
-                    static_cast<unsigned long long>(s.row_stride), static_cast<unsigned long long>(row_bytes));
-    if (n == 0) return KVRT_SUCCESS;
-    // The extent of the rows, for host memory too: its addresses are computed
-    // from the same offset and strides and must not wrap around.
-    const uint32_t n_layers = layer < 0 ? geo_.n_layers : 1;
-    uint64_t lstride = 0, span = 0, end = 0, t = 0;
-    if (!checked_mul(stride, n, &lstride)) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: size overflows", what);
-    if (s.layer_stride) lstride = s.layer_stride;
-    if (!checked_mul(lstride, n_layers - 1, &span) || !checked_mul(stride, n - 1, &t) || !checked_add(span, t, &span) ||
-        !checked_add(span, row_bytes, &span) || !checked_add(s.offset, span, &end) ||
-        (s.host && end > UINTPTR_MAX - reinterpret_cast<uintptr_t>(s.host)))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the offset and strides of %u rows of %u layer(s) overflow", what, n,
-                    n_layers);
-    if (s.buffer && end > s.buffer->size())
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: %u rows of %u layer(s) do not fit in the buffer of %llu bytes", what,
-                    n, n_layers, static_cast<unsigned long long>(s.buffer->size()));
-    return KVRT_SUCCESS;
-}
-
-Result Cache::check_write(uint32_t n, int32_t layer, const Source& k, const Source& v) const {
-    if (layer < -1 || layer >= static_cast<int32_t>(geo_.n_layers))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (-1 or 0..%u)", layer, geo_.n_layers - 1);
-    KVRT_TRY(check_source("k", k, n, layer, geo_.k));
-    KVRT_TRY(check_source("v", v, n, layer, geo_.v));
-    return KVRT_SUCCESS;
-}
-
-Result Cache::record_array(vk::Stream& s, Array array, uint32_t n, const uint32_t* cells, uint32_t layer,
-                           uint32_t src_layer, const Source& src) {
-    const kv::RowGeometry& g = arena_->rows(array);
-    const uint32_t row_elems = geo_.n_kv_heads * g.head_dim;
-    const uint64_t row_bytes = row_elems * elem_bytes(src.type);
-    // Heads apart in the cache (static windows): one store row per head.
-    const uint64_t head_stride = arena_->head_stride(array);
-    const bool split_heads = head_stride != g.head_bytes;
-    const uint32_t heads = split_heads ? geo_.n_kv_heads : 1;
-    const uint64_t src_head_bytes = uint64_t{g.head_dim} * elem_bytes(src.type);
-    const uint64_t stride = src.row_stride ? src.row_stride : row_bytes;
-
-    const uint64_t lstride = src.layer_stride ? src.layer_stride : stride * n;
-    const RowLocation any = arena_->locate(array, layer, 0);
-
-    // Host rows are packed into the stream's upload memory, as many per chunk
-    // as one binding holds; device rows are read where they are.
-    const uint32_t chunk = src.host ? static_cast<uint32_t>(std::min<uint64_t>(n, ctx_.max_binding_bytes() / row_bytes)) : n;
-    for (uint32_t first = 0; first < n; first += chunk) {
-        const uint32_t count = std::min(chunk, n - first);
-        const vk::Buffer* buffer = src.buffer;
-        uint64_t base = src.offset + src_layer * lstride + first * stride, step = stride;
-        if (src.host) {
-            vk::BufferUse up{};
-            void* mapped = nullptr;
-            KVRT_TRY(s.reserve(row_bytes * count, &up, &mapped));
-            const uint8_t* from = src.host + base;
-            for (uint32_t i = 0; i < count; ++i)
-                std::memcpy(static_cast<uint8_t*>(mapped) + i * row_bytes, from + i * stride,
-                            static_cast<size_t>(row_bytes));
-            buffer = up.buffer;
-            base = up.offset;
-            step = row_bytes;
-        }
-        // One dispatch per (source piece, cache piece) pair. A source row that
-        // straddles two pieces of the caller's buffer is first copied whole
-        // into upload memory (kernels bind one piece at a time).
-        std::map<std::pair<const vk::Buffer*, std::pair<size_t, size_t>>, std::vector<ops::RowPair>> groups;
-        for (uint32_t i = 0; i < count; ++i) {
-            const vk::Buffer* from = buffer;
-            size_t sp = 0;
-            uint64_t so = 0;
-            buffer->locate(base + i * step, &sp, &so);
-            if (so + row_bytes > buffer->piece(sp).size) {
-                vk::BufferUse tmp{};
-                KVRT_TRY(ops::record_gather_span(s, *buffer, base + i * step, row_bytes, &tmp));
-                from = tmp.buffer;
-                sp = tmp.piece;
-                so = tmp.offset;
-            }
-            const RowLocation dst = arena_->locate(array, layer, cells[first + i]);
-            auto& list = groups[{from, {sp, dst.piece}}];
-            for (uint32_t h = 0; h < heads; ++h)
-                list.push_back({static_cast<uint32_t>((so + h * src_head_bytes) / 4),
-                                static_cast<uint32_t>((dst.offset + h * head_stride) / 4)});
-        }
-        for (const auto& [key, rows] : groups) {
-            const ops::PieceRef from{key.first, key.second.first, split_heads ? src_head_bytes : row_bytes};
-            const ops::PieceRef to{any.buffer, key.second.second, split_heads ? g.head_bytes : g.row_bytes};
-            const uint32_t store_elems = split_heads ? g.head_dim : row_elems;
-            KVRT_TRY(ops::record_store(s, src.type, g.type, store_elems, from, to, rows,
-                                       g.scales.empty() ? kv::StaticScale{} : g.scales[layer]));
-        }
-    }
-    return KVRT_SUCCESS;
-}
-
-Result Cache::record_writes(vk::Stream& s, uint32_t n, const uint32_t* cells, int32_t layer, const Source& k,
-                            const Source& v) {
-    s.begin_op("store");
-    Result r = KVRT_SUCCESS;
-    const uint32_t first = layer < 0 ? 0 : static_cast<uint32_t>(layer);
-    const uint32_t last = layer < 0 ? geo_.n_layers : first + 1;
-    for (uint32_t l = first; l < last && r == KVRT_SUCCESS; ++l) {
-        r = record_array(s, Array::K, n, cells, l, l - first, k);
-        if (r == KVRT_SUCCESS) r = record_array(s, Array::V, n, cells, l, l - first, v);
-    }
-    s.end_op();
-    return r;
-}
+// check_source, check_write, record_array and record_writes (the store data
+// paths): cache/store_rows.cpp.
 
 Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source& k,
                     const Source& v, uint32_t* out_cells) {
@@ -476,6 +345,8 @@ void Cache::fill_info(kvrt_cache_info* out) const {
     out->fragmentation = is_static() ? 0.0f : static_cast<float>(table_.fragmentation());
     out->device_bytes = arena_->device_bytes();
     out->bytes_per_token = geo_.bytes_per_token;
+    out->k_row_bytes = geo_.k.row_bytes;
+    out->v_row_bytes = geo_.v.row_bytes;
 }
 
 }  // namespace kvrt::cache

@@ -15,13 +15,16 @@
 
 namespace kvrt::cache {
 
-// K or V data to store, resolved from a kvrt_tensor_ref.
+// K, V or Q data to read, resolved from a kvrt_tensor_ref: for each token one
+// row per head at offset + layer * layer_stride + token * row_stride +
+// head * head_stride.
 struct Source {
-    kvrt_type type = KVRT_TYPE_F32;         // F32 or F16
+    kvrt_type type = KVRT_TYPE_F32;         // kvrt_tensor_ref.element_type: F32, F16 or a stored type
     const vk::Buffer* buffer = nullptr;     // device data, or
     const uint8_t* host = nullptr;          // host data
     uint64_t offset = 0;
-    uint64_t row_stride = 0;                // 0 = packed
+    uint64_t row_stride = 0;                // 0 = packed (the heads of one token back to back)
+    uint64_t head_stride = 0;               // 0 = packed (one head row)
     uint64_t layer_stride = 0;              // 0 = n_tokens * row_stride
 };
 
@@ -63,7 +66,7 @@ public:
 
     // ---- Static padded layout (static_layout.cpp) ----
     bool is_static() const { return geo_.layout == KVRT_LAYOUT_STATIC; }
-    // Where one window lies (kvrt_cache_static_window without the handle).
+    // Where one window lies (kvrt_cache_get_static_window without the handle).
     struct WindowView {
         std::shared_ptr<vk::Buffer> buffer;
         uint64_t offset = 0, row_stride = 0, bytes = 0;
@@ -72,19 +75,24 @@ public:
         kvrt_type type = KVRT_TYPE_F16;
         kv::StaticScale scale;
     };
-    Result static_window(int32_t seq, uint32_t layer, uint32_t head, Array array, WindowView* out) const;
+    Result static_window(int32_t seq, int32_t layer, uint32_t head, Array array, WindowView* out) const;
     Result static_mask(int32_t seq, kvrt_type type, void* out, uint64_t out_bytes) const;
     Result static_stats(int32_t seq, kvrt_static_stats* out) const;
-    // kvrt_cache_seq_transfer, into this cache.
+    // kvrt_cache_seq_transfer, into this cache; refuses src_seq of this cache
+    // as dst_seq.
     Result transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32_t* out_count);
 
-    // Where attention writes its rows.
+    // Where attention writes its rows, resolved from a kvrt_output_ref: for
+    // each token one row per head at offset + layer * layer_stride +
+    // token * row_stride + head * head_stride.
     struct Output {
-        kvrt_type type = KVRT_TYPE_F32;
+        kvrt_type type = KVRT_TYPE_F32;      // kvrt_output_ref.element_type: F32 or F16
         const vk::Buffer* buffer = nullptr;  // device rows, or
         void* host = nullptr;                // host rows (synchronous only)
         uint64_t offset = 0;
-        uint64_t row_stride = 0;
+        uint64_t row_stride = 0;             // 0 = packed
+        uint64_t head_stride = 0;            // 0 = packed
+        uint64_t layer_stride = 0;           // 0 = packed
     };
     // kvrt_cache_apply_shifts.
     Result apply_shifts(vk::Stream* stream);
@@ -94,6 +102,14 @@ public:
                                     int32_t* dst_pos, int32_t* count);
     bool deferred_rope() const { return deferred_; }
     const kv::Rope& rope() const { return rope_math_; }
+
+    // ---- Stored bytes (raw.cpp) ----
+    // kvrt_cache_read_raw: the stored bytes of `n` cells of (layer, array),
+    // each cell's head rows back to back with no padding.
+    Result read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* cells, void* out, uint64_t out_bytes);
+    // Bytes read_raw gives per cell (kvrt_cache_info.k_row_bytes / v_row_bytes).
+    uint64_t raw_row_bytes(Array array) const { return arena_->rows(array).row_bytes; }
+    // ---- end of stored bytes ----
 
     // kvrt_cache_attention.
     Result attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
@@ -113,8 +129,8 @@ private:
 
     Result record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
                             const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
-                            uint64_t out_offset, uint64_t out_stride, kvrt_type out_type,
-                            const kvrt_attention_params& params);
+                            uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
+                            kvrt_type out_type, const kvrt_attention_params& params);
 
     // Records the pending shifts into `s` and clears them; `saved` gets the
     // cleared (cell, delta) pairs for an undo.
@@ -154,7 +170,6 @@ private:
     kv::CellTable table_;
     std::unique_ptr<Arena> arena_;
     std::vector<uint32_t> windows_;
-    kvrt_rope_params rope_{};
     kv::Rope rope_math_;
     bool deferred_ = false;
     std::unique_ptr<vk::Stream> own_;

@@ -242,12 +242,13 @@ Result Cache::static_append(vk::Stream* stream, const kv::Token* tokens, uint32_
     return KVRT_SUCCESS;
 }
 
-Result Cache::static_window(int32_t seq, uint32_t layer, uint32_t head, Array array, WindowView* out) const {
+Result Cache::static_window(int32_t seq, int32_t layer_arg, uint32_t head, Array array, WindowView* out) const {
     if (!is_static()) return fail(KVRT_ERROR_INVALID_ARGUMENT, "the cache does not have the static layout");
     if (seq < 0 || static_cast<uint32_t>(seq) >= geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
-    if (layer >= geo_.n_layers)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %u is out of range (0..%u)", layer, geo_.n_layers - 1);
+    if (layer_arg < 0 || static_cast<uint32_t>(layer_arg) >= geo_.n_layers)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (0..%u)", layer_arg, geo_.n_layers - 1);
+    const uint32_t layer = static_cast<uint32_t>(layer_arg);
     if (head >= geo_.n_kv_heads)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "KV head %u is out of range (0..%u)", head, geo_.n_kv_heads - 1);
     const kv::StaticWindow& w = seq_windows_[static_cast<size_t>(seq)];
@@ -291,7 +292,8 @@ Result Cache::static_mask(int32_t seq, kvrt_type type, void* out, uint64_t out_b
                         static_cast<unsigned long long>(out_bytes));
         return w.mask_f16(static_cast<uint16_t*>(out), static_cast<size_t>(S));
     }
-    return fail(KVRT_ERROR_INVALID_ARGUMENT, "the mask type must be F32 or F16 (got %d)", static_cast<int>(type));
+    KVRT_TRY(kv::check_type("element_type", type));
+    return fail(KVRT_ERROR_INVALID_ARGUMENT, "the mask's element_type must be F32 or F16 (got %s)", kv::type_name(type));
 }
 
 Result Cache::static_stats(int32_t seq, kvrt_static_stats* out) const {
@@ -371,10 +373,11 @@ Result Cache::transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32
     if (dst_seq < 0 || static_cast<uint32_t>(dst_seq) >= geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "destination sequence %d is out of range (0..%u)", dst_seq,
                     geo_.max_seqs - 1);
+    if (&src == this && src_seq == dst_seq)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "source and destination are sequence %d of the same cache", src_seq);
     if (table_.seq_cell_count(dst_seq) != 0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "destination sequence %d holds %u tokens; it must be empty", dst_seq,
                     table_.seq_cell_count(dst_seq));
-    if (&src == this && src_seq == dst_seq) return KVRT_SUCCESS;  // unreachable: the sequence is empty
 
     // K rows must be rotated to their current positions before they move.
     if (src.table_.has_pending_shift() && !src.deferred_) KVRT_TRY(src.apply_shifts(nullptr));

@@ -47,10 +47,13 @@ StructHeader read_header(const void* s) {
     return h;
 }
 
-// "kvrt_rope_desc (19)" or "an unknown struct type (12345)".
+// "kvrt_rope_desc (type 19)", "KVRT_STRUCT_TYPE_UNDEFINED (0)" or "an
+// unknown struct type 12345".
 void describe(kvrt_struct_type type, char* out, size_t size) {
     const char* name = struct_type_name(type);
-    if (name)
+    if (type == KVRT_STRUCT_TYPE_UNDEFINED)
+        std::snprintf(out, size, "KVRT_STRUCT_TYPE_UNDEFINED (0)");
+    else if (name)
         std::snprintf(out, size, "%s (type %d)", name, static_cast<int>(type));
     else
         std::snprintf(out, size, "an unknown struct type %d", static_cast<int>(type));

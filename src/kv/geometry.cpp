@@ -3,47 +3,77 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "kv/static_window.hpp"
 
+#include "core/chain.hpp"
 #include "core/checked.hpp"
 
 namespace kvrt::kv {
 
+namespace {
+
+constexpr TypeInfo kTypes[] = {
+    {KVRT_TYPE_F32, "f32", 1, 4},
+    {KVRT_TYPE_F16, "f16", 1, 2},
+    {KVRT_TYPE_Q8_0, "q8_0", 32, 34},
+    {KVRT_TYPE_Q4_0, "q4_0", 32, 18},
+    {KVRT_TYPE_U8_STATIC, "u8_static", 1, 1},
+    {KVRT_TYPE_U16_STATIC, "u16_static", 1, 2},
+};
+
+char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+}  // namespace
+
+const TypeInfo* type_info(kvrt_type type) {
+    for (const TypeInfo& t : kTypes)
+        if (t.type == type) return &t;
+    return nullptr;
+}
+
 bool type_size(kvrt_type type, TypeSize* out) {
-    switch (type) {
-        case KVRT_TYPE_F32: *out = {1, 4}; return true;
-        case KVRT_TYPE_F16: *out = {1, 2}; return true;
-        case KVRT_TYPE_Q8_0: *out = {32, 34}; return true;
-        case KVRT_TYPE_Q4_0: *out = {32, 18}; return true;
-        case KVRT_TYPE_U8_STATIC: *out = {1, 1}; return true;
-        case KVRT_TYPE_U16_STATIC: *out = {1, 2}; return true;
-        default: return false;
-    }
+    const TypeInfo* t = type_info(type);
+    if (!t) return false;
+    *out = TypeSize{t->block_elems, t->block_bytes};
+    return true;
 }
 
 const char* type_name(kvrt_type type) {
-    switch (type) {
-        case KVRT_TYPE_F32: return "f32";
-        case KVRT_TYPE_F16: return "f16";
-        case KVRT_TYPE_Q8_0: return "q8_0";
-        case KVRT_TYPE_Q4_0: return "q4_0";
-        case KVRT_TYPE_U8_STATIC: return "u8_static";
-        case KVRT_TYPE_U16_STATIC: return "u16_static";
-        default: return "unknown";
-    }
+    if (const TypeInfo* t = type_info(type)) return t->name;
+    return type == KVRT_TYPE_UNDEFINED ? "undefined" : "unknown";
 }
 
 bool parse_type(const char* name, kvrt_type* out) {
-    static const kvrt_type all[] = {KVRT_TYPE_F32,  KVRT_TYPE_F16,       KVRT_TYPE_Q8_0,
-                                    KVRT_TYPE_Q4_0, KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC};
-    for (kvrt_type t : all) {
-        if (std::strcmp(name, type_name(t)) == 0) {
-            *out = t;
+    if (!name) return false;
+    for (const TypeInfo& t : kTypes) {
+        size_t i = 0;
+        while (name[i] && t.name[i] && lower(name[i]) == t.name[i]) ++i;
+        if (!name[i] && !t.name[i]) {
+            *out = t.type;
             return true;
         }
     }
     return false;
+}
+
+Result check_type(const char* what, kvrt_type type, std::initializer_list<kvrt_type> allowed) {
+    if (type == KVRT_TYPE_UNDEFINED)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "%s is KVRT_TYPE_UNDEFINED; element types have no default (start from the struct's _INIT macro, "
+                    "which sets the usual type)",
+                    what);
+    if (!type_info(type))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: %d is not a kvrt_type", what, static_cast<int>(type));
+    if (allowed.size() == 0) return KVRT_SUCCESS;
+    std::string list;
+    for (kvrt_type t : allowed) {
+        if (t == type) return KVRT_SUCCESS;
+        if (!list.empty()) list += ", ";
+        list += type_name(t);
+    }
+    return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s is %s; it must be one of: %s", what, type_name(type), list.c_str());
 }
 
 namespace {
@@ -51,9 +81,7 @@ namespace {
 Result row_geometry(const char* what, kvrt_type type, uint32_t head_dim, uint32_t n_kv_heads, uint32_t capacity,
                     uint64_t max_binding, RowGeometry* out) {
     TypeSize ts{};
-    if (!type_size(type, &ts))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s type %d is not F32, F16, Q8_0, Q4_0, U8_STATIC or U16_STATIC", what,
-                    static_cast<int>(type));
+    if (!type_size(type, &ts)) return fail(KVRT_ERROR_INTERNAL, "%s type %d is not a kvrt_type", what, static_cast<int>(type));
     if (head_dim % ts.block_elems != 0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s type %s needs a head dim that is a multiple of %u (got %u)", what,
                     type_name(type), ts.block_elems, head_dim);
@@ -82,64 +110,62 @@ Result row_geometry(const char* what, kvrt_type type, uint32_t head_dim, uint32_
 
 namespace {
 
-// The structs chained on a kvrt_cache_desc.
-struct Chain {
-    const kvrt_static_layout_desc* layout = nullptr;
-    const kvrt_static_scales_desc* scales = nullptr;
-};
-
-Result walk_chain(const void* next, Chain* out) {
-    for (int depth = 0; next; ++depth) {
-        if (depth == 16) return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_cache_desc.next: the chain is longer than 16 (a loop?)");
-        const kvrt_struct_type t = *static_cast<const kvrt_struct_type*>(next);
-        if (t == KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC && !out->layout) {
-            out->layout = static_cast<const kvrt_static_layout_desc*>(next);
-            next = out->layout->next;
-        } else if (t == KVRT_STRUCT_TYPE_STATIC_SCALES_DESC && !out->scales) {
-            out->scales = static_cast<const kvrt_static_scales_desc*>(next);
-            next = out->scales->next;
-        } else {
-            return fail(KVRT_ERROR_INVALID_ARGUMENT,
-                        "kvrt_cache_desc.next: struct type %d is unknown here or repeated (expected "
-                        "KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC or KVRT_STRUCT_TYPE_STATIC_SCALES_DESC, once each)",
-                        static_cast<int>(t));
-        }
-    }
-    return KVRT_SUCCESS;
-}
-
-// The per-layer scales of a static-scale array from the chain.
-Result static_scales(const char* what, kvrt_type type, const kvrt_static_scales_desc* d, const kvrt_quant_scale* given,
-                     uint32_t n_layers, std::vector<StaticScale>* out) {
+// The per-layer scales of a static-scale array from the chain: `scales` and
+// `zero_points` are the array's fields of the kvrt_static_scales_desc.
+Result static_scales(const char* what, kvrt_type type, const kvrt_static_scales_desc* d, const float* scales,
+                     const int32_t* zero_points, uint32_t n_layers, std::vector<StaticScale>* out) {
     if (!is_static_scale(type)) {
-        if (given)
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_static_scales_desc.%s is set but the %s type is %s", what,
+        if (scales || zero_points)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "kvrt_static_scales_desc.%s_scales or .%s_zero_points is set but the %s type is %s", what, what,
                         what, type_name(type));
         return KVRT_SUCCESS;
     }
-    if (!d || !given)
+    if (!d || !scales || !zero_points)
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
-                    "%s type %s needs its scales: chain a kvrt_static_scales_desc with %s set", what, type_name(type),
-                    what);
+                    "%s type %s needs its scales: chain a kvrt_static_scales_desc with %s_scales and %s_zero_points set",
+                    what, type_name(type), what, what);
     if (d->count != 1 && d->count != n_layers)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_static_scales_desc.count %u must be 1 or n_layers (%u)",
                     d->count, n_layers);
     const int32_t qmax = type == KVRT_TYPE_U8_STATIC ? 255 : 65535;
     out->resize(n_layers);
     for (uint32_t l = 0; l < n_layers; ++l) {
-        const kvrt_quant_scale& q = given[d->count == 1 ? 0 : l];
-        const float inv = 1.0f / q.scale;
+        const float scale = scales[d->count == 1 ? 0 : l];
+        const int32_t zero_point = zero_points[d->count == 1 ? 0 : l];
+        const float inv = 1.0f / scale;
         // Normal floats only: a device that flushes subnormals would read a
         // subnormal scale as 0 and disagree with the CPU.
-        if (!(q.scale >= FLT_MIN) || !std::isfinite(q.scale) || !std::isfinite(inv))
+        if (!(scale >= FLT_MIN) || !std::isfinite(scale) || !std::isfinite(inv))
             return fail(KVRT_ERROR_INVALID_ARGUMENT,
                         "%s scale of layer %u is %g; it must be a finite normal float > 0 (with a finite inverse)", what,
-                        l, static_cast<double>(q.scale));
-        if (q.zero_point < 0 || q.zero_point > qmax)
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s zero_point of layer %u is %d; %s needs 0..%d", what, l,
-                        q.zero_point, type_name(type), qmax);
-        (*out)[l] = StaticScale{q.scale, inv, q.zero_point};
+                        l, static_cast<double>(scale));
+        if (zero_point < 0 || zero_point > qmax)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s zero point of layer %u is %d; %s needs 0..%d", what, l,
+                        zero_point, type_name(type), qmax);
+        (*out)[l] = StaticScale{scale, inv, zero_point};
     }
+    return KVRT_SUCCESS;
+}
+
+// The chained kvrt_rope_desc (or the defaults), checked, with n_rot resolved.
+Result resolve_rope(const kvrt_rope_desc* given, uint32_t head_dim_k, kvrt_rope_desc* out) {
+    kvrt_rope_desc r = KVRT_ROPE_DESC_INIT;
+    if (given) r = *given;
+    r.next = nullptr;
+    if (r.n_rot == 0) r.n_rot = head_dim_k;
+    if (r.n_rot > head_dim_k || r.n_rot % 2 != 0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_rope_desc.n_rot %u must be even and at most head_dim_k %u",
+                    r.n_rot, head_dim_k);
+    if (r.mode != KVRT_ROPE_NORMAL && r.mode != KVRT_ROPE_NEOX)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_rope_desc.mode %d is not a kvrt_rope_mode",
+                    static_cast<int>(r.mode));
+    if (r.ext_factor != 0.0f && r.n_ctx_orig == 0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "YaRN (kvrt_rope_desc.ext_factor != 0) needs n_ctx_orig");
+    if (!(r.freq_base >= 0.0f) || !(r.freq_scale >= 0.0f) || !std::isfinite(r.freq_base) ||
+        !std::isfinite(r.freq_scale))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_rope_desc.freq_base and freq_scale must be finite and >= 0");
+    *out = r;
     return KVRT_SUCCESS;
 }
 
@@ -191,14 +217,21 @@ Result static_regions(const char* what, const kvrt_static_layout_desc& d, uint32
 
 }  // namespace
 
-Result CacheGeometry::from_desc(const kvrt_cache_desc& d, uint64_t max_binding, CacheGeometry* out) {
-    if (d.type != KVRT_STRUCT_TYPE_CACHE_DESC)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_cache_desc.type must be KVRT_STRUCT_TYPE_CACHE_DESC "
-                                                 "(use KVRT_CACHE_DESC_INIT)");
-    Chain chain;
-    KVRT_TRY(walk_chain(d.next, &chain));
+Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_binding, CacheGeometry* out) {
+    const void* found[3] = {};
+    KVRT_TRY(check_struct("desc", desc, KVRT_STRUCT_TYPE_CACHE_DESC,
+                          {KVRT_STRUCT_TYPE_ROPE_DESC, KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC,
+                           KVRT_STRUCT_TYPE_STATIC_SCALES_DESC},
+                          found));
+    const kvrt_cache_desc& d = *desc;
+    struct {
+        const kvrt_rope_desc* rope;
+        const kvrt_static_layout_desc* layout;
+        const kvrt_static_scales_desc* scales;
+    } chain{static_cast<const kvrt_rope_desc*>(found[0]), static_cast<const kvrt_static_layout_desc*>(found[1]),
+            static_cast<const kvrt_static_scales_desc*>(found[2])};
     if (d.layout != KVRT_LAYOUT_DEFAULT && d.layout != KVRT_LAYOUT_CELLS && d.layout != KVRT_LAYOUT_STATIC)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown layout %d", static_cast<int>(d.layout));
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->layout %d is not a kvrt_layout", static_cast<int>(d.layout));
     const bool is_static = d.layout == KVRT_LAYOUT_STATIC;
     if (is_static && !chain.layout)
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
@@ -229,8 +262,13 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc& d, uint64_t max_binding, 
     g.n_kv_heads = d.n_kv_heads;
     g.max_seqs = d.max_seqs ? d.max_seqs : (is_static ? 1 : 64);
     g.max_binding = max_binding;
-    const kvrt_type tk = d.type_k == KVRT_TYPE_DEFAULT ? KVRT_TYPE_F16 : d.type_k;
-    const kvrt_type tv = d.type_v == KVRT_TYPE_DEFAULT ? KVRT_TYPE_F16 : d.type_v;
+    KVRT_TRY(check_type("desc->type_k", d.type_k));
+    KVRT_TRY(check_type("desc->type_v", d.type_v));
+    const kvrt_type tk = d.type_k, tv = d.type_v;
+    if (d.flags & ~static_cast<kvrt_flags>(KVRT_CACHE_DEFERRED_ROPE))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown cache flags 0x%x", static_cast<unsigned>(d.flags));
+    g.flags = d.flags;
+    KVRT_TRY(resolve_rope(chain.rope, d.head_dim_k, &g.rope));
     const uint32_t dv = d.head_dim_v ? d.head_dim_v : d.head_dim_k;
     if (is_static) {
         // The cells of the static layout are the rows of every region.
@@ -251,8 +289,10 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc& d, uint64_t max_binding, 
     }
     KVRT_TRY(row_geometry("K", tk, d.head_dim_k, d.n_kv_heads, g.capacity, max_binding, &g.k));
     KVRT_TRY(row_geometry("V", tv, dv, d.n_kv_heads, g.capacity, max_binding, &g.v));
-    KVRT_TRY(static_scales("k", tk, chain.scales, chain.scales ? chain.scales->k : nullptr, d.n_layers, &g.k.scales));
-    KVRT_TRY(static_scales("v", tv, chain.scales, chain.scales ? chain.scales->v : nullptr, d.n_layers, &g.v.scales));
+    KVRT_TRY(static_scales("k", tk, chain.scales, chain.scales ? chain.scales->k_scales : nullptr,
+                           chain.scales ? chain.scales->k_zero_points : nullptr, d.n_layers, &g.k.scales));
+    KVRT_TRY(static_scales("v", tv, chain.scales, chain.scales ? chain.scales->v_scales : nullptr,
+                           chain.scales ? chain.scales->v_zero_points : nullptr, d.n_layers, &g.v.scales));
     if (is_static) {
         KVRT_TRY(static_regions("K", *chain.layout, d.n_layers, d.n_kv_heads, g.max_seqs, max_binding, &g.k));
         KVRT_TRY(static_regions("V", *chain.layout, d.n_layers, d.n_kv_heads, g.max_seqs, max_binding, &g.v));

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "core/result.hpp"
+#include "kvrt/kvrt.h"
 
 namespace kvrt::kv {
 
@@ -16,14 +18,33 @@ struct TypeSize {
     uint32_t block_bytes;
 };
 
+// One row of the element-type table: the one place that describes kvrt_type
+// (the public kvrt_type_* queries, messages, the command line).
+struct TypeInfo {
+    kvrt_type type;
+    const char* name;  // lowercase, as kvrt_type_name spells it
+    uint32_t block_elems;
+    uint32_t block_bytes;
+};
+
+// The table's row of `type`, or nullptr for KVRT_TYPE_UNDEFINED and unknown
+// values.
+const TypeInfo* type_info(kvrt_type type);
+
 // KVRT_TYPE_F32/F16/Q8_0/Q4_0/U8_STATIC/U16_STATIC; false for anything else.
 bool type_size(kvrt_type type, TypeSize* out);
 
-// Name for messages and the command line ("f16", "q8_0", ...).
+// Name for messages ("f16", "q8_0", ...): "undefined" for KVRT_TYPE_UNDEFINED
+// and "unknown" for values outside the table, never nullptr.
 const char* type_name(kvrt_type type);
 
-// Parses a type name; false when unknown.
+// Parses a type name, case-insensitively; false when unknown.
 bool parse_type(const char* name, kvrt_type* out);
+
+// Checks an element type where one is required: KVRT_TYPE_UNDEFINED, values
+// outside the table and types not in `allowed` (when it is not empty) fail
+// with KVRT_ERROR_INVALID_ARGUMENT and a message naming `what`.
+Result check_type(const char* what, kvrt_type type, std::initializer_list<kvrt_type> allowed = {});
 
 // The per-tensor quantization of a static-scale type (KVRT_TYPE_U8_STATIC,
 // KVRT_TYPE_U16_STATIC): value = scale * (q - zero_point), and a value x is
@@ -84,10 +105,15 @@ struct CacheGeometry {
     uint64_t device_bytes = 0;     // what the cache allocates
     uint64_t max_binding = 0;
     kvrt_layout layout = KVRT_LAYOUT_CELLS;
+    // The chained kvrt_rope_desc (or the defaults), with n_rot resolved and
+    // `next` cleared.
+    kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
+    kvrt_flags flags = 0;  // kvrt_cache_flag_bits, checked
 
-    // Validates `desc` (the checks of kvrt_cache_create) and computes the
-    // geometry for a device whose largest binding is `max_binding` bytes.
-    static Result from_desc(const kvrt_cache_desc& desc, uint64_t max_binding, CacheGeometry* out);
+    // Validates `desc` (the checks of kvrt_cache_create: its type and chain,
+    // sizes, types, RoPE, flags) and computes the geometry for a device whose
+    // largest binding is `max_binding` bytes. `desc` may be NULL (an error).
+    static Result from_desc(const kvrt_cache_desc* desc, uint64_t max_binding, CacheGeometry* out);
 };
 
 }  // namespace kvrt::kv

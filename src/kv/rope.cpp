@@ -17,7 +17,7 @@ double corr_dim(int n_rot, int n_ctx_orig, double turns, double base) {
 
 }  // namespace
 
-Rope Rope::from_params(const kvrt_rope_params& p, int head_dim) {
+Rope Rope::from_params(const kvrt_rope_desc& p, int head_dim) {
     Rope r;
     r.neox = p.mode == KVRT_ROPE_NEOX;
     r.n_rot = p.n_rot ? static_cast<int>(p.n_rot) : head_dim;

@@ -9,7 +9,7 @@
 
 namespace kvrt::kv {
 
-// A model's RoPE with every default resolved (kvrt_rope_params' zero fields).
+// A model's RoPE with every default resolved (kvrt_rope_desc's zero fields).
 struct Rope {
     bool neox = false;
     int n_rot = 0;
@@ -21,7 +21,7 @@ struct Rope {
     double beta_slow = 1.0;
     int n_ctx_orig = 0;
 
-    static Rope from_params(const kvrt_rope_params& p, int head_dim);
+    static Rope from_params(const kvrt_rope_desc& p, int head_dim);
 
     // theta_i: the angle per position of pair i (0 <= i < n_rot / 2), so that
     // a token at position p rotates pair i by p * theta_i. With YaRN the

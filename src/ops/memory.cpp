@@ -191,7 +191,7 @@ void Memory::discard_sync() {
     sync_.reset();
 }
 
-Result Memory::seq_reset(vk::Stream* stream, int32_t seq) {
+Result Memory::seq_rm(vk::Stream* stream, int32_t seq) {
     if (stream) KVRT_TRY(stream->require_recording());
     Undo undo(*this, false);
     const uint32_t first = seq < 0 ? 0 : static_cast<uint32_t>(seq);
@@ -206,7 +206,7 @@ Result Memory::seq_reset(vk::Stream* stream, int32_t seq) {
     return KVRT_SUCCESS;
 }
 
-Result Memory::seq_fork(vk::Stream* stream, uint32_t src, uint32_t dst) {
+Result Memory::seq_cp(vk::Stream* stream, uint32_t src, uint32_t dst) {
     if (src == dst) return stream ? stream->require_recording() : KVRT_SUCCESS;
     vk::Stream* s = stream;
     if (stream) KVRT_TRY(stream->require_recording());

@@ -92,8 +92,8 @@ public:
     Result run(vk::Stream* stream, MemoryOp op, const MemoryBatch& batch);
 
     // Sequence operations; `seq` is checked by the caller (< 0: every sequence).
-    Result seq_reset(vk::Stream* stream, int32_t seq);
-    Result seq_fork(vk::Stream* stream, uint32_t src, uint32_t dst);
+    Result seq_rm(vk::Stream* stream, int32_t seq);
+    Result seq_cp(vk::Stream* stream, uint32_t src, uint32_t dst);
 
     // Downloads the state of (seq, layer) as f32 [n_heads][m][d].
     Result get_state(uint32_t seq, uint32_t layer, float* out);

@@ -1,5 +1,5 @@
 // Sizes and device layout of a fixed-capacity memory (kvrt_memory): pure
-// arithmetic, shared by kvrt_memory_estimate and kvrt_memory_create.
+// arithmetic, shared by kvrt_memory_estimate_size and kvrt_memory_create.
 //
 // Per (layer, head):
 //   keys  MK^T [ep][mp] f32: transposed and padded, so the score kernel reads

@@ -1,0 +1,24 @@
+// The KV cache's stored bytes (kvrt_cache_read_raw).
+#include "kvrt/kvrt.h"
+
+#include "api/handles.hpp"
+
+using namespace kvrt;
+using namespace kvrt::api;
+
+extern "C" {
+
+KVRT_API kvrt_result kvrt_cache_read_raw(kvrt_cache cache, int32_t layer, kvrt_kv_array array, uint32_t n_cells,
+                                         const uint32_t* cells, void* out, uint64_t out_bytes) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        KVRT_TRY(check_context(cache->owner, "the cache's context"));
+        if (array != KVRT_KV_ARRAY_K && array != KVRT_KV_ARRAY_V)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "array %d is not KVRT_KV_ARRAY_K or KVRT_KV_ARRAY_V",
+                        static_cast<int>(array));
+        return cache->cache->read_raw(layer, array == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V, n_cells,
+                                      cells, out, out_bytes);
+    });
+}
+
+}  // extern "C"
