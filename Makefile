@@ -5,6 +5,10 @@
 #                unit tests also under ASan+UBSan)
 #   make build   set up and build only
 #   make bench   set up, build, run the standard benchmark set
+#   make abi-baseline
+#                after an intended ABI change: rebuild the library, then
+#                rewrite tests/abi/kvrt.symbols (from the headers' KVRT_API
+#                declarations) and tests/abi/kvrt.abi (abidw of the library)
 #
 # BUILD_TYPE=Debug make build picks another build type; JOBS sets parallelism.
 
@@ -13,7 +17,7 @@ ASAN_BUILD ?= build-asan
 BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all setup build test unit-asan demo bench clean
+.PHONY: all setup build test unit-asan demo bench abi-baseline clean
 
 all: build
 
@@ -45,6 +49,9 @@ demo: build
 
 bench: build
 	@$(BUILD)/bin/kvrt bench standard
+
+abi-baseline: setup $(BUILD)/build.ninja
+	@cmake --build $(BUILD) --target abi-baseline
 
 clean:
 	@rm -rf $(BUILD) $(ASAN_BUILD)

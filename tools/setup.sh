@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what kvrt needs to build and test on Debian 12 (bookworm): the Vulkan
 # loader and headers, Mesa's lavapipe driver, glslc, spirv-tools, glslang-tools,
-# the Khronos validation layers, Catch2, cmake, ninja and pkg-config.
+# the Khronos validation layers, Catch2, cmake, ninja, pkg-config, and
+# libabigail's tools (abidw, abidiff) for the ABI check of tests/abi.
 #
 # Idempotent and quiet when everything is present. Run as root, or with sudo
 # available. Set KVRT_SETUP_VERBOSE=1 to see apt's output.
@@ -13,6 +14,7 @@ packages=(
   glslc spirv-tools glslang-tools
   vulkan-validationlayers vulkan-tools
   catch2
+  abigail-tools
 )
 
 missing=()
