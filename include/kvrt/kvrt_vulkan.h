@@ -165,11 +165,13 @@ typedef struct kvrt_vulkan_completion {
  * application's earlier compute and transfer writes in it visible to kvrt's
  * operations. Calls that take this stream then record into `command_buffer`
  * as they would into the stream's own; synchronous calls (stream NULL) are
- * unaffected. A stream created with KVRT_STREAM_TIMESTAMPS writes its
- * timestamps into `command_buffer` too (so the queue family needs
- * timestamps, as at the stream's creation); kvrt_stream_get_timings reads
- * them after kvrt_stream_wait. kvrt_stream_submit fails with
- * KVRT_ERROR_INVALID_STATE until kvrt_stream_end_vulkan. Fails with
+ * unaffected. kvrt's commands change the command buffer's compute pipeline,
+ * descriptor set and push-constant bindings: the application binds its own
+ * again after kvrt_stream_end_vulkan. A stream created with
+ * KVRT_STREAM_TIMESTAMPS writes its timestamps into `command_buffer` too;
+ * kvrt_stream_get_timings reads them after kvrt_stream_wait. Until
+ * kvrt_stream_end_vulkan, kvrt_stream_submit on the stream fails with
+ * KVRT_ERROR_INVALID_STATE. Fails with
  * KVRT_ERROR_INVALID_HANDLE for a bad stream; KVRT_ERROR_INVALID_ARGUMENT
  * for VK_NULL_HANDLE; KVRT_ERROR_INVALID_STATE when the stream is recording
  * or its last submission has not completed.

@@ -36,6 +36,14 @@ inline void begin_barrier(const DeviceFns& fn, VkCommandBuffer cb) {
                    kWorkStages, kWorkAccess);
 }
 
+// Last command kvrt records into an application's command buffer: makes
+// kvrt's writes visible to whatever the application records or submits after
+// it (any stage its queue has, reads and writes).
+inline void handover_barrier(const DeviceFns& fn, VkCommandBuffer cb) {
+    memory_barrier(fn, cb, kWorkStages, kWorkWrites, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                   VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT);
+}
+
 // Last command of a command buffer that wrote memory the host may read
 // (mapped device memory or staging).
 inline void host_read_barrier(const DeviceFns& fn, VkCommandBuffer cb) {

@@ -203,9 +203,30 @@ Buffer::~Buffer() {
     ctx.release_after(last_use_, [token]() mutable { token.reset(); });
 }
 
+void Buffer::mark_used(Serial s, bool external) {
+    last_use_ = std::max(last_use_, s);
+    if (!external) {
+        last_own_use_ = std::max(last_own_use_, s);
+        return;
+    }
+    external_uses_.erase(std::remove_if(external_uses_.begin(), external_uses_.end(),
+                                        [this](Serial e) { return ctx_.is_done(e); }),
+                         external_uses_.end());
+    external_uses_.push_back(s);
+}
+
+Result Buffer::wait_idle() {
+    // Only the submissions that use this buffer: an application's command
+    // buffer that is not submitted yet must not hold up unrelated buffers.
+    KVRT_TRY(ctx_.wait(last_own_use_));
+    for (Serial e : external_uses_) KVRT_TRY(ctx_.wait(e));
+    external_uses_.clear();
+    return KVRT_SUCCESS;
+}
+
 Result Buffer::upload(uint64_t offset, const void* data, uint64_t size) {
     if (size == 0) return KVRT_SUCCESS;
-    KVRT_TRY(ctx_.wait(last_use_));
+    KVRT_TRY(wait_idle());
     if (!pieces_[0].mapped) return staged_copy(offset, size, true, const_cast<void*>(data));
     const auto* src = static_cast<const uint8_t*>(data);
     std::vector<VkMappedMemoryRange> ranges;
@@ -228,7 +249,7 @@ Result Buffer::upload(uint64_t offset, const void* data, uint64_t size) {
 
 Result Buffer::download(uint64_t offset, void* data, uint64_t size) {
     if (size == 0) return KVRT_SUCCESS;
-    KVRT_TRY(ctx_.wait(last_use_));
+    KVRT_TRY(wait_idle());
     if (!pieces_[0].mapped) return staged_copy(offset, size, false, data);
     auto* dst = static_cast<uint8_t*>(data);
     while (size > 0) {

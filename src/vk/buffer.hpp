@@ -67,7 +67,11 @@ public:
 
     // The last submission that uses this buffer.
     Serial last_use() const { return last_use_; }
-    void mark_used(Serial s) { if (s > last_use_) last_use_ = s; }
+    // Records a submission that uses the buffer: one of kvrt's own, or an
+    // application's (`external`, kvrt_stream_end_vulkan).
+    void mark_used(Serial s, bool external);
+    // Waits (with the context's timeout) for the submissions that use it.
+    Result wait_idle();
 
 private:
     explicit Buffer(Context& ctx) : ctx_(ctx) {}
@@ -82,7 +86,9 @@ private:
     std::vector<Piece> pieces_;
     bool coherent_ = true;
     bool wrapped_ = false;
-    Serial last_use_ = 0;
+    Serial last_use_ = 0;      // newest of all uses
+    Serial last_own_use_ = 0;  // newest of kvrt's own: settles the older own ones
+    std::vector<Serial> external_uses_;  // an application's, which complete in any order
 };
 
 }  // namespace kvrt::vk

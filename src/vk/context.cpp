@@ -191,7 +191,8 @@ VkBool32 VKAPI_PTR Context::debug_callback(VkDebugUtilsMessageSeverityFlagBitsEX
     return VK_FALSE;
 }
 
-Result Context::create(const ContextOptions& options, std::unique_ptr<Context>* out) {
+Result Context::create(const ContextOptions& options, std::unique_ptr<Context>* out,
+                       const kvrt_pipeline_cache_desc* pipeline_cache) {
     std::unique_ptr<Context> ctx(new Context());
     ctx->options_ = options;
     KVRT_TRY(ctx->loader_.open());
@@ -221,7 +222,7 @@ Result Context::create(const ContextOptions& options, std::unique_ptr<Context>* 
     size_t index = 0;
     KVRT_TRY(select_device(devices, options.device_selector.c_str(), &index));
     KVRT_TRY(ctx->create_device(index, devices));
-    KVRT_TRY(ctx->init_common());
+    KVRT_TRY(ctx->init_common(pipeline_cache));
     ctx->log().log(KVRT_LOG_LEVEL_INFO, "context on %s (validation %s)", ctx->info_.props.deviceName,
                    options.validation ? "on" : "off");
     *out = std::move(ctx);
@@ -236,6 +237,8 @@ Result Context::create_device(size_t device_index, const std::vector<PhysicalDev
         exts.push_back(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
     if (!v12 && info_.has_extension(VK_KHR_8BIT_STORAGE_EXTENSION_NAME))
         exts.push_back(VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
+    if (!v12 && info_.supported.timeline_semaphore)
+        exts.push_back(VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME);
     // A portability driver requires its subset extension to be enabled.
     if (info_.has_extension("VK_KHR_portability_subset")) exts.push_back("VK_KHR_portability_subset");
 
@@ -250,9 +253,15 @@ Result Context::create_device(size_t device_index, const std::vector<PhysicalDev
     VkPhysicalDevice8BitStorageFeaturesKHR s8{};
     s8.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES_KHR;
     s8.storageBuffer8BitAccess = s.storage_8bit;
+    // For ordering with the application's work (kvrt_stream_submit_vulkan,
+    // kvrt_stream_end_vulkan).
+    VkPhysicalDeviceTimelineSemaphoreFeatures timeline{};
+    timeline.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES;
+    timeline.timelineSemaphore = VK_TRUE;
     void** tail = &s16.pNext;
     if (s.shader_float16 || s.shader_int8) { *tail = &f16i8; tail = &f16i8.pNext; }
     if (s.storage_8bit) { *tail = &s8; tail = &s8.pNext; }
+    if (s.timeline_semaphore) { *tail = &timeline; tail = &timeline.pNext; }
     VkPhysicalDeviceFeatures2 feats{};
     feats.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
     feats.pNext = &s16;
@@ -274,7 +283,7 @@ Result Context::create_device(size_t device_index, const std::vector<PhysicalDev
     dci.enabledExtensionCount = static_cast<uint32_t>(exts.size());
     dci.ppEnabledExtensionNames = exts.data();
     KVRT_VK_CHECK(ifn_.vkCreateDevice(info_.handle, &dci, nullptr, &device_));
-    KVRT_TRY(load_device_functions(ifn_, device_, &dfn_));
+    KVRT_TRY(load_device_functions(ifn_, device_, s.timeline_semaphore, &dfn_));
     queue_family_ = info_.compute_family;
     dfn_.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
     enabled_ = s;
@@ -282,7 +291,7 @@ Result Context::create_device(size_t device_index, const std::vector<PhysicalDev
 }
 
 Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_desc& d,
-                       std::unique_ptr<Context>* out) {
+                       std::unique_ptr<Context>* out, const kvrt_pipeline_cache_desc* pipeline_cache) {
     if (d.type != KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC)
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
                     "kvrt_vulkan_import_desc.type must be KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC");
@@ -343,8 +352,13 @@ Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_d
                     en.shader_float16 |= f->shaderFloat16;
                     en.shader_int8 |= f->shaderInt8;
                     en.storage_8bit |= f->storageBuffer8BitAccess;
+                    en.timeline_semaphore |= f->timelineSemaphore;
                     break;
                 }
+                case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES:
+                    en.timeline_semaphore |=
+                        reinterpret_cast<const VkPhysicalDeviceTimelineSemaphoreFeatures*>(p)->timelineSemaphore;
+                    break;
                 default: break;
             }
         }
@@ -356,13 +370,20 @@ Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_d
     ctx->app_lock_queue_ = d.lock_queue;
     ctx->app_unlock_queue_ = d.unlock_queue;
     ctx->app_queue_user_ = d.queue_user_data;
-    KVRT_TRY(load_device_functions(ctx->ifn_, d.device, &ctx->dfn_));
-    KVRT_TRY(ctx->init_common());
+    const Result loaded = load_device_functions(ctx->ifn_, d.device, en.timeline_semaphore, &ctx->dfn_);
+    if (loaded != KVRT_SUCCESS) {
+        if (!en.timeline_semaphore) return loaded;
+        // Said to be enabled, but its entry points are missing: do without.
+        ctx->log().log(KVRT_LOG_LEVEL_WARN, "timeline semaphores are unusable: %s", last_error_message());
+        ctx->enabled_.timeline_semaphore = false;
+        KVRT_TRY(load_device_functions(ctx->ifn_, d.device, false, &ctx->dfn_));
+    }
+    KVRT_TRY(ctx->init_common(pipeline_cache));
     *out = std::move(ctx);
     return KVRT_SUCCESS;
 }
 
-Result Context::init_common() {
+Result Context::init_common(const kvrt_pipeline_cache_desc* pipeline_cache) {
     ifn_.vkGetPhysicalDeviceMemoryProperties(info_.handle, &memory_);
     uint64_t limit = info_.props.limits.maxStorageBufferRange;
     if (info_.max_memory_allocation_size) limit = std::min(limit, info_.max_memory_allocation_size);
@@ -378,7 +399,9 @@ Result Context::init_common() {
     pci.queueFamilyIndex = queue_family_;
     KVRT_VK_CHECK(dfn_.vkCreateCommandPool(device_, &pci, nullptr, &oneoff_pool_));
     pipelines_ = std::make_unique<PipelineCache>(*this);
-    KVRT_TRY(pipelines_->init());
+    const void* cache_data = pipeline_cache ? pipeline_cache->data : nullptr;
+    const uint64_t cache_size = cache_data ? pipeline_cache->size : 0;
+    KVRT_TRY(pipelines_->init(cache_data, cache_size));
     return KVRT_SUCCESS;
 }
 

@@ -18,6 +18,7 @@
 #include "vk/loader.hpp"
 
 struct kvrt_vulkan_import_desc;
+struct kvrt_pipeline_cache_desc;
 
 namespace kvrt::vk {
 
@@ -48,17 +49,44 @@ struct ContextOptions {
     static Result from_desc(const kvrt_context_desc* desc, ContextOptions* out);
 };
 
-// A submission's completion, in order: serial N is done when the fence of the
-// submission numbered N signalled. Serial 0 means "nothing".
+// A submission's number. kvrt's own submissions (fences it waits on) complete
+// in serial order; an application's submission of a command buffer kvrt
+// recorded into (kvrt_stream_end_vulkan) completes whenever the application
+// submits it, so in no particular order. Serial 0 means "nothing".
 using Serial = uint64_t;
+
+// How kvrt learns that an application's submission completed: a timeline
+// semaphore reaching `value`, or a fence. Exactly one is set.
+struct ExternalCompletion {
+    VkSemaphore semaphore = VK_NULL_HANDLE;
+    uint64_t value = 0;
+    VkFence fence = VK_NULL_HANDLE;
+};
+
+// The application's semaphores a submission waits on and signals
+// (kvrt_stream_submit_vulkan). Value arrays are empty or match their
+// semaphore arrays; non-empty ones need timeline semaphores.
+struct SubmitSync {
+    std::vector<VkSemaphore> waits;
+    std::vector<uint64_t> wait_values;
+    std::vector<VkPipelineStageFlags> wait_stages;  // one per wait
+    std::vector<VkSemaphore> signals;
+    std::vector<uint64_t> signal_values;
+
+    bool has_values() const { return !wait_values.empty() || !signal_values.empty(); }
+};
 
 class Context {
 public:
-    // Creates an instance and device of its own.
-    static Result create(const ContextOptions& options, std::unique_ptr<Context>* out);
+    // Creates an instance and device of its own. `pipeline_cache` (may be
+    // NULL) holds saved pipeline-cache bytes; they are copied, and ignored with
+    // an INFO message when another device or driver made them.
+    static Result create(const ContextOptions& options, std::unique_ptr<Context>* out,
+                         const kvrt_pipeline_cache_desc* pipeline_cache = nullptr);
     // Wraps an application's Vulkan objects (kvrt_vulkan.h).
     static Result import(const ContextOptions& options, const kvrt_vulkan_import_desc& desc,
-                         std::unique_ptr<Context>* out);
+                         std::unique_ptr<Context>* out,
+                         const kvrt_pipeline_cache_desc* pipeline_cache = nullptr);
 
     Context(const Context&) = delete;
     Context& operator=(const Context&) = delete;
@@ -75,6 +103,8 @@ public:
     const ContextOptions& options() const { return options_; }
     uint32_t queue_family() const { return queue_family_; }
     bool imported() const { return imported_; }
+    // Timeline semaphores are enabled on the device (and their functions loaded).
+    bool timeline() const { return enabled_.timeline_semaphore; }
 
     // Largest binding kvrt uses: min(maxStorageBufferRange, max allocation,
     // the option), rounded down to 256 bytes.
@@ -95,19 +125,28 @@ public:
     bool lost() const { return lost_; }
 
     // --- Submission timeline ---------------------------------------------
-    // Submits one command buffer; returns its serial.
-    Result submit(VkCommandBuffer cb, Serial* out_serial);
-    // Waits until `serial` completed: KVRT_ERROR_TIMEOUT after `timeout_ns`.
+    // Submits one command buffer, waiting on and signalling the semaphores of
+    // `sync` (may be NULL); returns its serial.
+    Result submit(VkCommandBuffer cb, Serial* out_serial, const SubmitSync* sync = nullptr);
+    // Registers an application's submission that completes as `completion`
+    // says (kvrt_stream_end_vulkan); returns its serial. kvrt polls the
+    // semaphore or fence until it has seen the completion, then forgets it.
+    Serial add_external(const ExternalCompletion& completion);
+    // Waits until submission `serial` completed: KVRT_ERROR_TIMEOUT after
+    // `timeout_ns`. For one of kvrt's own submissions this also covers every
+    // earlier one of kvrt's own, not an application's.
     Result wait(Serial serial, uint64_t timeout_ns);
     // Waits with the context's own timeout.
     Result wait(Serial serial) { return wait(serial, options_.wait_timeout_ns); }
-    // Non-blocking: has `serial` completed? Also retires finished submissions.
+    // Non-blocking: has submission `serial` completed? Also retires finished
+    // submissions.
     bool is_done(Serial serial);
     // Waits for every submission (used before destruction).
     Result wait_all(uint64_t timeout_ns);
     Serial last_submitted() const { return next_serial_ - 1; }
 
-    // Runs `release` once `serial` completed (immediately if it has).
+    // Runs `release` once `serial` and every submission before it completed
+    // (immediately if they have).
     void release_after(Serial serial, std::function<void()> release);
 
     // Records a one-off command buffer with `record`, submits it and waits.
@@ -134,7 +173,7 @@ public:
 
 private:
     Context() = default;
-    Result init_common();
+    Result init_common(const kvrt_pipeline_cache_desc* pipeline_cache);
     Result create_device(size_t device_index, const std::vector<PhysicalDeviceInfo>& devices);
     void retire();
     void lock_queue();
@@ -168,11 +207,20 @@ private:
     void* app_queue_user_ = nullptr;
     std::mutex queue_mutex_;
 
-    // In-flight submissions, oldest first.
+    // In-flight submissions, oldest first; an entry leaves when it and all
+    // before it completed (the watermark completed_).
     struct InFlight {
-        Serial serial;
-        VkFence fence;
+        Serial serial = 0;
+        VkFence fence = VK_NULL_HANDLE;  // kvrt's own; recycled once done
+        bool external = false;
+        ExternalCompletion completion;   // the application's, while not done
+        bool done = false;
     };
+    InFlight* find_in_flight(Serial serial);
+    // Polls one entry (and, for an own fence, marks earlier own ones done).
+    void poll(InFlight& f);
+    void mark_done(InFlight& f);
+    void mark_own_done_through(Serial serial);
     std::deque<InFlight> in_flight_;
     std::vector<VkFence> free_fences_;
     struct Pending {

@@ -28,6 +28,7 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     const bool has_f16i8 = v12 || info.has_extension(VK_KHR_SHADER_FLOAT16_INT8_EXTENSION_NAME);
     const bool has_8bit = v12 || info.has_extension(VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
     const bool has_driver = v12 || info.has_extension(VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
+    const bool has_timeline = v12 || info.has_extension(VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME);
 
     // Properties: subgroups (1.1) and the driver's name (1.2 or extension).
     VkPhysicalDeviceSubgroupProperties subgroup{};
@@ -61,6 +62,9 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     void** tail = &s16.pNext;
     if (has_f16i8) { *tail = &f16i8; tail = &f16i8.pNext; }
     if (has_8bit) { *tail = &s8; tail = &s8.pNext; }
+    VkPhysicalDeviceTimelineSemaphoreFeatures timeline{};
+    timeline.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES;
+    if (has_timeline) { *tail = &timeline; tail = &timeline.pNext; }
     VkPhysicalDeviceFeatures2 feats2{};
     feats2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
     feats2.pNext = &s16;
@@ -71,6 +75,7 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     info.supported.shader_float16 = has_f16i8 && f16i8.shaderFloat16;
     info.supported.shader_int8 = has_f16i8 && f16i8.shaderInt8;
     info.supported.storage_8bit = has_8bit && s8.storageBuffer8BitAccess;
+    info.supported.timeline_semaphore = has_timeline && timeline.timelineSemaphore;
 
     // Memory.
     VkPhysicalDeviceMemoryProperties mem{};

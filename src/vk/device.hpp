@@ -19,6 +19,7 @@ struct FeatureSet {
     bool shader_int64 = false;
     bool storage_16bit = false;   // storageBuffer16BitAccess
     bool storage_8bit = false;    // storageBuffer8BitAccess
+    bool timeline_semaphore = false;  // Vulkan 1.2 or VK_KHR_timeline_semaphore
 };
 
 // Everything kvrt reads about a physical device once.

@@ -73,6 +73,7 @@ namespace kvrt::vk {
     X(vkDestroyPipeline)                  \
     X(vkCreatePipelineCache)              \
     X(vkDestroyPipelineCache)             \
+    X(vkGetPipelineCacheData)             \
     X(vkCreateDescriptorPool)             \
     X(vkDestroyDescriptorPool)            \
     X(vkResetDescriptorPool)              \
@@ -91,6 +92,13 @@ namespace kvrt::vk {
     X(vkCmdResetQueryPool)                \
     X(vkCmdWriteTimestamp)
 
+// Timeline semaphores (Vulkan 1.2 core, or the KHR-suffixed names of
+// VK_KHR_timeline_semaphore): loaded only when the feature is enabled, and
+// null otherwise.
+#define KVRT_VK_TIMELINE_FUNCTIONS(X) \
+    X(vkWaitSemaphores)               \
+    X(vkGetSemaphoreCounterValue)
+
 #define KVRT_VK_DECLARE_MEMBER(name) PFN_##name name = nullptr;
 
 struct GlobalFns {
@@ -106,6 +114,7 @@ struct InstanceFns {
 
 struct DeviceFns {
     KVRT_VK_DEVICE_FUNCTIONS(KVRT_VK_DECLARE_MEMBER)
+    KVRT_VK_TIMELINE_FUNCTIONS(KVRT_VK_DECLARE_MEMBER)
 };
 
 }  // namespace kvrt::vk

@@ -92,13 +92,21 @@ Result load_instance_functions(PFN_vkGetInstanceProcAddr gipa, VkInstance instan
     return KVRT_SUCCESS;
 }
 
-Result load_device_functions(const InstanceFns& ifn, VkDevice device, DeviceFns* out) {
+Result load_device_functions(const InstanceFns& ifn, VkDevice device, bool timeline, DeviceFns* out) {
     DeviceFns f;
 #define KVRT_LOAD_DEVICE(name)                                                        \
     f.name = reinterpret_cast<PFN_##name>(ifn.vkGetDeviceProcAddr(device, #name));    \
     if (!f.name) return fail(KVRT_ERROR_UNSUPPORTED, "Vulkan device lacks " #name);
     KVRT_VK_DEVICE_FUNCTIONS(KVRT_LOAD_DEVICE)
 #undef KVRT_LOAD_DEVICE
+    if (timeline) {
+#define KVRT_LOAD_TIMELINE(name)                                                               \
+    f.name = reinterpret_cast<PFN_##name>(ifn.vkGetDeviceProcAddr(device, #name));             \
+    if (!f.name) f.name = reinterpret_cast<PFN_##name>(ifn.vkGetDeviceProcAddr(device, #name "KHR")); \
+    if (!f.name) return fail(KVRT_ERROR_UNSUPPORTED, "timeline semaphores are enabled but the device lacks " #name);
+        KVRT_VK_TIMELINE_FUNCTIONS(KVRT_LOAD_TIMELINE)
+#undef KVRT_LOAD_TIMELINE
+    }
     *out = f;
     return KVRT_SUCCESS;
 }

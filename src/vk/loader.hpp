@@ -37,8 +37,10 @@ private:
 Result load_instance_functions(PFN_vkGetInstanceProcAddr gipa, VkInstance instance,
                                bool debug_utils, InstanceFns* out);
 
-// Loads the device-level entry points of `device`.
-Result load_device_functions(const InstanceFns& ifn, VkDevice device, DeviceFns* out);
+// Loads the device-level entry points of `device`; with `timeline`, also the
+// timeline-semaphore ones (core names first, then the KHR aliases), and
+// KVRT_ERROR_UNSUPPORTED if they are missing.
+Result load_device_functions(const InstanceFns& ifn, VkDevice device, bool timeline, DeviceFns* out);
 
 // Maps a failing VkResult to a kvrt result and records a detail message naming
 // the call that failed.

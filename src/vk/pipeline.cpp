@@ -1,5 +1,9 @@
 #include "vk/pipeline.hpp"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <tuple>
 
 #include "core/fault.hpp"
@@ -13,11 +17,100 @@ bool PipelineKey::operator<(const PipelineKey& o) const {
            std::tie(o.shader, o.n_bindings, o.push_bytes, o.spec);
 }
 
-Result PipelineCache::init() {
+namespace {
+
+// VkPipelineCacheHeaderVersionOne: 32 bytes, every field least significant
+// byte first whatever the host's byte order.
+constexpr size_t kHeaderBytes = 32;
+
+uint32_t read_le32(const uint8_t* p) {
+    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// Why saved data does not fit this device, or nullptr when it does. `why`
+// receives the details.
+const char* mismatch(const uint8_t* data, uint64_t size, const VkPhysicalDeviceProperties& props, char* why,
+                     size_t why_size) {
+    if (size < kHeaderBytes) {
+        std::snprintf(why, why_size, "%llu bytes are shorter than the 32-byte header",
+                      static_cast<unsigned long long>(size));
+        return why;
+    }
+    const uint32_t header_size = read_le32(data);
+    const uint32_t version = read_le32(data + 4);
+    const uint32_t vendor = read_le32(data + 8);
+    const uint32_t device = read_le32(data + 12);
+    if (header_size < kHeaderBytes || header_size > size || version != VK_PIPELINE_CACHE_HEADER_VERSION_ONE) {
+        std::snprintf(why, why_size, "not a Vulkan pipeline cache (header size %u, version %u)", header_size,
+                      version);
+        return why;
+    }
+    if (vendor != props.vendorID || device != props.deviceID) {
+        std::snprintf(why, why_size, "made by device %04x:%04x, this is %04x:%04x", vendor, device,
+                      props.vendorID, props.deviceID);
+        return why;
+    }
+    if (std::memcmp(data + 16, props.pipelineCacheUUID, VK_UUID_SIZE) != 0) {
+        std::snprintf(why, why_size, "made by another driver or driver version (pipelineCacheUUID differs)");
+        return why;
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+Result PipelineCache::init(const void* data, uint64_t size) {
     VkPipelineCacheCreateInfo ci{};
     ci.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO;
-    return ctx_.check(ctx_.fn().vkCreatePipelineCache(ctx_.device(), &ci, nullptr, &cache_),
-                      "vkCreatePipelineCache");
+    if (data && size > 0) {
+        char why[160];
+        if (mismatch(static_cast<const uint8_t*>(data), size, ctx_.info().props, why, sizeof why)) {
+            ctx_.log().log(KVRT_LOG_LEVEL_INFO, "saved pipeline cache ignored: %s", why);
+        } else if (size > SIZE_MAX) {
+            ctx_.log().log(KVRT_LOG_LEVEL_INFO, "saved pipeline cache ignored: too large");
+        } else {
+            ci.initialDataSize = static_cast<size_t>(size);
+            ci.pInitialData = data;
+        }
+    }
+    const DeviceFns& fn = ctx_.fn();
+    VkResult r = fn.vkCreatePipelineCache(ctx_.device(), &ci, nullptr, &cache_);
+    if (r != VK_SUCCESS && ci.initialDataSize > 0 && r != VK_ERROR_DEVICE_LOST) {
+        // A driver may still refuse data whose header matched (a corrupt body):
+        // start empty, as with any other unusable data.
+        ctx_.log().log(KVRT_LOG_LEVEL_INFO, "saved pipeline cache ignored: the driver refused it (%s)",
+                       vk_result_name(r));
+        ci.initialDataSize = 0;
+        ci.pInitialData = nullptr;
+        r = fn.vkCreatePipelineCache(ctx_.device(), &ci, nullptr, &cache_);
+    } else if (r == VK_SUCCESS && ci.initialDataSize > 0) {
+        ctx_.log().log(KVRT_LOG_LEVEL_INFO, "pipeline cache started from %llu saved bytes",
+                       static_cast<unsigned long long>(ci.initialDataSize));
+    }
+    return ctx_.check(r, "vkCreatePipelineCache");
+}
+
+Result PipelineCache::get_data(void* data, uint64_t* size) {
+    const DeviceFns& fn = ctx_.fn();
+    if (!data) {
+        size_t n = 0;
+        KVRT_TRY(ctx_.check(fn.vkGetPipelineCacheData(ctx_.device(), cache_, &n, nullptr), "vkGetPipelineCacheData"));
+        *size = n;
+        return KVRT_SUCCESS;
+    }
+    const uint64_t room = *size;
+    size_t n = static_cast<size_t>(std::min<uint64_t>(room, SIZE_MAX));
+    const VkResult r = fn.vkGetPipelineCacheData(ctx_.device(), cache_, &n, data);
+    if (r == VK_INCOMPLETE) {
+        *size = n;
+        size_t need = 0;
+        if (fn.vkGetPipelineCacheData(ctx_.device(), cache_, &need, nullptr) != VK_SUCCESS) need = 0;
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "buffer too small: the pipeline cache has %llu bytes, room for %llu",
+                    static_cast<unsigned long long>(need), static_cast<unsigned long long>(room));
+    }
+    KVRT_TRY(ctx_.check(r, "vkGetPipelineCacheData"));
+    *size = n;
+    return KVRT_SUCCESS;
 }
 
 PipelineCache::~PipelineCache() {

@@ -1,5 +1,6 @@
 // Compute pipelines, created on first use from the embedded SPIR-V and kept
-// for the life of the context.
+// for the life of the context, through a VkPipelineCache that can start from
+// the bytes an earlier context saved (kvrt_pipeline_cache_desc).
 #pragma once
 
 #include <cstdint>
@@ -43,7 +44,17 @@ public:
     PipelineCache& operator=(const PipelineCache&) = delete;
     ~PipelineCache();
 
-    Result init();
+    // Creates the VkPipelineCache, from `size` bytes of saved data when they
+    // were made by this device and driver (checked against the cache header:
+    // vendor, device and pipelineCacheUUID). Other data is ignored with an
+    // INFO message, never an error; the bytes are copied.
+    Result init(const void* data, uint64_t size);
+
+    // vkGetPipelineCacheData: with `data` NULL writes the size to *size;
+    // otherwise writes up to *size bytes (a valid, possibly partial cache) and
+    // the count written, and fails with KVRT_ERROR_INVALID_ARGUMENT when not
+    // everything fit.
+    Result get_data(void* data, uint64_t* size);
 
     // The pipeline for `key`, created on first use. The pointer stays valid
     // for the life of the context.

@@ -1,6 +1,9 @@
 // The context's submission timeline: fences, waits with timeouts, deferred
 // releases, one-off command buffers and the staging buffer.
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
 
 #include "core/fault.hpp"
 #include "vk/barrier.hpp"
@@ -18,8 +21,10 @@ void Context::unlock_queue() {
     queue_mutex_.unlock();
 }
 
-Result Context::submit(VkCommandBuffer cb, Serial* out_serial) {
+Result Context::submit(VkCommandBuffer cb, Serial* out_serial, const SubmitSync* sync) {
     if (lost_) return fail(KVRT_ERROR_DEVICE_LOST, "the device was lost");
+    if (sync && sync->has_values() && !timeline())
+        return fail(KVRT_ERROR_UNSUPPORTED, "semaphore values need timeline semaphores, which the device lacks");
     KVRT_FAULT_POINT("queue submit", KVRT_ERROR_DEVICE_LOST);
     retire();
     VkFence fence = VK_NULL_HANDLE;
@@ -35,6 +40,22 @@ Result Context::submit(VkCommandBuffer cb, Serial* out_serial) {
     si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
     si.commandBufferCount = 1;
     si.pCommandBuffers = &cb;
+    VkTimelineSemaphoreSubmitInfo tsi{};
+    if (sync) {
+        si.waitSemaphoreCount = static_cast<uint32_t>(sync->waits.size());
+        si.pWaitSemaphores = sync->waits.data();
+        si.pWaitDstStageMask = sync->wait_stages.data();
+        si.signalSemaphoreCount = static_cast<uint32_t>(sync->signals.size());
+        si.pSignalSemaphores = sync->signals.data();
+        if (sync->has_values()) {
+            tsi.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO;
+            tsi.waitSemaphoreValueCount = static_cast<uint32_t>(sync->wait_values.size());
+            tsi.pWaitSemaphoreValues = sync->wait_values.data();
+            tsi.signalSemaphoreValueCount = static_cast<uint32_t>(sync->signal_values.size());
+            tsi.pSignalSemaphoreValues = sync->signal_values.data();
+            si.pNext = &tsi;
+        }
+    }
     lock_queue();
     const VkResult r = dfn_.vkQueueSubmit(queue_, 1, &si, fence);
     unlock_queue();
@@ -43,27 +64,89 @@ Result Context::submit(VkCommandBuffer cb, Serial* out_serial) {
         return check(r, "vkQueueSubmit");
     }
     const Serial serial = next_serial_++;
-    in_flight_.push_back({serial, fence});
+    InFlight f;
+    f.serial = serial;
+    f.fence = fence;
+    in_flight_.push_back(f);
     ++submissions_;
     *out_serial = serial;
     return KVRT_SUCCESS;
 }
 
-void Context::retire() {
-    // Submissions on one queue complete in order: a fence's signal follows every
-    // earlier submission, so the first unsignalled fence ends the scan.
-    while (!in_flight_.empty()) {
-        const InFlight f = in_flight_.front();
-        const VkResult r = dfn_.vkGetFenceStatus(device_, f.fence);
-        if (r == VK_NOT_READY) break;
-        if (r != VK_SUCCESS) {
-            check(r, "vkGetFenceStatus");
-            break;
-        }
-        in_flight_.pop_front();
-        completed_ = f.serial;
+Serial Context::add_external(const ExternalCompletion& completion) {
+    const Serial serial = next_serial_++;
+    InFlight f;
+    f.serial = serial;
+    f.external = true;
+    f.completion = completion;
+    in_flight_.push_back(f);
+    return serial;
+}
+
+Context::InFlight* Context::find_in_flight(Serial serial) {
+    // Serials in the list increase, so a binary search finds the entry.
+    auto it = std::lower_bound(in_flight_.begin(), in_flight_.end(), serial,
+                               [](const InFlight& f, Serial s) { return f.serial < s; });
+    return it != in_flight_.end() && it->serial == serial ? &*it : nullptr;
+}
+
+void Context::mark_done(InFlight& f) {
+    if (f.done) return;
+    f.done = true;
+    if (f.fence) {
         if (dfn_.vkResetFences(device_, 1, &f.fence) == VK_SUCCESS) free_fences_.push_back(f.fence);
         else dfn_.vkDestroyFence(device_, f.fence, nullptr);
+        f.fence = VK_NULL_HANDLE;
+    }
+    // The application may reuse or destroy its semaphore or fence from now on.
+    f.completion = ExternalCompletion{};
+}
+
+void Context::mark_own_done_through(Serial serial) {
+    // A fence signal follows every command submitted before it on the queue,
+    // so kvrt's own earlier submissions are done too (not an application's,
+    // which it may submit later).
+    for (InFlight& f : in_flight_) {
+        if (f.serial > serial) break;
+        if (!f.external) mark_done(f);
+    }
+}
+
+void Context::poll(InFlight& f) {
+    if (f.done) return;
+    VkResult r = VK_NOT_READY;
+    if (!f.external) {
+        r = dfn_.vkGetFenceStatus(device_, f.fence);
+    } else if (f.completion.fence) {
+        r = dfn_.vkGetFenceStatus(device_, f.completion.fence);
+    } else {
+        uint64_t value = 0;
+        r = dfn_.vkGetSemaphoreCounterValue(device_, f.completion.semaphore, &value);
+        if (r == VK_SUCCESS && value < f.completion.value) r = VK_NOT_READY;
+    }
+    if (r == VK_NOT_READY) return;
+    if (r != VK_SUCCESS) {
+        check(r, f.external ? "polling an application's completion" : "vkGetFenceStatus");
+        return;
+    }
+    if (f.external) mark_done(f);
+    else mark_own_done_through(f.serial);
+}
+
+void Context::retire() {
+    // kvrt's own fences signal in submission order: the newest signalled one
+    // settles all before it, so polling stops at the first own one not ready.
+    // The application's completions are polled one by one.
+    bool own_pending = false;
+    for (size_t i = 0; i < in_flight_.size(); ++i) {
+        InFlight& f = in_flight_[i];
+        if (f.done || (own_pending && !f.external)) continue;
+        poll(f);
+        if (!f.external && !f.done) own_pending = true;
+    }
+    while (!in_flight_.empty() && in_flight_.front().done) {
+        completed_ = in_flight_.front().serial;
+        in_flight_.pop_front();
     }
     while (!releases_.empty() && releases_.front().serial <= completed_) {
         auto release = std::move(releases_.front().release);
@@ -75,32 +158,66 @@ void Context::retire() {
 bool Context::is_done(Serial serial) {
     if (serial <= completed_) return true;
     retire();
-    return serial <= completed_;
+    if (serial <= completed_) return true;
+    const InFlight* f = find_in_flight(serial);
+    return f && f->done;
 }
 
 Result Context::wait(Serial serial, uint64_t timeout_ns) {
     if (serial == 0 || serial <= completed_) return KVRT_SUCCESS;
     if (lost_) return fail(KVRT_ERROR_DEVICE_LOST, "the device was lost");
     KVRT_FAULT_POINT("wait", KVRT_ERROR_TIMEOUT);
-    auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
-                           [serial](const InFlight& f) { return f.serial == serial; });
-    if (it == in_flight_.end()) {
+    InFlight* f = find_in_flight(serial);
+    if (!f) {
         retire();
         if (serial <= completed_) return KVRT_SUCCESS;
         return fail(KVRT_ERROR_INTERNAL, "submission %llu is unknown", static_cast<unsigned long long>(serial));
     }
-    const VkResult r = dfn_.vkWaitForFences(device_, 1, &it->fence, VK_TRUE, timeout_ns);
+    if (f->done) return KVRT_SUCCESS;
+    VkResult r;
+    const char* what = "vkWaitForFences";
+    if (!f->external) {
+        r = dfn_.vkWaitForFences(device_, 1, &f->fence, VK_TRUE, timeout_ns);
+    } else if (f->completion.fence) {
+        r = dfn_.vkWaitForFences(device_, 1, &f->completion.fence, VK_TRUE, timeout_ns);
+    } else {
+        VkSemaphoreWaitInfo wi{};
+        wi.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
+        wi.semaphoreCount = 1;
+        wi.pSemaphores = &f->completion.semaphore;
+        wi.pValues = &f->completion.value;
+        r = dfn_.vkWaitSemaphores(device_, &wi, timeout_ns);
+        what = "vkWaitSemaphores";
+    }
     if (r == VK_TIMEOUT)
         return fail(KVRT_ERROR_TIMEOUT, "GPU work did not complete within %.3f ms",
                     static_cast<double>(timeout_ns) / 1e6);
-    KVRT_TRY(check(r, "vkWaitForFences"));
+    KVRT_TRY(check(r, what));
+    if (f->external) mark_done(*f);
+    else mark_own_done_through(serial);
     retire();
     return KVRT_SUCCESS;
 }
 
 Result Context::wait_all(uint64_t timeout_ns) {
-    if (in_flight_.empty()) return KVRT_SUCCESS;
-    return wait(in_flight_.back().serial, timeout_ns);
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::chrono::nanoseconds(std::min<uint64_t>(timeout_ns, INT64_MAX / 2));
+    // The newest own submission settles the other own ones; an application's
+    // are waited for one by one.
+    std::vector<Serial> serials;
+    Serial newest_own = 0;
+    for (const InFlight& f : in_flight_) {
+        if (f.done) continue;
+        if (f.external) serials.push_back(f.serial);
+        else newest_own = f.serial;
+    }
+    if (newest_own) serials.push_back(newest_own);
+    for (Serial s : serials) {
+        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - clock::now()).count();
+        KVRT_TRY(wait(s, left > 0 ? static_cast<uint64_t>(left) : 0));
+    }
+    retire();
+    return KVRT_SUCCESS;
 }
 
 void Context::release_after(Serial serial, std::function<void()> release) {

@@ -73,6 +73,7 @@ Result Stream::create(Context& ctx, bool timestamps, uint32_t max_timings, const
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
     ai.commandBufferCount = 1;
     KVRT_TRY(ctx.check(fn.vkAllocateCommandBuffers(ctx.device(), &ai, &s->cb_), "vkAllocateCommandBuffers"));
+    s->rec_ = s->cb_;
     if (timestamps) {
         if (ctx.info().timestamp_valid_bits == 0)
             return fail(KVRT_ERROR_UNSUPPORTED, "the device's compute queue has no timestamps");
@@ -115,6 +116,23 @@ Stream::~Stream() {
 }
 
 Result Stream::begin() {
+    KVRT_TRY(start_recording());
+    return KVRT_SUCCESS;
+}
+
+Result Stream::begin_external(VkCommandBuffer cb) {
+    if (state_ == State::Recording) return fail(KVRT_ERROR_INVALID_STATE, "the stream is already recording");
+    rec_ = cb;
+    external_ = true;
+    const Result r = start_recording();
+    if (r != KVRT_SUCCESS) {
+        rec_ = cb_;
+        external_ = false;
+    }
+    return r;
+}
+
+Result Stream::start_recording() {
     if (state_ == State::Recording) return fail(KVRT_ERROR_INVALID_STATE, "the stream is already recording");
     if (ctx_.lost()) return fail(KVRT_ERROR_DEVICE_LOST, "the device was lost");
     if (state_ == State::Pending) {
@@ -132,12 +150,17 @@ Result Stream::begin() {
         for (ArenaChunk& c : a->chunks) c.used = 0;
         a->cur = 0;
     }
-    VkCommandBufferBeginInfo bi{};
-    bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    KVRT_TRY(ctx_.check(fn.vkBeginCommandBuffer(cb_, &bi), "vkBeginCommandBuffer"));
-    begin_barrier(fn, cb_);
-    if (queries_) fn.vkCmdResetQueryPool(cb_, queries_, 0, 2 * max_timings_);
+    if (!external_) {
+        rec_ = cb_;
+        VkCommandBufferBeginInfo bi{};
+        bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+        bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+        KVRT_TRY(ctx_.check(fn.vkBeginCommandBuffer(cb_, &bi), "vkBeginCommandBuffer"));
+    }
+    // In an application's command buffer this also makes its earlier compute
+    // and transfer writes visible to kvrt's operations.
+    begin_barrier(fn, rec_);
+    if (queries_) fn.vkCmdResetQueryPool(rec_, queries_, 0, 2 * max_timings_);
     ops_.clear();
     ops_timed_ = 0;
     op_depth_ = 0;
@@ -173,22 +196,23 @@ bool Stream::forget_buffer(const Buffer* buffer) {
 
 void Stream::drop_recording() {
     // Resetting the pool returns the command buffer to the initial state
-    // without ending it (ending it would reference destroyed buffers).
+    // without ending it (ending it would reference destroyed buffers). An
+    // application's command buffer is the application's to reset.
     ctx_.check(ctx_.fn().vkResetCommandPool(ctx_.device(), pool_, 0), "vkResetCommandPool");
     holds_.clear();
     std::vector<Abort> aborts = std::move(aborts_);
     aborts_.clear();
     for (auto it = aborts.rbegin(); it != aborts.rend(); ++it) it->undo();
     state_ = State::Idle;
+    rec_ = cb_;
+    external_ = false;
 }
 
-Result Stream::submit() {
-    KVRT_TRY(require_recording());
+Result Stream::finish_recording() {
     if (broken_) {
         drop_recording();
         return fail(KVRT_ERROR_INVALID_STATE, "the recording was dropped: %s", broken_why_.c_str());
     }
-    const DeviceFns& fn = ctx_.fn();
     for (size_t i = 0; i < upload_.chunks.size() && i <= upload_.cur; ++i) {
         const Result fr = upload_.chunks[i].buffer->flush_mapped();
         if (fr != KVRT_SUCCESS) {
@@ -196,23 +220,63 @@ Result Stream::submit() {
             return fr;
         }
     }
-    if (wrote_) host_read_barrier(fn, cb_);
-    Result r = ctx_.check(fn.vkEndCommandBuffer(cb_), "vkEndCommandBuffer");
+    const DeviceFns& fn = ctx_.fn();
+    if (external_) handover_barrier(fn, rec_);
+    if (wrote_) host_read_barrier(fn, rec_);
+    return KVRT_SUCCESS;
+}
+
+void Stream::handed_over(Serial serial, bool external) {
+    aborts_.clear();
+    for (const Buffer* b : used_) const_cast<Buffer*>(b)->mark_used(serial, external);
+    serial_ = serial;
+    state_ = State::Pending;
+    last_timings_.clear();
+    rec_ = cb_;
+    external_ = false;
+}
+
+Result Stream::submit(const SubmitSync* sync) {
+    KVRT_TRY(require_recording());
+    if (external_)
+        return fail(KVRT_ERROR_INVALID_STATE,
+                    "the stream records into an application's command buffer; end it with kvrt_stream_end_vulkan");
+    if (sync && sync->has_values() && !ctx_.timeline())
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "semaphore values need timeline semaphores, which are not enabled on the device; nothing was "
+                    "submitted and the stream is still recording");
+    KVRT_TRY(finish_recording());
+    Result r = ctx_.check(ctx_.fn().vkEndCommandBuffer(cb_), "vkEndCommandBuffer");
     if (r != KVRT_SUCCESS) {
         drop_recording();
         return r;
     }
     Serial serial = 0;
-    r = ctx_.submit(cb_, &serial);
+    r = ctx_.submit(cb_, &serial, sync);
     if (r != KVRT_SUCCESS) {
         drop_recording();
         return r;
     }
-    aborts_.clear();
-    for (const Buffer* b : used_) const_cast<Buffer*>(b)->mark_used(serial);
-    serial_ = serial;
-    state_ = State::Pending;
-    last_timings_.clear();
+    handed_over(serial, false);
+    return KVRT_SUCCESS;
+}
+
+Result Stream::end_external(const ExternalCompletion* completion) {
+    if (state_ != State::Recording || !external_)
+        return fail(KVRT_ERROR_INVALID_STATE,
+                    "the stream is not recording into an application's command buffer (kvrt_stream_begin_vulkan)");
+    if (!completion) {
+        drop_recording();
+        return KVRT_SUCCESS;
+    }
+    if (completion->semaphore && !ctx_.timeline()) {
+        drop_recording();
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "completion by a timeline semaphore, but timeline semaphores are not enabled on the device; "
+                    "the recording was dropped (use a fence)");
+    }
+    KVRT_TRY(finish_recording());
+    handed_over(ctx_.add_external(*completion), true);
     return KVRT_SUCCESS;
 }
 
@@ -233,7 +297,8 @@ Result Stream::wait(uint64_t timeout_ns) {
             if (op.query == UINT32_MAX) continue;
             const uint64_t t0 = stamps[op.query] & mask, t1 = stamps[op.query + 1] & mask;
             const uint64_t ticks = (t1 - t0) & mask;
-            last_timings_.push_back({op.label, static_cast<uint64_t>(static_cast<double>(ticks) * period)});
+            last_timings_.push_back(
+                {KVRT_STRUCT_TYPE_TIMING, nullptr, op.label, static_cast<uint64_t>(static_cast<double>(ticks) * period)});
         }
     }
     return KVRT_SUCCESS;
@@ -259,7 +324,7 @@ void Stream::begin_op(const char* label) {
     Op op{label, UINT32_MAX};
     if (queries_ && ops_timed_ < max_timings_) {
         op.query = 2 * ops_timed_++;
-        ctx_.fn().vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, op.query);
+        ctx_.fn().vkCmdWriteTimestamp(rec_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, op.query);
     }
     ops_.push_back(op);
 }
@@ -268,7 +333,7 @@ void Stream::end_op() {
     if (--op_depth_ > 0) return;
     const Op& op = ops_.back();
     if (op.query != UINT32_MAX)
-        ctx_.fn().vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, op.query + 1);
+        ctx_.fn().vkCmdWriteTimestamp(rec_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, op.query + 1);
 }
 
 void Stream::track(const BufferUse* uses, uint32_t n_uses) {
@@ -286,7 +351,7 @@ void Stream::track(const BufferUse* uses, uint32_t n_uses) {
         }
     }
     if (hazard) {
-        work_barrier(ctx_.fn(), cb_);
+        work_barrier(ctx_.fn(), rec_);
         since_barrier_.clear();
     }
     for (uint32_t i = 0; i < n_uses; ++i) {
@@ -368,11 +433,11 @@ Result Stream::dispatch(const Pipeline& pipeline, const BufferUse* uses, uint32_
         whole[i].size = uses[i].buffer->piece(uses[i].piece).size;
     }
     track(whole, n_uses);
-    fn.vkCmdBindPipeline(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
-    fn.vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0, nullptr);
+    fn.vkCmdBindPipeline(rec_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.pipeline);
+    fn.vkCmdBindDescriptorSets(rec_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, &set, 0, nullptr);
     if (pipeline.push_bytes)
-        fn.vkCmdPushConstants(cb_, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pipeline.push_bytes, push);
-    fn.vkCmdDispatch(cb_, groups_x, groups_y, groups_z);
+        fn.vkCmdPushConstants(rec_, pipeline.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pipeline.push_bytes, push);
+    fn.vkCmdDispatch(rec_, groups_x, groups_y, groups_z);
     return KVRT_SUCCESS;
 }
 

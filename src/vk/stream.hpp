@@ -1,6 +1,8 @@
 // A stream: one command buffer recorded by ops, submitted to the context's
 // queue and waited for, with barriers derived from what each dispatch reads
-// and writes, and optional GPU timestamps per op.
+// and writes, and optional GPU timestamps per op. A stream can also record into
+// an application's command buffer, which the application submits itself
+// (kvrt_stream_begin_vulkan / kvrt_stream_end_vulkan).
 #pragma once
 
 #include <functional>
@@ -37,8 +39,22 @@ public:
     Context& context() const { return ctx_; }
 
     Result begin();
-    Result submit();
+    // Submits the recording; with `sync`, the submission also waits on and
+    // signals the application's semaphores. KVRT_ERROR_UNSUPPORTED (still
+    // recording, nothing changed) for semaphore values without timeline
+    // semaphores; KVRT_ERROR_INVALID_STATE (nothing changed) while recording
+    // into an application's command buffer.
+    Result submit(const SubmitSync* sync = nullptr);
     Result wait(uint64_t timeout_ns);
+
+    // Starts recording into the application's command buffer `cb` (in the
+    // recording state, of the context's queue family).
+    Result begin_external(VkCommandBuffer cb);
+    // Ends recording into the application's command buffer: the recording
+    // counts as submitted and completes as `completion` says. NULL drops it
+    // and rolls back what it changed. KVRT_ERROR_UNSUPPORTED (dropped) for a
+    // semaphore without timeline semaphores.
+    Result end_external(const ExternalCompletion* completion);
     // Copies the timings of the last completed submission (kvrt_stream_get_timings).
     Result timings(kvrt_timing* out, uint32_t* count);
 
@@ -63,7 +79,9 @@ public:
     // Declares accesses made by commands recorded directly on cmd() (copies,
     // fills), inserting a barrier first when they depend on earlier work.
     void track(const BufferUse* uses, uint32_t n_uses);
-    VkCommandBuffer cmd() const { return cb_; }
+    // The command buffer being recorded: the stream's own, or the
+    // application's between begin_external and end_external.
+    VkCommandBuffer cmd() const { return rec_; }
 
     // Copies `size` bytes of host data into memory that the kernels of this
     // recording can read (a per-stream arena, recycled by the next begin()), and
@@ -108,13 +126,23 @@ private:
     };
 
     explicit Stream(Context& ctx);
+    // Resets pools and arenas and records the first commands into `rec_`.
+    Result start_recording();
+    // Flushes host writes of the recording and records its last barriers
+    // (for the application's later work, for host reads); a broken recording
+    // or a failure drops it.
+    Result finish_recording();
+    // The recording was handed over as `serial`.
+    void handed_over(Serial serial, bool external);
     void drop_recording();
     Result alloc_set(const Pipeline& pipeline, VkDescriptorSet* out);
 
     Context& ctx_;
     State state_ = State::Idle;
     VkCommandPool pool_ = VK_NULL_HANDLE;
-    VkCommandBuffer cb_ = VK_NULL_HANDLE;
+    VkCommandBuffer cb_ = VK_NULL_HANDLE;   // the stream's own
+    VkCommandBuffer rec_ = VK_NULL_HANDLE;  // the one being recorded
+    bool external_ = false;                 // rec_ is the application's
     std::vector<VkDescriptorPool> desc_pools_;
     size_t desc_pool_cur_ = 0;
     VkQueryPool queries_ = VK_NULL_HANDLE;

@@ -1,0 +1,777 @@
+// Ordering kvrt's work with an application's own GPU work (kvrt_vulkan.h):
+// semaphores on kvrt's submissions and recording into the application's
+// command buffers. The application here creates
+// its own instance (validation layer with synchronization checks on) and
+// device, and imports them; any validation error fails the test.
+#include "gpu_test.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "api/handles.hpp"
+#include "kvrt/kvrt_vulkan.h"
+
+using namespace kvrt_test;
+
+namespace {
+
+constexpr uint64_t kLong = 120ull * 1000 * 1000 * 1000;
+
+#define APP_DEVICE_FUNCTIONS(X)                                                                            \
+    X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer)                            \
+    X(vkGetBufferMemoryRequirements) X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory)             \
+    X(vkMapMemory) X(vkCreateCommandPool) X(vkDestroyCommandPool) X(vkAllocateCommandBuffers)              \
+    X(vkFreeCommandBuffers) X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdFillBuffer)               \
+    X(vkCmdCopyBuffer) X(vkCmdPipelineBarrier) X(vkCreateSemaphore) X(vkDestroySemaphore) X(vkCreateFence) \
+    X(vkDestroyFence) X(vkWaitForFences) X(vkGetFenceStatus) X(vkQueueSubmit) X(vkDeviceWaitIdle)
+
+#define APP_TIMELINE_FUNCTIONS(X) X(vkWaitSemaphores) X(vkSignalSemaphore) X(vkGetSemaphoreCounterValue)
+
+// A small host-visible buffer of the application.
+struct AppBuffer {
+    VkBuffer buffer = VK_NULL_HANDLE;
+    VkDeviceMemory memory = VK_NULL_HANDLE;
+    void* mapped = nullptr;
+    VkDeviceSize size = 0;
+
+    std::vector<float> floats(VkDeviceSize offset, size_t count) const {
+        std::vector<float> out(count);
+        std::memcpy(out.data(), static_cast<const uint8_t*>(mapped) + offset, count * sizeof(float));
+        return out;
+    }
+};
+
+// The application: its own instance (validation with synchronization checks)
+// and device, with timeline semaphores enabled when the device has them.
+struct App {
+    void* lib = nullptr;
+    PFN_vkGetInstanceProcAddr gipa = nullptr;
+    VkInstance instance = VK_NULL_HANDLE;
+    VkPhysicalDevice pd = VK_NULL_HANDLE;
+    VkDevice device = VK_NULL_HANDLE;
+    VkQueue queue = VK_NULL_HANDLE;
+    uint32_t family = 0;
+    VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+    VkCommandPool pool = VK_NULL_HANDLE;
+    VkPhysicalDeviceMemoryProperties memory{};
+    bool timeline = false;
+    std::atomic<int> validation_errors{0};
+    std::string first_error;
+    // What the device was created with, as handed to kvrt.
+    VkPhysicalDeviceTimelineSemaphoreFeatures timeline_enabled{};
+    VkPhysicalDeviceFeatures2 enabled{};
+#define APP_DECLARE(name) PFN_##name name = nullptr;
+    APP_DEVICE_FUNCTIONS(APP_DECLARE)
+    APP_TIMELINE_FUNCTIONS(APP_DECLARE)
+#undef APP_DECLARE
+    std::deque<AppBuffer> buffers;  // stable addresses: buffer() returns references
+    std::vector<VkSemaphore> semaphores;
+    std::vector<VkFence> fences;
+
+    static VkBool32 VKAPI_PTR on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                         VkDebugUtilsMessageTypeFlagsEXT,
+                                         const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
+        auto* self = static_cast<App*>(user);
+        if ((severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) && self->validation_errors++ == 0)
+            self->first_error = data->pMessage;
+        return VK_FALSE;
+    }
+
+    template <class T>
+    T ifn(const char* name) const {
+        return reinterpret_cast<T>(gipa(instance, name));
+    }
+
+    App() {
+        lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+        REQUIRE(lib != nullptr);
+        gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
+        REQUIRE(gipa != nullptr);
+        VkApplicationInfo app{};
+        app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
+        app.apiVersion = VK_API_VERSION_1_2;
+        const char* layer = "VK_LAYER_KHRONOS_validation";
+        const char* exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME};
+        const VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+        VkValidationFeaturesEXT vf{};
+        vf.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT;
+        vf.enabledValidationFeatureCount = 1;
+        vf.pEnabledValidationFeatures = &sync;
+        VkInstanceCreateInfo ci{};
+        ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
+        ci.pNext = &vf;
+        ci.pApplicationInfo = &app;
+        ci.enabledLayerCount = 1;
+        ci.ppEnabledLayerNames = &layer;
+        ci.enabledExtensionCount = 2;
+        ci.ppEnabledExtensionNames = exts;
+        auto create_instance = reinterpret_cast<PFN_vkCreateInstance>(gipa(VK_NULL_HANDLE, "vkCreateInstance"));
+        REQUIRE(create_instance(&ci, nullptr, &instance) == VK_SUCCESS);
+        VkDebugUtilsMessengerCreateInfoEXT mci{};
+        mci.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
+        mci.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+        mci.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT;
+        mci.pfnUserCallback = &App::on_message;
+        mci.pUserData = this;
+        REQUIRE(ifn<PFN_vkCreateDebugUtilsMessengerEXT>("vkCreateDebugUtilsMessengerEXT")(instance, &mci, nullptr,
+                                                                                          &messenger) == VK_SUCCESS);
+        uint32_t n = 1;
+        const VkResult er = ifn<PFN_vkEnumeratePhysicalDevices>("vkEnumeratePhysicalDevices")(instance, &n, &pd);
+        REQUIRE((er == VK_SUCCESS || er == VK_INCOMPLETE));
+        REQUIRE(n >= 1);
+        uint32_t nf = 0;
+        auto qprops = ifn<PFN_vkGetPhysicalDeviceQueueFamilyProperties>("vkGetPhysicalDeviceQueueFamilyProperties");
+        qprops(pd, &nf, nullptr);
+        std::vector<VkQueueFamilyProperties> fams(nf);
+        qprops(pd, &nf, fams.data());
+        family = UINT32_MAX;
+        for (uint32_t i = 0; i < nf && family == UINT32_MAX; ++i)
+            if (fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) family = i;
+        REQUIRE(family != UINT32_MAX);
+        ifn<PFN_vkGetPhysicalDeviceMemoryProperties>("vkGetPhysicalDeviceMemoryProperties")(pd, &memory);
+
+        VkPhysicalDeviceTimelineSemaphoreFeatures tl{};
+        tl.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES;
+        VkPhysicalDeviceFeatures2 supported{};
+        supported.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+        supported.pNext = &tl;
+        ifn<PFN_vkGetPhysicalDeviceFeatures2>("vkGetPhysicalDeviceFeatures2")(pd, &supported);
+        timeline = tl.timelineSemaphore;
+
+        timeline_enabled.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES;
+        timeline_enabled.timelineSemaphore = timeline;
+        enabled.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+        enabled.pNext = &timeline_enabled;
+        const float prio = 1.0f;
+        VkDeviceQueueCreateInfo qci{};
+        qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
+        qci.queueFamilyIndex = family;
+        qci.queueCount = 1;
+        qci.pQueuePriorities = &prio;
+        VkDeviceCreateInfo dci{};
+        dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+        dci.pNext = &enabled;
+        dci.queueCreateInfoCount = 1;
+        dci.pQueueCreateInfos = &qci;
+        REQUIRE(ifn<PFN_vkCreateDevice>("vkCreateDevice")(pd, &dci, nullptr, &device) == VK_SUCCESS);
+        auto gdpa = ifn<PFN_vkGetDeviceProcAddr>("vkGetDeviceProcAddr");
+#define APP_LOAD(name)                                                    \
+    name = reinterpret_cast<PFN_##name>(gdpa(device, #name));             \
+    REQUIRE(name != nullptr);
+        APP_DEVICE_FUNCTIONS(APP_LOAD)
+        if (timeline) {
+            APP_TIMELINE_FUNCTIONS(APP_LOAD)
+        }
+#undef APP_LOAD
+        vkGetDeviceQueue(device, family, 0, &queue);
+        VkCommandPoolCreateInfo pci{};
+        pci.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
+        pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+        pci.queueFamilyIndex = family;
+        REQUIRE(vkCreateCommandPool(device, &pci, nullptr, &pool) == VK_SUCCESS);
+    }
+
+    ~App() {
+        if (device) {
+            vkDeviceWaitIdle(device);
+            for (VkSemaphore s : semaphores) vkDestroySemaphore(device, s, nullptr);
+            for (VkFence f : fences) vkDestroyFence(device, f, nullptr);
+            for (const AppBuffer& b : buffers) {
+                vkDestroyBuffer(device, b.buffer, nullptr);
+                vkFreeMemory(device, b.memory, nullptr);
+            }
+            vkDestroyCommandPool(device, pool, nullptr);
+            vkDestroyDevice(device, nullptr);
+        }
+        if (messenger)
+            ifn<PFN_vkDestroyDebugUtilsMessengerEXT>("vkDestroyDebugUtilsMessengerEXT")(instance, messenger, nullptr);
+        if (instance) ifn<PFN_vkDestroyInstance>("vkDestroyInstance")(instance, nullptr);
+        if (lib) dlclose(lib);
+    }
+
+    // The import description; `with_timeline` false hides the feature from kvrt.
+    kvrt_vulkan_import_desc import_desc(bool with_timeline) {
+        kvrt_vulkan_import_desc d = KVRT_VULKAN_IMPORT_DESC_INIT;
+        d.instance = instance;
+        d.physical_device = pd;
+        d.device = device;
+        d.queue = queue;
+        d.queue_family_index = family;
+        d.get_instance_proc_addr = gipa;
+        d.instance_api_version = VK_API_VERSION_1_2;
+        timeline_enabled.timelineSemaphore = with_timeline && timeline;
+        d.enabled_features = &enabled;
+        return d;
+    }
+
+    // A zeroed host-visible storage/transfer buffer.
+    const AppBuffer& buffer(VkDeviceSize size) {
+        AppBuffer b;
+        b.size = size;
+        VkBufferCreateInfo bci{};
+        bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+        bci.size = size;
+        bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                    VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+        REQUIRE(vkCreateBuffer(device, &bci, nullptr, &b.buffer) == VK_SUCCESS);
+        VkMemoryRequirements req{};
+        vkGetBufferMemoryRequirements(device, b.buffer, &req);
+        const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+        uint32_t type = UINT32_MAX;
+        for (uint32_t t = 0; t < memory.memoryTypeCount && type == UINT32_MAX; ++t)
+            if ((req.memoryTypeBits & (1u << t)) && (memory.memoryTypes[t].propertyFlags & want) == want) type = t;
+        REQUIRE(type != UINT32_MAX);
+        VkMemoryAllocateInfo mai{};
+        mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+        mai.allocationSize = req.size;
+        mai.memoryTypeIndex = type;
+        REQUIRE(vkAllocateMemory(device, &mai, nullptr, &b.memory) == VK_SUCCESS);
+        REQUIRE(vkBindBufferMemory(device, b.buffer, b.memory, 0) == VK_SUCCESS);
+        REQUIRE(vkMapMemory(device, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped) == VK_SUCCESS);
+        std::memset(b.mapped, 0, static_cast<size_t>(size));
+        buffers.push_back(b);
+        return buffers.back();
+    }
+
+    VkSemaphore semaphore(bool timeline_type) {
+        VkSemaphoreTypeCreateInfo tci{};
+        tci.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO;
+        tci.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
+        VkSemaphoreCreateInfo sci{};
+        sci.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO;
+        if (timeline_type) sci.pNext = &tci;
+        VkSemaphore s = VK_NULL_HANDLE;
+        REQUIRE(vkCreateSemaphore(device, &sci, nullptr, &s) == VK_SUCCESS);
+        semaphores.push_back(s);
+        return s;
+    }
+
+    VkFence fence() {
+        VkFenceCreateInfo fci{};
+        fci.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+        VkFence f = VK_NULL_HANDLE;
+        REQUIRE(vkCreateFence(device, &fci, nullptr, &f) == VK_SUCCESS);
+        fences.push_back(f);
+        return f;
+    }
+
+    VkCommandBuffer begin() {
+        VkCommandBufferAllocateInfo ai{};
+        ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+        ai.commandPool = pool;
+        ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        ai.commandBufferCount = 1;
+        VkCommandBuffer cb = VK_NULL_HANDLE;
+        REQUIRE(vkAllocateCommandBuffers(device, &ai, &cb) == VK_SUCCESS);
+        VkCommandBufferBeginInfo bi{};
+        bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+        bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+        REQUIRE(vkBeginCommandBuffer(cb, &bi) == VK_SUCCESS);
+        return cb;
+    }
+
+    // Ends `cb` and submits it, waiting on `wait` (at the transfer stage) and
+    // signalling `signal`; values for timeline semaphores, 0 for binary ones.
+    void submit(VkCommandBuffer cb, VkSemaphore wait, uint64_t wait_value, VkSemaphore signal,
+                uint64_t signal_value, VkFence fence_ = VK_NULL_HANDLE) {
+        REQUIRE(vkEndCommandBuffer(cb) == VK_SUCCESS);
+        const VkPipelineStageFlags stage = VK_PIPELINE_STAGE_TRANSFER_BIT;
+        VkTimelineSemaphoreSubmitInfo tsi{};
+        tsi.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO;
+        tsi.waitSemaphoreValueCount = wait ? 1 : 0;
+        tsi.pWaitSemaphoreValues = &wait_value;
+        tsi.signalSemaphoreValueCount = signal ? 1 : 0;
+        tsi.pSignalSemaphoreValues = &signal_value;
+        VkSubmitInfo si{};
+        si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
+        if (wait_value || signal_value) si.pNext = &tsi;
+        si.waitSemaphoreCount = wait ? 1 : 0;
+        si.pWaitSemaphores = &wait;
+        si.pWaitDstStageMask = &stage;
+        si.commandBufferCount = 1;
+        si.pCommandBuffers = &cb;
+        si.signalSemaphoreCount = signal ? 1 : 0;
+        si.pSignalSemaphores = &signal;
+        REQUIRE(vkQueueSubmit(queue, 1, &si, fence_) == VK_SUCCESS);
+    }
+
+    void fill_f32(VkCommandBuffer cb, const AppBuffer& b, VkDeviceSize offset, VkDeviceSize bytes, float value) {
+        uint32_t bits;
+        std::memcpy(&bits, &value, 4);
+        vkCmdFillBuffer(cb, b.buffer, offset, bytes, bits);
+    }
+
+    // Makes transfer writes recorded so far visible to transfers after it.
+    void transfer_barrier(VkCommandBuffer cb) {
+        VkMemoryBarrier mb{};
+        mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+        mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+        vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0,
+                             nullptr, 0, nullptr);
+    }
+};
+
+// Attention over a tiny cache whose expected output the application can
+// compute by hand: K and Q all ones (every score equal), token t's V row all
+// t + 1, so query i (position i) reads the mean of 1..i+1 = (i + 2) / 2.
+constexpr uint32_t kTokens = 6, kHeads = 2, kDim = 8;
+constexpr VkDeviceSize kOffK = 0, kOffV = 256, kOffQ = 512, kInputBytes = 1024;
+constexpr VkDeviceSize kOutBytes = kTokens * kHeads * kDim * 4;
+
+struct Scene {
+    kvrt_context ctx = nullptr;
+    kvrt_cache cache = nullptr;
+    kvrt_buffer input = nullptr;  // the application's input buffer, imported
+    kvrt_buffer out = nullptr;    // kvrt's output buffer
+    VkBuffer out_vk = VK_NULL_HANDLE;
+    VkDeviceSize out_vk_offset = 0;
+    int32_t positions[kTokens] = {};
+    int32_t seqs[kTokens] = {};
+
+    Scene(kvrt_context c, const AppBuffer& in) : ctx(c) {
+        kvrt_cache_desc cd = KVRT_CACHE_DESC_INIT;
+        cd.n_layers = 1;
+        cd.n_heads = kHeads;
+        cd.n_kv_heads = 1;
+        cd.head_dim_k = kDim;
+        cd.capacity = 32;
+        cd.max_seqs = 1;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &cd, &cache));
+        KVRT_REQUIRE_OK(kvrt_buffer_import_vulkan(ctx, in.buffer, 0, in.size, &input));
+        kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+        bd.size = kOutBytes;
+        KVRT_REQUIRE_OK(kvrt_buffer_create(ctx, &bd, &out));
+        VkDeviceSize contiguous = 0;
+        KVRT_REQUIRE_OK(kvrt_buffer_get_vulkan(out, 0, &out_vk, &out_vk_offset, &contiguous));
+        REQUIRE(contiguous >= kOutBytes);
+        for (uint32_t i = 0; i < kTokens; ++i) positions[i] = static_cast<int32_t>(i);
+    }
+    ~Scene() {
+        kvrt_cache_destroy(cache);
+        kvrt_buffer_destroy(input);
+        kvrt_buffer_destroy(out);
+    }
+
+    // The application's commands that write the inputs.
+    static void fill_inputs(App& app, VkCommandBuffer cb, const AppBuffer& in) {
+        app.fill_f32(cb, in, kOffK, kTokens * kDim * 4, 1.0f);
+        for (uint32_t t = 0; t < kTokens; ++t) app.fill_f32(cb, in, kOffV + t * kDim * 4, kDim * 4, float(t + 1));
+        app.fill_f32(cb, in, kOffQ, kTokens * kHeads * kDim * 4, 1.0f);
+    }
+
+    kvrt_batch batch() const {
+        kvrt_batch b = KVRT_BATCH_INIT;
+        b.n_tokens = kTokens;
+        b.positions = positions;
+        b.seq_ids = seqs;
+        return b;
+    }
+
+    // Records the store of all tokens and the attention of all of them.
+    void record(kvrt_stream s) const {
+        const kvrt_batch b = batch();
+        kvrt_tensor_ref k = KVRT_TENSOR_REF_INIT;
+        k.buffer = input;
+        k.offset = kOffK;
+        kvrt_tensor_ref v = k;
+        v.offset = kOffV;
+        KVRT_REQUIRE_OK(kvrt_cache_store(cache, s, &b, 0, &k, &v, nullptr));
+        kvrt_tensor_ref q = k;
+        q.offset = kOffQ;
+        kvrt_output_ref o = KVRT_OUTPUT_REF_INIT;
+        o.buffer = out;
+        KVRT_REQUIRE_OK(kvrt_cache_attention(cache, s, 0, &b, &q, &o, nullptr));
+    }
+
+    // The application's copy of kvrt's output into its own buffer.
+    void copy_out(App& app, VkCommandBuffer cb, const AppBuffer& result) const {
+        VkBufferCopy region{out_vk_offset, 0, kOutBytes};
+        app.vkCmdCopyBuffer(cb, out_vk, result.buffer, 1, &region);
+    }
+
+    static void check_output(const std::vector<float>& got) {
+        REQUIRE(got.size() == kTokens * kHeads * kDim);
+        for (uint32_t i = 0; i < kTokens; ++i) {
+            const float want = (float(i) + 2.0f) / 2.0f;
+            for (uint32_t j = 0; j < kHeads * kDim; ++j) {
+                INFO("query " << i << " value " << j);
+                CHECK(got[i * kHeads * kDim + j] == Approx(want).epsilon(1e-3));
+            }
+        }
+    }
+
+    uint32_t used() const {
+        kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
+        KVRT_REQUIRE_OK(kvrt_cache_get_info(cache, &info));
+        return info.used;
+    }
+};
+
+kvrt_context import_context(App& app, bool with_timeline) {
+    const kvrt_vulkan_import_desc d = app.import_desc(with_timeline);
+    kvrt_context ctx = nullptr;
+    KVRT_REQUIRE_OK(kvrt_context_import(nullptr, &d, &ctx));
+    return ctx;
+}
+
+void check_app_validation(const App& app) {
+    INFO(app.first_error);
+    CHECK(app.validation_errors.load() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("app work, kvrt work and app work ordered by binary semaphores only", "[interop_sync]") {
+    App app;
+    const AppBuffer& in = app.buffer(kInputBytes);
+    const AppBuffer& result = app.buffer(kOutBytes);
+    kvrt_context ctx = import_context(app, true);
+    {
+        Scene scene(ctx, in);
+        Stream s(ctx);
+        VkSemaphore filled = app.semaphore(false), computed = app.semaphore(false);
+        VkFence done = app.fence();
+
+        VkCommandBuffer fill = app.begin();
+        Scene::fill_inputs(app, fill, in);
+        app.submit(fill, VK_NULL_HANDLE, 0, filled, 0);
+
+        KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+        scene.record(s);
+        kvrt_vulkan_submit_desc sd = KVRT_VULKAN_SUBMIT_DESC_INIT;
+        sd.wait_count = 1;
+        sd.wait_semaphores = &filled;
+        sd.signal_count = 1;
+        sd.signal_semaphores = &computed;
+        KVRT_REQUIRE_OK(kvrt_stream_submit_vulkan(s, &sd));
+
+        VkCommandBuffer copy = app.begin();
+        scene.copy_out(app, copy, result);
+        app.submit(copy, computed, 0, VK_NULL_HANDLE, 0, done);
+
+        // Only the application's fence is waited for: the semaphores ordered it all.
+        REQUIRE(app.vkWaitForFences(app.device, 1, &done, VK_TRUE, kLong) == VK_SUCCESS);
+        Scene::check_output(result.floats(0, kTokens * kHeads * kDim));
+        KVRT_REQUIRE_OK(kvrt_stream_wait(s, kLong));
+        CHECK(scene.used() == kTokens);
+    }
+    kvrt_context_destroy(ctx);
+    check_app_validation(app);
+}
+
+TEST_CASE("timeline semaphores: kvrt waits for a value not yet signalled, and signals one", "[interop_sync]") {
+    App app;
+    const AppBuffer& in = app.buffer(kInputBytes);
+    const AppBuffer& result = app.buffer(kOutBytes);
+    kvrt_context ctx = import_context(app, true);
+    CHECK(ctx->ctx->timeline() == app.timeline);
+    {
+        Scene scene(ctx, in);
+        Stream s(ctx);
+        KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+        scene.record(s);
+        if (!app.timeline) {
+            // Without the feature, values are refused and the recording kept.
+            const VkSemaphore binary = app.semaphore(false);
+            const uint64_t value = 1;
+            kvrt_vulkan_submit_desc sd = KVRT_VULKAN_SUBMIT_DESC_INIT;
+            sd.signal_count = 1;
+            sd.signal_semaphores = &binary;
+            sd.signal_values = &value;
+            CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_UNSUPPORTED);
+            CHECK(kvrt_stream_submit(s) == KVRT_SUCCESS);
+            CHECK(kvrt_stream_wait(s, kLong) == KVRT_SUCCESS);
+        } else {
+            // The application's fill signals 1; kvrt waits for 2, which the
+            // host signals only later (wait before signal), and signals 3; the
+            // application's copy waits for 3 and signals 4. One queue runs
+            // its batches in order, so the value kvrt waits for comes from
+            // the host, not from a later batch.
+            const VkSemaphore tl = app.semaphore(true);
+            VkCommandBuffer fill = app.begin();
+            Scene::fill_inputs(app, fill, in);
+            app.submit(fill, VK_NULL_HANDLE, 0, tl, 1);
+            const uint64_t wait_value = 2, signal_value = 3;
+            kvrt_vulkan_submit_desc sd = KVRT_VULKAN_SUBMIT_DESC_INIT;
+            sd.wait_count = 1;
+            sd.wait_semaphores = &tl;
+            sd.wait_values = &wait_value;
+            sd.signal_count = 1;
+            sd.signal_semaphores = &tl;
+            sd.signal_values = &signal_value;
+            KVRT_REQUIRE_OK(kvrt_stream_submit_vulkan(s, &sd));
+            VkCommandBuffer copy = app.begin();
+            scene.copy_out(app, copy, result);
+            app.submit(copy, tl, 3, tl, 4);
+
+            auto wait_value_of = [&](uint64_t v) {
+                VkSemaphoreWaitInfo wi{};
+                wi.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO;
+                wi.semaphoreCount = 1;
+                wi.pSemaphores = &tl;
+                wi.pValues = &v;
+                return app.vkWaitSemaphores(app.device, &wi, kLong);
+            };
+            REQUIRE(wait_value_of(1) == VK_SUCCESS);
+            CHECK(kvrt_stream_wait(s, 0) == KVRT_ERROR_TIMEOUT);  // kvrt still waits for 2
+            uint64_t now = 0;
+            REQUIRE(app.vkGetSemaphoreCounterValue(app.device, tl, &now) == VK_SUCCESS);
+            CHECK(now == 1);
+            VkSemaphoreSignalInfo si{};
+            si.sType = VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO;
+            si.semaphore = tl;
+            si.value = 2;
+            REQUIRE(app.vkSignalSemaphore(app.device, &si) == VK_SUCCESS);
+            REQUIRE(wait_value_of(4) == VK_SUCCESS);
+            Scene::check_output(result.floats(0, kTokens * kHeads * kDim));
+            KVRT_REQUIRE_OK(kvrt_stream_wait(s, kLong));
+        }
+        CHECK(scene.used() == kTokens);
+    }
+    kvrt_context_destroy(ctx);
+    check_app_validation(app);
+}
+
+TEST_CASE("semaphore values without timeline semaphores are refused and change nothing", "[interop_sync]") {
+    App app;
+    kvrt_context ctx = import_context(app, false);  // the feature is hidden from kvrt
+    CHECK_FALSE(ctx->ctx->timeline());
+    {
+        Buffer buf(ctx, 4096);
+        Stream s(ctx);
+        const VkSemaphore sem = app.semaphore(false);
+        const uint64_t value = 1;
+        KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+        KVRT_REQUIRE_OK(kvrt_cmd_fill(s, buf, 0, 4096, 7));
+        kvrt_vulkan_submit_desc sd = KVRT_VULKAN_SUBMIT_DESC_INIT;
+        sd.signal_count = 1;
+        sd.signal_semaphores = &sem;
+        sd.signal_values = &value;
+        CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_UNSUPPORTED);
+        // Still recording: binary semaphores (no values) work.
+        sd.signal_values = nullptr;
+        KVRT_REQUIRE_OK(kvrt_stream_submit_vulkan(s, &sd));
+        KVRT_REQUIRE_OK(kvrt_stream_wait(s, kLong));
+        CHECK(buf.download_words(4092, 1)[0] == 7u);
+
+        // Completion by a semaphore needs timelines: refused, recording dropped.
+        VkCommandBuffer cb = app.begin();
+        KVRT_REQUIRE_OK(kvrt_stream_begin_vulkan(s, cb));
+        KVRT_REQUIRE_OK(kvrt_cmd_fill(s, buf, 0, 4096, 9));
+        kvrt_vulkan_completion c = KVRT_VULKAN_COMPLETION_INIT;
+        c.semaphore = sem;
+        c.value = 1;
+        CHECK(kvrt_stream_end_vulkan(s, &c) == KVRT_ERROR_UNSUPPORTED);
+        CHECK(kvrt_stream_end_vulkan(s, nullptr) == KVRT_ERROR_INVALID_STATE);  // already dropped
+        app.vkFreeCommandBuffers(app.device, app.pool, 1, &cb);
+        CHECK(buf.download_words(4092, 1)[0] == 7u);
+        // The binary semaphore was signalled above and never waited: consume it.
+        VkCommandBuffer drain = app.begin();
+        app.submit(drain, sem, 0, VK_NULL_HANDLE, 0);
+        REQUIRE(app.vkDeviceWaitIdle(app.device) == VK_SUCCESS);
+    }
+    kvrt_context_destroy(ctx);
+    check_app_validation(app);
+}
+
+TEST_CASE("kvrt records into the application's command buffer, completed by timeline or fence",
+          "[interop_sync]") {
+    App app;
+    const bool by_fence = GENERATE(false, true);
+    const bool timestamps = GENERATE(false, true);
+    INFO((by_fence ? "fence" : "timeline") << (timestamps ? ", timestamps" : ""));
+    const AppBuffer& in = app.buffer(kInputBytes);
+    const AppBuffer& result = app.buffer(kOutBytes);
+    kvrt_context ctx = import_context(app, true);
+    {
+        Scene scene(ctx, in);
+        kvrt_stream_desc sdesc = KVRT_STREAM_DESC_INIT;
+        sdesc.flags = timestamps ? KVRT_STREAM_TIMESTAMPS : 0;
+        kvrt_stream s = nullptr;
+        KVRT_REQUIRE_OK(kvrt_stream_create(ctx, &sdesc, &s));
+
+        // One command buffer: the app's fill, kvrt's store and attention, the
+        // app's copy of the output; ordered only by kvrt's two barriers.
+        VkCommandBuffer cb = app.begin();
+        Scene::fill_inputs(app, cb, in);
+        KVRT_REQUIRE_OK(kvrt_stream_begin_vulkan(s, cb));
+        CHECK(kvrt_stream_begin_vulkan(s, cb) == KVRT_ERROR_INVALID_STATE);
+        CHECK(kvrt_stream_begin(s) == KVRT_ERROR_INVALID_STATE);
+        scene.record(s);
+        // A buffer only this recording uses, destroyed before the application
+        // even submits: its memory must stay until the work completed.
+        kvrt_buffer tmp = nullptr;
+        kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+        bd.size = 1 << 16;
+        KVRT_REQUIRE_OK(kvrt_buffer_create(ctx, &bd, &tmp));
+        KVRT_REQUIRE_OK(kvrt_cmd_fill(s, tmp, 0, bd.size, 3));
+        CHECK(kvrt_stream_submit(s) == KVRT_ERROR_INVALID_STATE);  // the app submits it
+        kvrt_vulkan_completion c = KVRT_VULKAN_COMPLETION_INIT;
+        VkSemaphore tl = VK_NULL_HANDLE;
+        VkFence fence = VK_NULL_HANDLE;
+        if (by_fence || !app.timeline) {
+            fence = app.fence();
+            c.fence = fence;
+        } else {
+            tl = app.semaphore(true);
+            c.semaphore = tl;
+            c.value = 5;
+        }
+        KVRT_REQUIRE_OK(kvrt_stream_end_vulkan(s, &c));
+        scene.copy_out(app, cb, result);
+        CHECK(kvrt_stream_wait(s, 0) == KVRT_ERROR_TIMEOUT);  // not submitted yet
+        CHECK(kvrt_stream_begin(s) == KVRT_ERROR_INVALID_STATE);
+        CHECK(scene.used() == kTokens);  // counts as submitted
+        const uint64_t held = device_bytes(ctx);
+        kvrt_buffer_destroy(tmp);
+        CHECK(device_bytes(ctx) == held);
+        {
+            // kvrt's own later work does not wait for the application's
+            // submission, which has not even happened yet.
+            Buffer other(ctx, 4096);
+            Stream s2(ctx);
+            run_stream(s2, [&] { KVRT_REQUIRE_OK(kvrt_cmd_fill(s2, other, 0, 4096, 11)); });
+            CHECK(other.download_words(4092, 1)[0] == 11u);
+        }
+
+        app.submit(cb, VK_NULL_HANDLE, 0, tl, tl ? 5 : 0, fence);
+        // A download waits for the application's submission that wrote it.
+        std::vector<float> direct(kTokens * kHeads * kDim);
+        KVRT_REQUIRE_OK(kvrt_buffer_download(scene.out, 0, direct.data(), kOutBytes));
+        Scene::check_output(direct);
+        KVRT_REQUIRE_OK(kvrt_stream_wait(s, kLong));
+        CHECK(device_bytes(ctx) < held);  // released once the work completed
+        Scene::check_output(result.floats(0, kTokens * kHeads * kDim));
+        if (timestamps) {
+            uint32_t n = 0;
+            KVRT_REQUIRE_OK(kvrt_stream_get_timings(s, nullptr, &n));
+            CHECK(n >= 2);  // store and attention
+        }
+        // The stream records into its own command buffer again.
+        KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+        KVRT_REQUIRE_OK(kvrt_cmd_fill(s, scene.out, 0, kOutBytes, 0));
+        KVRT_REQUIRE_OK(kvrt_stream_submit(s));
+        KVRT_REQUIRE_OK(kvrt_stream_wait(s, kLong));
+        CHECK(result.floats(0, 1)[0] == Approx(1.0f));  // the application's copy is its own
+        kvrt_stream_destroy(s);
+    }
+    kvrt_context_destroy(ctx);
+    check_app_validation(app);
+}
+
+TEST_CASE("dropping a recording made into the application's command buffer rolls it back", "[interop_sync]") {
+    App app;
+    const AppBuffer& in = app.buffer(kInputBytes);
+    kvrt_context ctx = import_context(app, true);
+    {
+        Scene scene(ctx, in);
+        Stream s(ctx);
+        CHECK(kvrt_stream_end_vulkan(s, nullptr) == KVRT_ERROR_INVALID_STATE);  // not recording
+
+        VkCommandBuffer cb = app.begin();
+        KVRT_REQUIRE_OK(kvrt_stream_begin_vulkan(s, cb));
+        scene.record(s);
+        CHECK(scene.used() == kTokens);
+        // Bad completions change nothing: the stream still records.
+        kvrt_vulkan_completion c = KVRT_VULKAN_COMPLETION_INIT;
+        CHECK(kvrt_stream_end_vulkan(s, &c) == KVRT_ERROR_INVALID_ARGUMENT);  // neither
+        c.fence = app.fence();
+        c.semaphore = app.semaphore(false);
+        CHECK(kvrt_stream_end_vulkan(s, &c) == KVRT_ERROR_INVALID_ARGUMENT);  // both
+        c.fence = VK_NULL_HANDLE;
+        c.value = 0;
+        CHECK(kvrt_stream_end_vulkan(s, &c) == KVRT_ERROR_INVALID_ARGUMENT);  // value 0
+        c.type = KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC;
+        CHECK(kvrt_stream_end_vulkan(s, &c) == KVRT_ERROR_INVALID_ARGUMENT);  // mistyped
+        CHECK(scene.used() == kTokens);
+
+        KVRT_REQUIRE_OK(kvrt_stream_end_vulkan(s, nullptr));
+        CHECK(scene.used() == 0);  // the cells are given back
+        app.vkFreeCommandBuffers(app.device, app.pool, 1, &cb);
+
+        // A recording broken by a failed call is dropped by the end, too.
+        kvrt_buffer tmp = nullptr;
+        kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+        bd.size = 4096;
+        KVRT_REQUIRE_OK(kvrt_buffer_create(ctx, &bd, &tmp));
+        cb = app.begin();
+        KVRT_REQUIRE_OK(kvrt_stream_begin_vulkan(s, cb));
+        scene.record(s);
+        KVRT_REQUIRE_OK(kvrt_cmd_fill(s, tmp, 0, 4096, 1));
+        kvrt_buffer_destroy(tmp);
+        const VkFence fence = app.fence();
+        c = kvrt_vulkan_completion KVRT_VULKAN_COMPLETION_INIT;
+        c.fence = fence;
+        CHECK(kvrt_stream_end_vulkan(s, &c) == KVRT_ERROR_INVALID_STATE);
+        CHECK(scene.used() == 0);
+        app.vkFreeCommandBuffers(app.device, app.pool, 1, &cb);
+
+        // The same work through the stream's own command buffer still works.
+        VkCommandBuffer fill = app.begin();
+        Scene::fill_inputs(app, fill, in);
+        const VkFence filled = app.fence();
+        app.submit(fill, VK_NULL_HANDLE, 0, VK_NULL_HANDLE, 0, filled);
+        REQUIRE(app.vkWaitForFences(app.device, 1, &filled, VK_TRUE, kLong) == VK_SUCCESS);
+        run_stream(s, [&] { scene.record(s); });
+        std::vector<float> got(kTokens * kHeads * kDim);
+        KVRT_REQUIRE_OK(kvrt_buffer_download(scene.out, 0, got.data(), kOutBytes));
+        Scene::check_output(got);
+    }
+    kvrt_context_destroy(ctx);
+    check_app_validation(app);
+}
+
+TEST_CASE("interop entry points refuse bad input", "[interop_sync]") {
+    GpuContext ctx;
+    Stream s(ctx);
+    const VkSemaphore fake = reinterpret_cast<VkSemaphore>(uintptr_t(0x1234));
+    kvrt_vulkan_submit_desc sd = KVRT_VULKAN_SUBMIT_DESC_INIT;
+    CHECK(kvrt_stream_submit_vulkan(nullptr, &sd) == KVRT_ERROR_INVALID_HANDLE);
+    CHECK(kvrt_stream_begin_vulkan(nullptr, reinterpret_cast<VkCommandBuffer>(uintptr_t(1))) ==
+          KVRT_ERROR_INVALID_HANDLE);
+    CHECK(kvrt_stream_end_vulkan(nullptr, nullptr) == KVRT_ERROR_INVALID_HANDLE);
+    CHECK(kvrt_stream_begin_vulkan(s, VK_NULL_HANDLE) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_INVALID_STATE);  // not recording
+
+    KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+    sd.wait_count = 1;  // NULL array
+    CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_INVALID_ARGUMENT);
+    const VkSemaphore null_sem = VK_NULL_HANDLE;
+    sd.wait_semaphores = &null_sem;
+    CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_INVALID_ARGUMENT);
+    sd.wait_semaphores = &fake;
+    const VkPipelineStageFlags zero = 0, host = VK_PIPELINE_STAGE_HOST_BIT;
+    sd.wait_stages = &zero;
+    CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_INVALID_ARGUMENT);
+    sd.wait_stages = &host;
+    CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_INVALID_ARGUMENT);
+    sd = kvrt_vulkan_submit_desc KVRT_VULKAN_SUBMIT_DESC_INIT;
+    sd.signal_count = 2;
+    CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_INVALID_ARGUMENT);
+    sd = kvrt_vulkan_submit_desc KVRT_VULKAN_SUBMIT_DESC_INIT;
+    sd.type = KVRT_STRUCT_TYPE_VULKAN_COMPLETION;
+    CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_INVALID_ARGUMENT);
+    const kvrt_timing chained = KVRT_TIMING_INIT;
+    sd = kvrt_vulkan_submit_desc KVRT_VULKAN_SUBMIT_DESC_INIT;
+    sd.next = &chained;
+    CHECK(kvrt_stream_submit_vulkan(s, &sd) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(kvrt_stream_end_vulkan(s, nullptr) == KVRT_ERROR_INVALID_STATE);  // not an app's buffer
+
+    // Still recording after all that; no semaphores is a plain submission, on
+    // kvrt's own device too, which has timeline semaphores when supported.
+    sd = kvrt_vulkan_submit_desc KVRT_VULKAN_SUBMIT_DESC_INIT;
+    KVRT_REQUIRE_OK(kvrt_stream_submit_vulkan(s, &sd));
+    KVRT_REQUIRE_OK(kvrt_stream_wait(s, kLong));
+    KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+    KVRT_REQUIRE_OK(kvrt_stream_submit_vulkan(s, nullptr));
+    KVRT_REQUIRE_OK(kvrt_stream_wait(s, kLong));
+    const kvrt::vk::Context& vctx = *ctx.get()->ctx;
+    CHECK(vctx.timeline() == vctx.info().supported.timeline_semaphore);
+}
