@@ -1367,7 +1367,8 @@ typedef struct kvrt_memory_estimate {
      * their stream) and, for reads into host memory, a staging buffer of the
      * outputs. The driver's own allocation rounding is not included. */
     uint64_t device_bytes;
-    /* The state of one sequence over all layers (one slot). */
+    /* The device bytes of one sequence's state over all layers (one slot),
+     * alignment padding included. */
     uint64_t state_bytes_per_seq;
     /* The largest binding the estimate assumed: the context's, capped at
      * 128 MiB (a memory never binds more), or 128 MiB without a context. */

@@ -20,7 +20,7 @@ constexpr uint32_t kGuard = 64;  // sentinel words on each side of the output
 constexpr uint32_t kSentinel = 0x7FBADBADu;
 
 std::vector<uint8_t> encode(const std::vector<float>& x, kvrt_type t) {
-    std::vector<uint8_t> out(x.size() * (t == KVRT_TYPE_F16 ? 2 : 4));
+    std::vector<uint8_t> out(x.size() * kvrt_type_block_bytes(t));
     for (size_t i = 0; i < x.size(); ++i) {
         if (t == KVRT_TYPE_F16) {
             const uint16_t h = kvrt::ref::f32_to_f16(x[i]);
@@ -47,13 +47,8 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
     desc.type_v = c.v_type;
     std::vector<uint32_t> windows(c.layers, c.window);
     desc.layer_windows = windows.data();
-    kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
-    if (!c.k_scales.empty() || !c.v_scales.empty()) {
-        scales.count = static_cast<uint32_t>(std::max(c.k_scales.size(), c.v_scales.size()));
-        scales.k = c.k_scales.empty() ? nullptr : c.k_scales.data();
-        scales.v = c.v_scales.empty() ? nullptr : c.v_scales.data();
-        desc.next = &scales;
-    }
+    StaticScales scales(c.k_scales, c.v_scales);
+    if (!c.k_scales.empty() || !c.v_scales.empty()) desc.next = scales.desc();
     kvrt_cache cache = nullptr;
     KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, &cache));
 
@@ -70,8 +65,8 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
         for (auto& x : k) x = normal(rng);
         for (auto& x : v) x = normal(rng);
         std::vector<int32_t> seqs(n, seq);
-        kvrt_batch b{n, pos.data(), nullptr, seqs.data()};
-        const kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0}, vr{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
+        const kvrt_batch b = make_batch(n, pos.data(), seqs.data());
+        const kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
         std::vector<uint32_t> cells(n);
         KVRT_REQUIRE_OK(kvrt_cache_store(cache, nullptr, &b, -1, &kr, &vr, cells.data()));
         for (uint32_t l = 0; l < c.layers; ++l)
@@ -135,7 +130,7 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
     std::vector<uint32_t> all_cells(c.capacity);
     for (uint32_t i = 0; i < c.capacity; ++i) all_cells[i] = i;
     double err = 0, ref_norm = 0, err32 = 0, ref32_norm = 0;
-    const size_t out_bytes = size_t{nq} * oe * (c.out_type == KVRT_TYPE_F16 ? 2 : 4);
+    const size_t out_bytes = size_t{nq} * oe * kvrt_type_block_bytes(c.out_type);
     kvrt_buffer out_buf = nullptr;
     kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
     bd.size = out_bytes + 2 * 4 * kGuard;
@@ -146,12 +141,12 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
         if (c.q_type == KVRT_TYPE_F16)
             for (auto& x : q) x = kvrt::ref::round_to_f16(x);
         const auto qbytes = encode(q, c.q_type);
-        const kvrt_tensor_ref qr{nullptr, qbytes.data(), c.q_type, 0, 0, 0};
+        const kvrt_tensor_ref qr = host_tensor(qbytes.data(), c.q_type);
         std::vector<uint32_t> guard(bd.size / 4, kSentinel);
         KVRT_REQUIRE_OK(kvrt_buffer_upload(out_buf, 0, guard.data(), bd.size));
-        const kvrt_output_ref orf{out_buf, nullptr, c.out_type, 4 * kGuard, 0};
-        KVRT_REQUIRE_OK(kvrt_cache_attention(cache, nullptr, static_cast<int32_t>(l), nq, qpos.data(), qseq.data(), &qr,
-                                             &orf, &c.params));
+        const kvrt_output_ref orf = buffer_output(out_buf, 4 * kGuard, c.out_type);
+        const kvrt_batch queries = make_batch(nq, qpos.data(), qseq.data());
+        KVRT_REQUIRE_OK(kvrt_cache_attention(cache, nullptr, static_cast<int32_t>(l), &queries, &qr, &orf, &c.params));
         std::vector<uint32_t> back(bd.size / 4);
         KVRT_REQUIRE_OK(kvrt_buffer_download(out_buf, 0, back.data(), bd.size));
         for (uint32_t i = 0; i < kGuard; ++i)

@@ -28,7 +28,7 @@ struct AttnCase {
     uint32_t seed = 1;
     // Static-scale K / V types: their scales (1 entry or one per layer),
     // chained as a kvrt_static_scales_desc when either is set.
-    std::vector<kvrt_quant_scale> k_scales, v_scales;
+    std::vector<QuantScale> k_scales, v_scales;
 };
 
 struct AttnOutcome {

@@ -1,5 +1,7 @@
 #include "gpu_test.hpp"
 
+#include <algorithm>
+
 namespace kvrt_test {
 
 GpuContext::GpuContext(kvrt_flags flags, uint64_t max_binding_bytes) {
@@ -34,6 +36,26 @@ void GpuContext::on_log(void* user, kvrt_log_level level, const char* message) {
     auto* self = static_cast<GpuContext*>(user);
     std::lock_guard<std::mutex> lock(self->mutex_);
     self->errors_.emplace_back(message);
+}
+
+StaticScales::StaticScales(const std::vector<QuantScale>& k, const std::vector<QuantScale>& v) {
+    for (const QuantScale& q : k) {
+        k_scales_.push_back(q.scale);
+        k_zero_points_.push_back(q.zero_point);
+    }
+    for (const QuantScale& q : v) {
+        v_scales_.push_back(q.scale);
+        v_zero_points_.push_back(q.zero_point);
+    }
+    desc_.count = static_cast<uint32_t>(std::max(k.size(), v.size()));
+    if (!k.empty()) {
+        desc_.k_scales = k_scales_.data();
+        desc_.k_zero_points = k_zero_points_.data();
+    }
+    if (!v.empty()) {
+        desc_.v_scales = v_scales_.data();
+        desc_.v_zero_points = v_zero_points_.data();
+    }
 }
 
 uint64_t device_bytes(kvrt_context ctx) {

@@ -63,6 +63,79 @@ private:
     kvrt_buffer b_ = nullptr;
 };
 
+// Structs the tests pass by pointer, each started from its KVRT_*_INIT macro
+// (so `type` and the defaults are the header's) with the fields a test sets.
+inline kvrt_batch make_batch(uint32_t n_tokens, const int32_t* positions, const int32_t* seq_ids,
+                             const uint32_t* seq_id_counts = nullptr) {
+    kvrt_batch b = KVRT_BATCH_INIT;
+    b.n_tokens = n_tokens;
+    b.positions = positions;
+    b.seq_id_counts = seq_id_counts;
+    b.seq_ids = seq_ids;
+    return b;
+}
+
+inline kvrt_tensor_ref host_tensor(const void* data, kvrt_type element_type = KVRT_TYPE_F32, uint64_t row_stride = 0) {
+    kvrt_tensor_ref t = KVRT_TENSOR_REF_INIT;
+    t.host = data;
+    t.element_type = element_type;
+    t.row_stride = row_stride;
+    return t;
+}
+
+inline kvrt_tensor_ref buffer_tensor(kvrt_buffer buffer, uint64_t offset, kvrt_type element_type = KVRT_TYPE_F32,
+                                     uint64_t row_stride = 0, uint64_t layer_stride = 0) {
+    kvrt_tensor_ref t = KVRT_TENSOR_REF_INIT;
+    t.buffer = buffer;
+    t.element_type = element_type;
+    t.offset = offset;
+    t.row_stride = row_stride;
+    t.layer_stride = layer_stride;
+    return t;
+}
+
+inline kvrt_output_ref host_output(void* data, kvrt_type element_type = KVRT_TYPE_F32) {
+    kvrt_output_ref o = KVRT_OUTPUT_REF_INIT;
+    o.host = data;
+    o.element_type = element_type;
+    return o;
+}
+
+inline kvrt_output_ref buffer_output(kvrt_buffer buffer, uint64_t offset, kvrt_type element_type = KVRT_TYPE_F32,
+                                     uint64_t row_stride = 0) {
+    kvrt_output_ref o = KVRT_OUTPUT_REF_INIT;
+    o.buffer = buffer;
+    o.element_type = element_type;
+    o.offset = offset;
+    o.row_stride = row_stride;
+    return o;
+}
+
+// True for the static-scale types (KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC).
+inline bool is_static_scale(kvrt_type t) { return t == KVRT_TYPE_U8_STATIC || t == KVRT_TYPE_U16_STATIC; }
+
+// One layer's quantization of a static-scale type: value = scale * (q - zero_point).
+struct QuantScale {
+    float scale = 0.0f;
+    int32_t zero_point = 0;
+};
+
+// The kvrt_static_scales_desc of per-layer (or shared) K and V scales: it holds
+// the arrays the descriptor points at, so it must outlive every use of desc().
+// An empty list gives NULL arrays; count is the longer list's length.
+class StaticScales {
+public:
+    StaticScales(const std::vector<QuantScale>& k, const std::vector<QuantScale>& v);
+    StaticScales(const StaticScales&) = delete;
+    StaticScales& operator=(const StaticScales&) = delete;
+    kvrt_static_scales_desc* desc() { return &desc_; }
+
+private:
+    std::vector<float> k_scales_, v_scales_;
+    std::vector<int32_t> k_zero_points_, v_zero_points_;
+    kvrt_static_scales_desc desc_ = KVRT_STATIC_SCALES_DESC_INIT;
+};
+
 // Device memory the context holds now (kvrt_context_stats.device_bytes).
 uint64_t device_bytes(kvrt_context ctx);
 

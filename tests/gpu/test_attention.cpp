@@ -19,15 +19,6 @@ AttnOutcome expect_accurate(kvrt_context ctx, const AttnCase& c, const std::stri
     return o;
 }
 
-const char* name(kvrt_type t) {
-    switch (t) {
-        case KVRT_TYPE_F32: return "f32";
-        case KVRT_TYPE_F16: return "f16";
-        case KVRT_TYPE_Q8_0: return "q8_0";
-        default: return "q4_0";
-    }
-}
-
 const kvrt_type kTypes[] = {KVRT_TYPE_F32, KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0};
 
 }  // namespace
@@ -44,10 +35,10 @@ TEST_CASE("attention is accurate for every K/V type, head dim and kernel variant
                 c.tokens_per_seq = 90;
                 c.seed = dim;
                 const AttnOutcome o =
-                    expect_accurate(ctx, c, std::string(name(t)) + " dim " + std::to_string(dim) +
+                    expect_accurate(ctx, c, std::string(kvrt_type_name(t)) + " dim " + std::to_string(dim) +
                                                 (flags ? " portable" : " shuffle"));
                 if (dim == 128 && !flags)
-                    std::printf("attention %s: nmse %.3g on the same dequantized K/V, %.3g against f32 inputs\n", name(t),
+                    std::printf("attention %s: nmse %.3g on the same dequantized K/V, %.3g against f32 inputs\n", kvrt_type_name(t),
                                 o.nmse, o.nmse_vs_f32);
             }
         }
@@ -153,7 +144,7 @@ TEST_CASE("attention reads cells spread over many binding pieces", "[attention]"
     for (kvrt_type t : {KVRT_TYPE_F16, KVRT_TYPE_Q8_0}) {
         c.k_type = t;
         c.v_type = KVRT_TYPE_F32;
-        expect_accurate(ctx, c, std::string("pieces, K ") + name(t));
+        expect_accurate(ctx, c, std::string("pieces, K ") + kvrt_type_name(t));
     }
 }
 

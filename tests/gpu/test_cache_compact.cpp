@@ -94,9 +94,9 @@ public:
             tokens_.push_back(std::move(t));
             seqs_[seq][pos[i]] = token;
         }
-        const kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0};
-        const kvrt_tensor_ref vr{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
-        const kvrt_batch b{n, pos.data(), nullptr, ids.data()};
+        const kvrt_tensor_ref kr = host_tensor(k.data());
+        const kvrt_tensor_ref vr = host_tensor(v.data());
+        const kvrt_batch b = make_batch(n, pos.data(), ids.data());
         KVRT_REQUIRE_OK(kvrt_cache_store(cache_, nullptr, &b, -1, &kr, &vr, nullptr));
     }
 
@@ -183,12 +183,7 @@ uint64_t array_bytes(uint64_t row_bytes, uint32_t capacity, uint64_t binding) {
 }
 
 uint64_t row_bytes(kvrt_type t, uint32_t kv_heads, uint32_t dim) {
-    switch (t) {
-        case KVRT_TYPE_F32: return uint64_t{kv_heads} * dim * 4;
-        case KVRT_TYPE_Q8_0: return uint64_t{kv_heads} * dim / 32 * 34;
-        case KVRT_TYPE_Q4_0: return uint64_t{kv_heads} * dim / 32 * 18;
-        default: return uint64_t{kv_heads} * dim * 2;
-    }
+    return uint64_t{kv_heads} * dim / kvrt_type_block_size(t) * kvrt_type_block_bytes(t);
 }
 
 }  // namespace
@@ -324,14 +319,14 @@ TEST_CASE("the estimator gives the SPEC's bytes per token without a context", "[
     struct Model {
         const char* name;
         uint32_t layers, kv_heads, dim;
-        kvrt_type type;
+        kvrt_type type;  // KVRT_TYPE_UNDEFINED: the types KVRT_CACHE_DESC_INIT sets
         uint64_t bytes_per_token;
     };
     const Model models[] = {
         {"Llama-3.2-1B", 16, 8, 64, KVRT_TYPE_F16, 32 * 1024},
         {"Llama-3.2-3B", 28, 8, 128, KVRT_TYPE_F16, 112 * 1024},
         {"Llama-2-7B", 32, 32, 128, KVRT_TYPE_F16, 512 * 1024},
-        {"Llama-2-7B, default types", 32, 32, 128, KVRT_TYPE_DEFAULT, 512 * 1024},
+        {"Llama-2-7B, default types", 32, 32, 128, KVRT_TYPE_UNDEFINED, 512 * 1024},
         {"Llama-2-7B, Q8_0", 32, 32, 128, KVRT_TYPE_Q8_0, 32 * 32 * 2 * 4 * 34},
         {"Llama-2-7B, Q4_0", 32, 32, 128, KVRT_TYPE_Q4_0, 32 * 32 * 2 * 4 * 18},
     };
@@ -342,7 +337,7 @@ TEST_CASE("the estimator gives the SPEC's bytes per token without a context", "[
         d.n_heads = 32;
         d.n_kv_heads = m.kv_heads;
         d.head_dim_k = m.dim;
-        d.type_k = d.type_v = m.type;
+        if (m.type != KVRT_TYPE_UNDEFINED) d.type_k = d.type_v = m.type;
         for (uint32_t capacity : {1u, 4096u, 1u << 30}) {
             d.capacity = capacity;
             kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;

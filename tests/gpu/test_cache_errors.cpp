@@ -138,9 +138,9 @@ private:
         for (uint32_t i = 0; i < n; ++i) ids.insert(ids.end(), seqs.begin(), seqs.end());
         const auto k = rows(next_, n, 0.0f), v = rows(next_, n, 1.0f);
         next_ += n;
-        const kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0};
-        const kvrt_tensor_ref vr{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
-        const kvrt_batch b{n, pos.data(), counts.data(), ids.data()};
+        const kvrt_tensor_ref kr = host_tensor(k.data());
+        const kvrt_tensor_ref vr = host_tensor(v.data());
+        const kvrt_batch b = make_batch(n, pos.data(), ids.data(), counts.data());
         KVRT_REQUIRE_OK(kvrt_cache_store(cache_, nullptr, &b, -1, &kr, &vr, nullptr));
     }
 
@@ -156,8 +156,8 @@ struct StoreCall {
     std::vector<uint32_t> counts{1, 1};
     std::vector<int32_t> ids{3, 3};
     std::vector<float> k = rows(100, 2, 0.0f), v = rows(100, 2, 1.0f);
-    kvrt_tensor_ref kref{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0};
-    kvrt_tensor_ref vref{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
+    kvrt_tensor_ref kref = host_tensor(k.data());
+    kvrt_tensor_ref vref = host_tensor(v.data());
     int32_t layer = -1;
 
     // n tokens of sequence 3 at positions 20.., with data.
@@ -172,7 +172,7 @@ struct StoreCall {
         vref.host = v.data();
     }
     kvrt_batch batch() const {
-        return {static_cast<uint32_t>(pos.size()), pos.data(), counts.data(), ids.data()};
+        return make_batch(static_cast<uint32_t>(pos.size()), pos.data(), ids.data(), counts.data());
     }
     kvrt_result store(kvrt_cache c, kvrt_stream s = nullptr) const {
         const kvrt_batch b = batch();
@@ -256,7 +256,14 @@ TEST_CASE("cache creation rejects bad descriptors and handles and allocates noth
     d.head_dim_v = 40;
     create_fails(KVRT_ERROR_INVALID_ARGUMENT, d);
 
-    // Unknown types, layouts and RoPE settings.
+    // Undefined and unknown types, unknown layouts, bad RoPE settings (the
+    // RoPE is part of the descriptor: the estimator checks it too).
+    d = cache_desc();
+    d.type_k = KVRT_TYPE_UNDEFINED;
+    create_fails(KVRT_ERROR_INVALID_ARGUMENT, d);
+    d = cache_desc();
+    d.type_v = KVRT_TYPE_UNDEFINED;
+    create_fails(KVRT_ERROR_INVALID_ARGUMENT, d);
     d = cache_desc();
     d.type_k = static_cast<kvrt_type>(99);
     create_fails(KVRT_ERROR_INVALID_ARGUMENT, d);
@@ -266,14 +273,16 @@ TEST_CASE("cache creation rejects bad descriptors and handles and allocates noth
     d = cache_desc();
     d.layout = static_cast<kvrt_layout>(7);
     create_fails(KVRT_ERROR_INVALID_ARGUMENT, d);
+    kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
     d = cache_desc();
-    d.rope.n_rot = 2 * kDim;  // more than head_dim_k
-    create_fails(KVRT_ERROR_INVALID_ARGUMENT, d, false);
-    d.rope.n_rot = 15;  // odd
-    create_fails(KVRT_ERROR_INVALID_ARGUMENT, d, false);
-    d = cache_desc();
-    d.rope.mode = static_cast<kvrt_rope_mode>(9);
-    create_fails(KVRT_ERROR_INVALID_ARGUMENT, d, false);
+    d.next = &rope;
+    rope.n_rot = 2 * kDim;  // more than head_dim_k
+    create_fails(KVRT_ERROR_INVALID_ARGUMENT, d);
+    rope.n_rot = 15;  // odd
+    create_fails(KVRT_ERROR_INVALID_ARGUMENT, d);
+    rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+    rope.mode = static_cast<kvrt_rope_mode>(9);
+    create_fails(KVRT_ERROR_INVALID_ARGUMENT, d);
 
     // NULL arguments and handles that are not live contexts.
     kvrt_cache out = as<kvrt_cache>(&buffer);
@@ -631,9 +640,18 @@ TEST_CASE("store and write reject data that does not match or overflows", "[cach
         CHECK_REJECTED(fx, A, kvrt_cache_write(fx, nullptr, 2, cells, -1, nullptr, &c.vref));
         CHECK_REJECTED(fx, A, kvrt_cache_write(fx, nullptr, 2, cells, -1, &c.kref, nullptr));
     }
-    for (kvrt_type t : {KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0, static_cast<kvrt_type>(77)}) {
+    // Inputs are F32, F16 or the stored type (K: Q8_0, V: F16).
+    for (kvrt_type t : {KVRT_TYPE_UNDEFINED, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0, KVRT_TYPE_U8_STATIC,
+                        static_cast<kvrt_type>(77)}) {
+        INFO("V element type " << t);
         c = StoreCall();
-        c.vref.type = t;  // inputs are F32 or F16
+        c.vref.element_type = t;
+        both(c);
+    }
+    for (kvrt_type t : {KVRT_TYPE_UNDEFINED, KVRT_TYPE_Q4_0, KVRT_TYPE_U16_STATIC}) {
+        INFO("K element type " << t);
+        c = StoreCall();
+        c.kref.element_type = t;
         both(c);
     }
     Buffer small(ctx, 2 * kRowBytesF32);  // one layer's rows: too small for all layers
@@ -651,7 +669,7 @@ TEST_CASE("store and write reject data that does not match or overflows", "[cach
     c.kref.row_stride = kRowBytesF32 + 2;
     both(c);
     c = StoreCall();
-    c.kref.row_stride = kRowBytesF32 - 4;  // rows would overlap
+    c.kref.head_stride = 130;
     both(c);
     c = StoreCall();
     c.kref.layer_stride = 6;
@@ -676,6 +694,9 @@ TEST_CASE("store and write reject data that does not match or overflows", "[cach
         c.kref.row_stride = stride;
         both(c);
         c = from_buffer(big);
+        c.kref.head_stride = stride;
+        both(c);
+        c = from_buffer(big);
         c.kref.layer_stride = stride;
         both(c);
     }
@@ -690,6 +711,9 @@ TEST_CASE("store and write reject data that does not match or overflows", "[cach
     }
     c = StoreCall();
     c.vref.layer_stride = UINT64_MAX - 3;
+    both(c);
+    c = StoreCall();
+    c.vref.head_stride = UINT64_MAX - 3;
     both(c);
     c = StoreCall();
     c.kref.offset = UINT64_MAX - 3;

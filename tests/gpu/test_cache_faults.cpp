@@ -90,7 +90,7 @@ struct Batch {
     std::vector<int32_t> pos;
     std::vector<uint32_t> counts;
     std::vector<int32_t> ids;
-    kvrt_batch get() const { return {static_cast<uint32_t>(pos.size()), pos.data(), counts.data(), ids.data()}; }
+    kvrt_batch get() const { return make_batch(static_cast<uint32_t>(pos.size()), pos.data(), ids.data(), counts.data()); }
     uint32_t size() const { return static_cast<uint32_t>(pos.size()); }
 };
 
@@ -219,8 +219,8 @@ public:
 private:
     void store_f16(kvrt_stream s, const Batch& b, float salt) {
         const auto k = to_f16(input_rows(b.size(), salt)), v = to_f16(input_rows(b.size(), salt + 0.5f));
-        const kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F16, 0, 0, 0};
-        const kvrt_tensor_ref vr{nullptr, v.data(), KVRT_TYPE_F16, 0, 0, 0};
+        const kvrt_tensor_ref kr = host_tensor(k.data(), KVRT_TYPE_F16);
+        const kvrt_tensor_ref vr = host_tensor(v.data(), KVRT_TYPE_F16);
         const kvrt_batch batch = b.get();
         KVRT_REQUIRE_OK(kvrt_cache_store(cache_, s, &batch, -1, &kr, &vr, nullptr));
     }
@@ -236,8 +236,8 @@ struct Input {
     Input& operator=(const Input&) = delete;
 
     std::vector<float> k = input_rows(3, 7.0f), v = input_rows(3, 9.0f);
-    kvrt_tensor_ref kref{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0};
-    kvrt_tensor_ref vref{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
+    kvrt_tensor_ref kref = host_tensor(k.data());
+    kvrt_tensor_ref vref = host_tensor(v.data());
 };
 
 // Checks the rows of `cells` (token i in cells[i]) in cache layer `layer`

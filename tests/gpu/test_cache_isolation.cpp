@@ -218,9 +218,9 @@ private:
                     k[at] = k_value(next_token_ + i, l, e);
                     v[at] = kvrt::ref::f32_to_f16(v_value(next_token_ + i, l, e));
                 }
-        const kvrt_tensor_ref kref{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0};
-        const kvrt_tensor_ref vref{nullptr, v.data(), KVRT_TYPE_F16, 0, 0, 0};
-        const kvrt_batch batch{n, pos.data(), counts.data(), ids.data()};
+        const kvrt_tensor_ref kref = host_tensor(k.data());
+        const kvrt_tensor_ref vref = host_tensor(v.data(), KVRT_TYPE_F16);
+        const kvrt_batch batch = make_batch(n, pos.data(), ids.data(), counts.data());
 
         std::ostringstream op;
         op << "store t" << next_token_ << "..:";

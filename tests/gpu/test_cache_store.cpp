@@ -106,7 +106,7 @@ void run_store_case(kvrt_context ctx, kvrt_type cache_type, kvrt_type input_type
     {
         std::vector<int32_t> pos(s.capacity / 2), seq(s.capacity / 2, 7);
         for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-        kvrt_batch b{static_cast<uint32_t>(pos.size()), pos.data(), nullptr, seq.data()};
+        const kvrt_batch b = make_batch(static_cast<uint32_t>(pos.size()), pos.data(), seq.data());
         KVRT_REQUIRE_OK(kvrt_cache_place(cache, &b, nullptr));
         for (int32_t p = 0; p < static_cast<int32_t>(pos.size()); p += 3) KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache, 7, p, p + 1));
     }
@@ -127,7 +127,8 @@ void run_store_case(kvrt_context ctx, kvrt_type cache_type, kvrt_type input_type
     // offset to exercise it.
     const uint64_t off = 64;
     kvrt_buffer kbuf = nullptr, vbuf = nullptr, kwrap = nullptr, vwrap = nullptr;
-    kvrt_tensor_ref k = {nullptr, nullptr, input_type, 0, 0, 0};
+    kvrt_tensor_ref k = KVRT_TENSOR_REF_INIT;
+    k.element_type = input_type;
     kvrt_tensor_ref v = k;
     if (kind == SourceKind::Host) {
         k.host = kb.data();
@@ -157,7 +158,7 @@ void run_store_case(kvrt_context ctx, kvrt_type cache_type, kvrt_type input_type
     // All layers in one call.
     std::vector<int32_t> pos(n), seq(n, 1);
     for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(100 + i);
-    kvrt_batch batch{n, pos.data(), nullptr, seq.data()};
+    const kvrt_batch batch = make_batch(n, pos.data(), seq.data());
     std::vector<uint32_t> cells(n, UINT32_MAX);
     KVRT_REQUIRE_OK(kvrt_cache_store(cache, nullptr, &batch, -1, &k, &v, cells.data()));
 
@@ -216,11 +217,11 @@ TEST_CASE("store converts and quantizes exactly like the CPU reference", "[cache
                 for (SourceKind kind : {SourceKind::Host, SourceKind::Buffer, SourceKind::Wrapped}) {
                     // A wrapped VkBuffer range must fit one binding.
                     if (kind == SourceKind::Wrapped && binding != 0) continue;
-                    INFO("type " << type << " input " << input << " source " << int(kind) << " binding " << binding);
+                    INFO("type " << kvrt_type_name(type) << " input " << kvrt_type_name(input) << " source " << int(kind) << " binding " << binding);
                     run_store_case(ctx, type, input, kind, Shape{}, &o);
                 }
             }
-            INFO("type " << type);
+            INFO("type " << kvrt_type_name(type));
             CHECK(o.values > 0);
             // GGML-identical codes are the goal; one step is what SPEC allows.
             CHECK(o.exact == o.values);

@@ -1,133 +1,13 @@
 // kvrt_context_import: kvrt on an application's own VkInstance, VkDevice and
 // queue, loaded through the application's vkGetInstanceProcAddr.
-#include "gpu_test.hpp"
-
-#include <dlfcn.h>
+#include "app_vulkan.hpp"
 
 #include <atomic>
 #include <cstring>
 
-#include "kvrt/kvrt_vulkan.h"
-
 using namespace kvrt_test;
 
 namespace {
-
-struct AppVulkan {
-    void* lib = nullptr;
-    PFN_vkGetInstanceProcAddr gipa = nullptr;
-    VkInstance instance = VK_NULL_HANDLE;
-    VkPhysicalDevice pd = VK_NULL_HANDLE;
-    VkDevice device = VK_NULL_HANDLE;
-    VkQueue queue = VK_NULL_HANDLE;
-    uint32_t family = 0;
-    VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
-    std::atomic<int> validation_errors{0};
-    std::string first_error;
-    VkPhysicalDevice16BitStorageFeatures s16{};
-    VkPhysicalDeviceFeatures2 features{};
-
-    static VkBool32 VKAPI_PTR on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
-                                         VkDebugUtilsMessageTypeFlagsEXT,
-                                         const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
-        auto* self = static_cast<AppVulkan*>(user);
-        if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
-            if (self->validation_errors++ == 0) self->first_error = data->pMessage;
-        }
-        return VK_FALSE;
-    }
-
-    template <class T>
-    T instance_fn(const char* name) const {
-        return reinterpret_cast<T>(gipa(instance, name));
-    }
-
-    void create() {
-        lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-        REQUIRE(lib != nullptr);
-        gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
-        REQUIRE(gipa != nullptr);
-        auto create_instance = reinterpret_cast<PFN_vkCreateInstance>(gipa(VK_NULL_HANDLE, "vkCreateInstance"));
-        VkApplicationInfo app{};
-        app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
-        app.apiVersion = VK_API_VERSION_1_1;
-        const char* layer = "VK_LAYER_KHRONOS_validation";
-        const char* ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
-        VkInstanceCreateInfo ci{};
-        ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
-        ci.pApplicationInfo = &app;
-        ci.enabledLayerCount = 1;
-        ci.ppEnabledLayerNames = &layer;
-        ci.enabledExtensionCount = 1;
-        ci.ppEnabledExtensionNames = &ext;
-        REQUIRE(create_instance(&ci, nullptr, &instance) == VK_SUCCESS);
-
-        VkDebugUtilsMessengerCreateInfoEXT mci{};
-        mci.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
-        mci.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
-        mci.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT;
-        mci.pfnUserCallback = &AppVulkan::on_message;
-        mci.pUserData = this;
-        REQUIRE(instance_fn<PFN_vkCreateDebugUtilsMessengerEXT>("vkCreateDebugUtilsMessengerEXT")(
-                    instance, &mci, nullptr, &messenger) == VK_SUCCESS);
-
-        uint32_t n = 1;
-        const VkResult er = instance_fn<PFN_vkEnumeratePhysicalDevices>("vkEnumeratePhysicalDevices")(instance, &n, &pd);
-        REQUIRE((er == VK_SUCCESS || er == VK_INCOMPLETE));
-        REQUIRE(n >= 1);
-        uint32_t nf = 0;
-        auto qprops = instance_fn<PFN_vkGetPhysicalDeviceQueueFamilyProperties>("vkGetPhysicalDeviceQueueFamilyProperties");
-        qprops(pd, &nf, nullptr);
-        std::vector<VkQueueFamilyProperties> fams(nf);
-        qprops(pd, &nf, fams.data());
-        family = UINT32_MAX;
-        for (uint32_t i = 0; i < nf && family == UINT32_MAX; ++i)
-            if (fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) family = i;
-        REQUIRE(family != UINT32_MAX);
-
-        s16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
-        features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-        features.pNext = &s16;
-        instance_fn<PFN_vkGetPhysicalDeviceFeatures2>("vkGetPhysicalDeviceFeatures2")(pd, &features);
-        const float prio = 1.0f;
-        VkDeviceQueueCreateInfo qci{};
-        qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
-        qci.queueFamilyIndex = family;
-        qci.queueCount = 1;
-        qci.pQueuePriorities = &prio;
-        // Enable only 16-bit storage (if present); kvrt must not use more.
-        VkPhysicalDeviceFeatures2 enable{};
-        enable.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-        VkPhysicalDevice16BitStorageFeatures s16_enable{};
-        s16_enable.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
-        s16_enable.storageBuffer16BitAccess = s16.storageBuffer16BitAccess;
-        enable.pNext = &s16_enable;
-        VkDeviceCreateInfo dci{};
-        dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-        dci.pNext = &enable;
-        dci.queueCreateInfoCount = 1;
-        dci.pQueueCreateInfos = &qci;
-        REQUIRE(instance_fn<PFN_vkCreateDevice>("vkCreateDevice")(pd, &dci, nullptr, &device) == VK_SUCCESS);
-        auto gdpa = instance_fn<PFN_vkGetDeviceProcAddr>("vkGetDeviceProcAddr");
-        reinterpret_cast<PFN_vkGetDeviceQueue>(gdpa(device, "vkGetDeviceQueue"))(device, family, 0, &queue);
-        // What the app enabled, as it will tell kvrt.
-        s16 = s16_enable;
-        s16.pNext = nullptr;
-        features = enable;
-        features.pNext = &s16;
-    }
-
-    ~AppVulkan() {
-        if (device) {
-            auto gdpa = instance_fn<PFN_vkGetDeviceProcAddr>("vkGetDeviceProcAddr");
-            reinterpret_cast<PFN_vkDestroyDevice>(gdpa(device, "vkDestroyDevice"))(device, nullptr);
-        }
-        if (messenger)
-            instance_fn<PFN_vkDestroyDebugUtilsMessengerEXT>("vkDestroyDebugUtilsMessengerEXT")(instance, messenger, nullptr);
-        if (instance) instance_fn<PFN_vkDestroyInstance>("vkDestroyInstance")(instance, nullptr);
-        if (lib) dlclose(lib);
-    }
-};
 
 struct QueueLock {
     std::atomic<int> locks{0}, unlocks{0};

@@ -21,8 +21,10 @@ struct ShiftCache {
     uint32_t kv_heads = 2, dim = 64, layers = 2;
     ref::RopeParams rope;
 
-    ShiftCache(kvrt_context ctx, kvrt_type type, kvrt_rope_params rp, uint32_t capacity = 128, kvrt_flags flags = 0) {
+    ShiftCache(kvrt_context ctx, kvrt_type type, kvrt_rope_desc rp, uint32_t capacity = 128, kvrt_flags flags = 0) {
+        rp.next = nullptr;
         kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
+        d.next = &rp;
         d.n_layers = layers;
         d.n_heads = kv_heads * 2;
         d.n_kv_heads = kv_heads;
@@ -30,7 +32,6 @@ struct ShiftCache {
         d.capacity = capacity;
         d.type_k = type;
         d.type_v = KVRT_TYPE_F16;
-        d.rope = rp;
         d.flags = flags;
         KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache));
         rope.n_rot = rp.n_rot ? static_cast<int>(rp.n_rot) : static_cast<int>(dim);
@@ -64,13 +65,13 @@ struct ShiftCache {
                         k[((size_t{l} * n + i) * kv_heads + h) * dim + d] = static_cast<float>(rot[d]);
                 }
         std::vector<int32_t> seqs(n, seq);
-        kvrt_batch b{n, pos.data(), nullptr, seqs.data()};
-        const kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0};
+        kvrt_batch b = make_batch(n, pos.data(), seqs.data());
+        const kvrt_tensor_ref kr = host_tensor(k.data());
         // V: a function of the raw K, so the same token always has the same V.
         std::vector<float> v(k.size());
         for (uint32_t l = 0; l < layers; ++l)
             for (size_t i = 0; i < size_t{n} * row(); ++i) v[size_t{l} * n * row() + i] = std::sin(3.0f * raw[i]);
-        const kvrt_tensor_ref vr{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
+        const kvrt_tensor_ref vr = host_tensor(v.data());
         std::vector<uint32_t> cells(n);
         KVRT_REQUIRE_OK(kvrt_cache_store(cache, nullptr, &b, -1, &kr, &vr, cells.data()));
         return cells;
@@ -111,8 +112,8 @@ std::vector<int32_t> iota(int32_t first, uint32_t n) {
     return p;
 }
 
-kvrt_rope_params rope_params(kvrt_rope_mode mode, uint32_t n_rot, bool yarn) {
-    kvrt_rope_params rp{};
+kvrt_rope_desc rope_params(kvrt_rope_mode mode, uint32_t n_rot, bool yarn) {
+    kvrt_rope_desc rp = KVRT_ROPE_DESC_INIT;
     rp.mode = mode;
     rp.n_rot = n_rot;
     if (yarn) {
@@ -191,9 +192,10 @@ namespace {
 // Attention outputs of one query (position `qpos`, sequence `seq`) over layer 0.
 std::vector<float> attend(const ShiftCache& c, int32_t qpos, int32_t seq, const std::vector<float>& q) {
     std::vector<float> out(size_t{c.kv_heads} * 2 * c.dim);
-    const kvrt_tensor_ref qr{nullptr, q.data(), KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_output_ref orf{nullptr, out.data(), KVRT_TYPE_F32, 0, 0};
-    KVRT_REQUIRE_OK(kvrt_cache_attention(c.cache, nullptr, 0, 1, &qpos, &seq, &qr, &orf, nullptr));
+    const kvrt_tensor_ref qr = host_tensor(q.data());
+    const kvrt_output_ref orf = host_output(out.data());
+    const kvrt_batch queries = make_batch(1, &qpos, &seq);
+    KVRT_REQUIRE_OK(kvrt_cache_attention(c.cache, nullptr, 0, &queries, &qr, &orf, nullptr));
     return out;
 }
 
@@ -204,7 +206,7 @@ TEST_CASE("attention after a context shift equals attention over a cache rebuilt
     for (kvrt_type t : {KVRT_TYPE_F32, KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0}) {
         for (kvrt_flags flags : {0u, static_cast<kvrt_flags>(KVRT_CACHE_DEFERRED_ROPE)}) {
             const bool deferred = flags != 0;
-            const kvrt_rope_params rp = rope_params(KVRT_ROPE_NORMAL, 0, false);
+            const kvrt_rope_desc rp = rope_params(KVRT_ROPE_NORMAL, 0, false);
             ShiftCache shifted(ctx, t, rp, 128, flags), rebuilt(ctx, t, rp, 128, flags);
             const uint32_t n = 100, n_keep = 4;
             const auto raw = random_raw(n, shifted.row(), 9);
@@ -240,7 +242,7 @@ TEST_CASE("deferred attention equals attention over K rotated on the host", "[sh
     GpuContext ctx;
     for (kvrt_rope_mode mode : {KVRT_ROPE_NORMAL, KVRT_ROPE_NEOX}) {
         for (bool yarn : {false, true}) {
-            const kvrt_rope_params rp = rope_params(mode, 48, yarn);
+            const kvrt_rope_desc rp = rope_params(mode, 48, yarn);
             ShiftCache rotated(ctx, KVRT_TYPE_F32, rp), deferred(ctx, KVRT_TYPE_F32, rp, 128, KVRT_CACHE_DEFERRED_ROPE);
             const auto raw = random_raw(60, rotated.row(), 4);
             rotated.store(iota(200, 60), 0, raw, true);
@@ -268,7 +270,7 @@ TEST_CASE("drift of K rotated in place over 1,000 context shifts", "[shift]") {
         }
         const double after_1000 = ref::nmse(c.read_k(cells, 0), c.exact(iota(0, 32), raw));
         std::printf("shift drift %s in place: nmse of K after 1 shift %.3g, after 1000 shifts %.3g\n",
-                    t == KVRT_TYPE_F16 ? "f16" : t == KVRT_TYPE_Q8_0 ? "q8_0" : "q4_0", after_one, after_1000);
+                    kvrt_type_name(t), after_one, after_1000);
         // Re-rounding 1,000 times does not make K better. (Q4_0's error grows
         // geometrically: each re-quantization adds noise in proportion to the
         // block's largest value. That is what deferred RoPE is for.)

@@ -83,9 +83,9 @@ kvrt_result store_tokens(kvrt_cache c, const Shape& sh, int32_t seq, int32_t fir
             std::copy_n(tv.data() + l * vl, vl, v.data() + (size_t{l} * n + i) * vl);
         }
     }
-    kvrt_batch b{n, pos.data(), nullptr, seqs.data()};
-    kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0};
-    kvrt_tensor_ref vr{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
+    kvrt_batch b = make_batch(n, pos.data(), seqs.data());
+    kvrt_tensor_ref kr = host_tensor(k.data());
+    kvrt_tensor_ref vr = host_tensor(v.data());
     return kvrt_cache_store(c, stream, &b, -1, &kr, &vr, cells);
 }
 
@@ -96,7 +96,7 @@ void check_windows(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t seq_len,
         for (uint32_t h = 0; h < sh.kv_heads; ++h)
             for (kvrt_kv_array a : {KVRT_KV_ARRAY_K, KVRT_KV_ARRAY_V}) {
                 kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
-                KVRT_REQUIRE_OK(kvrt_cache_static_window(c, seq, l, h, a, &w));
+                KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, seq, static_cast<int32_t>(l), h, a, &w));
                 const uint32_t dim = a == KVRT_KV_ARRAY_K ? sh.dk : sh.dv;
                 REQUIRE(w.rows == W);
                 REQUIRE(w.row_stride == dim * 2u);
@@ -128,8 +128,8 @@ void check_windows(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t seq_len,
     // The mask: padding first, then the valid rows and the new token.
     std::vector<float> m32(seq_len);
     std::vector<uint16_t> m16(seq_len);
-    KVRT_REQUIRE_OK(kvrt_cache_static_mask(c, seq, KVRT_TYPE_F32, m32.data(), m32.size() * 4));
-    KVRT_REQUIRE_OK(kvrt_cache_static_mask(c, seq, KVRT_TYPE_F16, m16.data(), m16.size() * 2));
+    KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(c, seq, KVRT_TYPE_F32, m32.data(), m32.size() * 4));
+    KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(c, seq, KVRT_TYPE_F16, m16.data(), m16.size() * 2));
     for (uint32_t i = 0; i < seq_len; ++i) {
         const bool pad = i < W - n_valid;
         REQUIRE(m32[i] == (pad ? -std::numeric_limits<float>::infinity() : 0.0f));
@@ -159,14 +159,14 @@ TEST_CASE("static layout: windows, masks and bytes moved while appending", "[sta
         if (t == 2 * W + 1) bytes_before = device_bytes(ctx);
         check_windows(c, sh, 0, S, std::min(t, W), static_cast<int32_t>(t - 1));
         kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-        KVRT_REQUIRE_OK(kvrt_cache_static_stats(c, 0, &st));
+        KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(c, 0, &st));
         REQUIRE(st.rows_appended == t);
         REQUIRE(st.rows_moved == kvrt::kv::expected_rows_moved(S, reserve, t));
         REQUIRE(st.bytes_moved == st.rows_moved * per_row);
     }
     // Once full, R = 1 slides every token; R = 2 copies S-2 rows per S tokens.
     kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-    KVRT_REQUIRE_OK(kvrt_cache_static_stats(c, -1, &st));
+    KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(c, -1, &st));
     if (reserve == 1.0) REQUIRE(st.slides >= 2 * W);
     if (reserve == 2.0) REQUIRE(st.slides == (3 * W) / (W + 1));
     REQUIRE(device_bytes(ctx) == bytes_before);  // the layout never grows
@@ -199,14 +199,14 @@ TEST_CASE("static layout: chunks, several sequences, place and write, removal", 
     // place + layer-by-layer write lands in the same rows.
     {
         int32_t pos = next[0], seq = 0;
-        kvrt_batch b{1, &pos, nullptr, &seq};
+        kvrt_batch b = make_batch(1, &pos, &seq);
         uint32_t cell = 0;
         KVRT_REQUIRE_OK(kvrt_cache_place(c, &b, &cell));
         std::vector<float> k, v;
         token_rows(sh, pos, &k, &v);
         for (uint32_t l = 0; l < sh.layers; ++l) {
-            kvrt_tensor_ref kr{nullptr, k.data() + size_t{l} * sh.kv_heads * sh.dk, KVRT_TYPE_F32, 0, 0, 0};
-            kvrt_tensor_ref vr{nullptr, v.data() + size_t{l} * sh.kv_heads * sh.dv, KVRT_TYPE_F32, 0, 0, 0};
+            kvrt_tensor_ref kr = host_tensor(k.data() + size_t{l} * sh.kv_heads * sh.dk);
+            kvrt_tensor_ref vr = host_tensor(v.data() + size_t{l} * sh.kv_heads * sh.dv);
             KVRT_REQUIRE_OK(kvrt_cache_write(c, nullptr, 1, &cell, static_cast<int32_t>(l), &kr, &vr));
         }
         ++next[0];
@@ -224,7 +224,7 @@ TEST_CASE("static layout: chunks, several sequences, place and write, removal", 
     KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 0, -1, -1));
     check_windows(c, sh, 0, S, 0, -1);
     kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-    KVRT_REQUIRE_OK(kvrt_cache_static_stats(c, 0, &st));
+    KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(c, 0, &st));
     REQUIRE(st.rows_appended == 0);
     REQUIRE(store_tokens(c, sh, 0, 3, 4) == KVRT_SUCCESS);
     check_windows(c, sh, 0, S, 4, 6);
@@ -248,7 +248,7 @@ TEST_CASE("static layout: a dropped recording gives the windows back", "[static]
         KVRT_REQUIRE_OK(kvrt_stream_begin(s));
         REQUIRE(store_tokens(c, sh, 0, static_cast<int32_t>(W), 3, s) == KVRT_SUCCESS);
         kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
-        KVRT_REQUIRE_OK(kvrt_cache_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &w));
+        KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &w));
         REQUIRE(w.pos_last == static_cast<int32_t>(W) + 2);
     }  // destroyed without submitting
     check_windows(c, sh, 0, S, W, static_cast<int32_t>(W) - 1);
@@ -271,10 +271,10 @@ std::vector<float> attend(kvrt_cache c, const Shape& sh, uint32_t layer, int32_t
     std::vector<int32_t> pos(n_q), seqs(n_q, 0);
     for (uint32_t i = 0; i < n_q; ++i) pos[i] = last - static_cast<int32_t>(n_q - 1 - i);
     std::vector<float> out(size_t{n_q} * sh.heads * sh.dv, -1.0f);
-    kvrt_tensor_ref qr{nullptr, q.data(), KVRT_TYPE_F32, 0, 0, 0};
-    kvrt_output_ref o{nullptr, out.data(), KVRT_TYPE_F32, 0, 0};
-    const kvrt_result r = kvrt_cache_attention(c, nullptr, static_cast<int32_t>(layer), n_q, pos.data(), seqs.data(),
-                                               &qr, &o, params);
+    kvrt_tensor_ref qr = host_tensor(q.data());
+    kvrt_output_ref o = host_output(out.data());
+    const kvrt_batch queries = make_batch(n_q, pos.data(), seqs.data());
+    const kvrt_result r = kvrt_cache_attention(c, nullptr, static_cast<int32_t>(layer), &queries, &qr, &o, params);
     INFO(kvrt_last_error_message());
     REQUIRE(r == KVRT_SUCCESS);
     return out;
@@ -353,14 +353,14 @@ TEST_CASE("static layout: a sequence moves between layouts bit for bit", "[stati
     // Cells -> static: 60 tokens; the window takes the newest 39.
     REQUIRE(store_tokens(cells, sh, 1, 10, 60) == KVRT_SUCCESS);
     uint32_t n = 0;
-    KVRT_REQUIRE_OK(kvrt_cache_seq_transfer(st, 1, cells, 1, &n));
+    KVRT_REQUIRE_OK(kvrt_cache_seq_transfer(cells, 1, st, 1, &n));
     REQUIRE(n == W);
     check_windows(st, sh, 1, S, W, 69);
     // Appending continues from there.
     REQUIRE(store_tokens(st, sh, 1, 70, 5) == KVRT_SUCCESS);
     check_windows(st, sh, 1, S, W, 74);
     // Static -> cells, into another sequence: every row equal.
-    KVRT_REQUIRE_OK(kvrt_cache_seq_transfer(cells, 3, st, 1, &n));
+    KVRT_REQUIRE_OK(kvrt_cache_seq_transfer(st, 1, cells, 3, &n));
     REQUIRE(n == W);
     int32_t lo = 0, hi = 0;
     KVRT_REQUIRE_OK(kvrt_cache_seq_pos_min(cells, 3, &lo));
@@ -368,30 +368,30 @@ TEST_CASE("static layout: a sequence moves between layouts bit for bit", "[stati
     REQUIRE(lo == 74 - static_cast<int32_t>(W) + 1);
     REQUIRE(hi == 74);
     // Back again into the static cache's other sequence: same windows.
-    KVRT_REQUIRE_OK(kvrt_cache_seq_transfer(st, 0, cells, 3, &n));
+    KVRT_REQUIRE_OK(kvrt_cache_seq_transfer(cells, 3, st, 0, &n));
     check_windows(st, sh, 0, S, W, 74);
     for (uint32_t l = 0; l < sh.layers; ++l)
         for (uint32_t h = 0; h < sh.kv_heads; ++h)
             for (kvrt_kv_array a : {KVRT_KV_ARRAY_K, KVRT_KV_ARRAY_V}) {
                 kvrt_static_window w0 = KVRT_STATIC_WINDOW_INIT, w1 = KVRT_STATIC_WINDOW_INIT;
-                KVRT_REQUIRE_OK(kvrt_cache_static_window(st, 0, l, h, a, &w0));
-                KVRT_REQUIRE_OK(kvrt_cache_static_window(st, 1, l, h, a, &w1));
+                KVRT_REQUIRE_OK(kvrt_cache_get_static_window(st, 0, static_cast<int32_t>(l), h, a, &w0));
+                KVRT_REQUIRE_OK(kvrt_cache_get_static_window(st, 1, static_cast<int32_t>(l), h, a, &w1));
                 std::vector<uint8_t> b0(w0.bytes), b1(w1.bytes);
                 KVRT_REQUIRE_OK(kvrt_buffer_download(w0.buffer, w0.offset, b0.data(), w0.bytes));
                 KVRT_REQUIRE_OK(kvrt_buffer_download(w1.buffer, w1.offset, b1.data(), w1.bytes));
                 REQUIRE(b0 == b1);
             }
     // Errors: a destination in use, mismatched types, unknown sequences.
-    REQUIRE(kvrt_cache_seq_transfer(st, 0, cells, 3, &n) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_seq_transfer(cells, 3, st, 0, &n) == KVRT_ERROR_INVALID_ARGUMENT);
     Shape other = sh;
     other.type = KVRT_TYPE_F32;
     kvrt_cache f32 = make_cache(ctx, other, true, S, 2.0);
-    REQUIRE(kvrt_cache_seq_transfer(f32, 0, cells, 3, &n) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_seq_transfer(st, 5, cells, 3, &n) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_seq_transfer(st, 0, cells, -1, &n) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_seq_transfer(cells, 3, f32, 0, &n) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_seq_transfer(cells, 3, st, 5, &n) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_seq_transfer(cells, -1, st, 0, &n) == KVRT_ERROR_INVALID_ARGUMENT);
     // A full cell cache refuses and keeps nothing.
     kvrt_cache small = make_cache(ctx, sh, false, 0, 0, 1, 16);
-    REQUIRE(kvrt_cache_seq_transfer(small, 0, st, 1, &n) == KVRT_ERROR_CACHE_FULL);
+    REQUIRE(kvrt_cache_seq_transfer(st, 1, small, 0, &n) == KVRT_ERROR_CACHE_FULL);
     kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
     KVRT_REQUIRE_OK(kvrt_cache_get_info(small, &info));
     REQUIRE(info.used == 0);
@@ -438,10 +438,12 @@ TEST_CASE("static layout: bad input is refused with a clear error", "[static][er
     REQUIRE(create(64, 2.0, KVRT_TYPE_Q8_0, 0, true, 64) == KVRT_ERROR_INVALID_ARGUMENT);
     {
         // Rows must be whole 32-bit words: 6 one-byte values are not.
-        kvrt_quant_scale qs{0.5f, 128};
+        const float scale = 0.5f;
+        const int32_t zero_point = 128;
         kvrt_static_scales_desc sc = KVRT_STATIC_SCALES_DESC_INIT;
         sc.count = 1;
-        sc.k = sc.v = &qs;
+        sc.k_scales = sc.v_scales = &scale;
+        sc.k_zero_points = sc.v_zero_points = &zero_point;
         kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
         sl.seq_len = 64;
         sl.next = &sc;
@@ -476,18 +478,18 @@ TEST_CASE("static layout: bad input is refused with a clear error", "[static][er
 
     kvrt_cache c = make_cache(ctx, sh, true, 16, 2.0, 2);
     kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
-    REQUIRE(kvrt_cache_static_window(c, 0, sh.layers, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_window(c, 0, static_cast<int32_t>(sh.layers), 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
     REQUIRE(std::strstr(kvrt_last_error_message(), "layer") != nullptr);
-    REQUIRE(kvrt_cache_static_window(c, 0, 0, sh.kv_heads, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_window(c, 0, 0, sh.kv_heads, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
     REQUIRE(std::strstr(kvrt_last_error_message(), "head") != nullptr);
-    REQUIRE(kvrt_cache_static_window(c, 2, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_static_window(c, -1, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_UNDEFINED, &w) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_window(c, 2, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_window(c, -1, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_UNDEFINED, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
     std::vector<float> mask(16);
-    REQUIRE(kvrt_cache_static_mask(c, 0, KVRT_TYPE_F32, mask.data(), 15 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_static_mask(c, 0, KVRT_TYPE_Q8_0, mask.data(), 16 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_static_mask(c, 0, KVRT_TYPE_F32, nullptr, 16 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_F32, mask.data(), 15 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_Q8_0, mask.data(), 16 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_F32, nullptr, 16 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
     // Operations that do not fit fixed windows.
     REQUIRE(store_tokens(c, sh, 0, 0, 4) == KVRT_SUCCESS);
     REQUIRE(kvrt_cache_seq_cp(c, 0, 1, -1, -1) == KVRT_ERROR_UNSUPPORTED);
@@ -498,21 +500,21 @@ TEST_CASE("static layout: bad input is refused with a clear error", "[static][er
     {
         int32_t pos = 10, ids[2] = {0, 1};
         uint32_t count = 2;
-        kvrt_batch b{1, &pos, &count, ids};
+        kvrt_batch b = make_batch(1, &pos, ids, &count);
         REQUIRE(kvrt_cache_place(c, &b, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);  // two sequences
     }
     check_windows(c, sh, 0, 16, 4, 3);  // nothing changed
     // The window buffers belong to the cache.
-    KVRT_REQUIRE_OK(kvrt_cache_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_V, &w));
+    KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_V, &w));
     kvrt_buffer_destroy(w.buffer);
     uint64_t size = 0;
     KVRT_REQUIRE_OK(kvrt_buffer_get_size(w.buffer, &size));
     // Functions of the static layout on a cell cache.
     kvrt_cache cells = make_cache(ctx, sh, false, 0, 0, 1, 32);
-    REQUIRE(kvrt_cache_static_window(cells, 0, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_static_mask(cells, 0, KVRT_TYPE_F32, mask.data(), 64) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_window(cells, 0, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_mask(cells, 0, KVRT_TYPE_F32, mask.data(), 64) == KVRT_ERROR_INVALID_ARGUMENT);
     kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-    REQUIRE(kvrt_cache_static_stats(cells, 0, &st) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_get_static_stats(cells, 0, &st) == KVRT_ERROR_INVALID_ARGUMENT);
     kvrt_cache_destroy(cells);
     kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
@@ -575,8 +577,8 @@ TEST_CASE("static layout: sequences spread over several pieces", "[static][atten
         check_windows(c, sh, seq, S, std::min(n, W), static_cast<int32_t>(n) - 1);
     }
     kvrt_static_window w0 = KVRT_STATIC_WINDOW_INIT, w2 = KVRT_STATIC_WINDOW_INIT;
-    KVRT_REQUIRE_OK(kvrt_cache_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &w0));
-    KVRT_REQUIRE_OK(kvrt_cache_static_window(c, 2, 0, 0, KVRT_KV_ARRAY_K, &w2));
+    KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &w0));
+    KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 2, 0, 0, KVRT_KV_ARRAY_K, &w2));
     VkBuffer b0 = VK_NULL_HANDLE, b2 = VK_NULL_HANDLE;
     VkDeviceSize o = 0, n = 0;
     KVRT_REQUIRE_OK(kvrt_buffer_get_vulkan(w0.buffer, w0.offset, &b0, &o, &n));
@@ -599,10 +601,11 @@ TEST_CASE("static layout: sequences spread over several pieces", "[static][atten
     params.scale = 0.002f;
     for (uint32_t l = 0; l < sh.layers; ++l) {
         std::vector<float> a(3 * sh.heads * sh.dv), b(a.size());
-        kvrt_tensor_ref qr{nullptr, q.data(), KVRT_TYPE_F32, 0, 0, 0};
-        kvrt_output_ref oa{nullptr, a.data(), KVRT_TYPE_F32, 0, 0}, ob{nullptr, b.data(), KVRT_TYPE_F32, 0, 0};
-        KVRT_REQUIRE_OK(kvrt_cache_attention(c, nullptr, static_cast<int32_t>(l), 3, pos, seqs, &qr, &oa, &params));
-        KVRT_REQUIRE_OK(kvrt_cache_attention(cells, nullptr, static_cast<int32_t>(l), 3, pos, seqs, &qr, &ob, &params));
+        kvrt_tensor_ref qr = host_tensor(q.data());
+        kvrt_output_ref oa = host_output(a.data()), ob = host_output(b.data());
+        const kvrt_batch queries = make_batch(3, pos, seqs);
+        KVRT_REQUIRE_OK(kvrt_cache_attention(c, nullptr, static_cast<int32_t>(l), &queries, &qr, &oa, &params));
+        KVRT_REQUIRE_OK(kvrt_cache_attention(cells, nullptr, static_cast<int32_t>(l), &queries, &qr, &ob, &params));
         for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-5).margin(1e-3));
     }
     kvrt_cache_destroy(cells);

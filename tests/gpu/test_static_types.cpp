@@ -35,29 +35,18 @@ ref::StaticType static_type(kvrt_type t) {
     return t == KVRT_TYPE_U8_STATIC ? ref::StaticType::U8 : ref::StaticType::U16;
 }
 
-const char* name(kvrt_type t) {
-    switch (t) {
-        case KVRT_TYPE_F32: return "f32";
-        case KVRT_TYPE_F16: return "f16";
-        case KVRT_TYPE_Q8_0: return "q8_0";
-        case KVRT_TYPE_Q4_0: return "q4_0";
-        case KVRT_TYPE_U8_STATIC: return "u8_static";
-        default: return "u16_static";
-    }
-}
-
 // Scales of `layers` layers that all differ, in scale and zero point, between
 // layers and between K and V: a kernel given another layer's or the other
 // array's scale fails every comparison. Powers of two make x = (k + 0.5) *
 // scale an exact half after the multiply; the others exercise the rounding of
 // the product itself. Zero points near both ends make saturation one-sided.
-std::vector<kvrt_quant_scale> make_scales(kvrt_type t, bool v, uint32_t layers) {
-    static const kvrt_quant_scale u8_k[] = {{1.0f / 16, 128}, {0.0371f, 3}, {0.25f, 250}, {0.013f, 60}};
-    static const kvrt_quant_scale u8_v[] = {{1.0f / 32, 100}, {0.0517f, 200}, {0.5f, 0}, {0.0093f, 255}};
-    static const kvrt_quant_scale u16_k[] = {{1.0f / 1024, 32768}, {3.7e-4f, 1000}, {0.01f, 65000}, {1.0f / 4096, 20000}};
-    static const kvrt_quant_scale u16_v[] = {{1.0f / 2048, 30000}, {2.9e-4f, 64000}, {0.02f, 0}, {1.3e-3f, 65535}};
-    const kvrt_quant_scale* table = t == KVRT_TYPE_U8_STATIC ? (v ? u8_v : u8_k) : (v ? u16_v : u16_k);
-    std::vector<kvrt_quant_scale> out;
+std::vector<QuantScale> make_scales(kvrt_type t, bool v, uint32_t layers) {
+    static const QuantScale u8_k[] = {{1.0f / 16, 128}, {0.0371f, 3}, {0.25f, 250}, {0.013f, 60}};
+    static const QuantScale u8_v[] = {{1.0f / 32, 100}, {0.0517f, 200}, {0.5f, 0}, {0.0093f, 255}};
+    static const QuantScale u16_k[] = {{1.0f / 1024, 32768}, {3.7e-4f, 1000}, {0.01f, 65000}, {1.0f / 4096, 20000}};
+    static const QuantScale u16_v[] = {{1.0f / 2048, 30000}, {2.9e-4f, 64000}, {0.02f, 0}, {1.3e-3f, 65535}};
+    const QuantScale* table = t == KVRT_TYPE_U8_STATIC ? (v ? u8_v : u8_k) : (v ? u16_v : u16_k);
+    std::vector<QuantScale> out;
     for (uint32_t l = 0; l < layers; ++l) out.push_back(table[l % 4]);
     return out;
 }
@@ -67,29 +56,31 @@ struct Spec {
     uint32_t layers = 3, kv_heads = 3, dk = 6, dv = 10, capacity = 40;
     kvrt_type k_type = KVRT_TYPE_U8_STATIC, v_type = KVRT_TYPE_U8_STATIC;
     bool shared_scale = false;  // count = 1 instead of n_layers
-    kvrt_rope_params rope{};
+    kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
     kvrt_flags flags = 0;
     // Scales to use instead of make_scales' (count entries).
-    std::vector<kvrt_quant_scale> k_scales, v_scales;
+    std::vector<QuantScale> k_scales, v_scales;
 };
 
 struct StaticCache {
     kvrt_cache cache = nullptr;
     Spec spec;
-    std::vector<kvrt_quant_scale> k_scales, v_scales;  // per layer, as given
+    std::vector<QuantScale> k_scales, v_scales;  // per layer, as given
 
     StaticCache(kvrt_context ctx, const Spec& s) : spec(s) {
         const uint32_t count = s.shared_scale ? 1 : s.layers;
-        if (kvrt::kv::is_static_scale(s.k_type))
+        if (is_static_scale(s.k_type))
             k_scales = s.k_scales.empty() ? make_scales(s.k_type, false, count) : s.k_scales;
-        if (kvrt::kv::is_static_scale(s.v_type))
+        if (is_static_scale(s.v_type))
             v_scales = s.v_scales.empty() ? make_scales(s.v_type, true, count) : s.v_scales;
-        kvrt_static_scales_desc sd = KVRT_STATIC_SCALES_DESC_INIT;
-        sd.count = count;
-        sd.k = k_scales.empty() ? nullptr : k_scales.data();
-        sd.v = v_scales.empty() ? nullptr : v_scales.data();
+        // The scales and the RoPE, both chained (a default RoPE desc is the
+        // same as none).
+        StaticScales sd(k_scales, v_scales);
+        kvrt_rope_desc rope = s.rope;
+        rope.next = nullptr;
+        sd.desc()->next = &rope;
         kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-        d.next = &sd;
+        d.next = sd.desc();
         d.n_layers = s.layers;
         d.n_heads = s.kv_heads * 2;
         d.n_kv_heads = s.kv_heads;
@@ -98,7 +89,6 @@ struct StaticCache {
         d.capacity = s.capacity;
         d.type_k = s.k_type;
         d.type_v = s.v_type;
-        d.rope = s.rope;
         d.flags = s.flags;
         KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache));
     }
@@ -106,7 +96,7 @@ struct StaticCache {
     StaticCache(const StaticCache&) = delete;
     StaticCache& operator=(const StaticCache&) = delete;
 
-    kvrt_quant_scale scale(bool v, uint32_t layer) const {
+    QuantScale scale(bool v, uint32_t layer) const {
         const auto& s = v ? v_scales : k_scales;
         return s[spec.shared_scale ? 0 : layer];
     }
@@ -133,7 +123,7 @@ struct StaticCache {
 // zeros, exact halves (k + 0.5) * scale, the float just below a half, the
 // range's edges and half a step past them, tiny values, and uniform values
 // over the range and slightly past it for the rest.
-std::vector<float> make_values(uint32_t rows, uint32_t n, kvrt_quant_scale q, uint32_t qmax, uint32_t seed) {
+std::vector<float> make_values(uint32_t rows, uint32_t n, QuantScale q, uint32_t qmax, uint32_t seed) {
     const float s = q.scale;
     const float zp = static_cast<float>(q.zero_point), top = static_cast<float>(qmax) - zp;
     const float inf = std::numeric_limits<float>::infinity();
@@ -186,7 +176,7 @@ void run_store_case(kvrt_context ctx, const Spec& spec, kvrt_type input, Tally* 
     {
         std::vector<int32_t> pos(spec.capacity / 2), seq(spec.capacity / 2, 7);
         for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-        kvrt_batch b{static_cast<uint32_t>(pos.size()), pos.data(), nullptr, seq.data()};
+        const kvrt_batch b = make_batch(static_cast<uint32_t>(pos.size()), pos.data(), seq.data());
         KVRT_REQUIRE_OK(kvrt_cache_place(c.cache, &b, nullptr));
         for (int32_t p = 0; p < static_cast<int32_t>(pos.size()); p += 3)
             KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c.cache, 7, p, p + 1));
@@ -218,7 +208,7 @@ void run_store_case(kvrt_context ctx, const Spec& spec, kvrt_type input, Tally* 
     // Expected image and values of one stored row.
     auto expect_row = [&](bool v, uint32_t layer, uint32_t cell, const float* x, std::vector<float>* values) {
         const kvrt_type t = v ? spec.v_type : spec.k_type;
-        const kvrt_quant_scale q = c.scale(v, layer);
+        const QuantScale q = c.scale(v, layer);
         const uint32_t e = c.elems(v);
         std::vector<uint8_t> codes(e * ref::static_code_bytes(static_type(t)));
         ref::encode_row_static(static_type(t), x, e, q.scale, q.zero_point, codes.data());
@@ -255,8 +245,8 @@ void run_store_case(kvrt_context ctx, const Spec& spec, kvrt_type input, Tally* 
     // All layers in one call.
     std::vector<int32_t> pos(n), seq(n, 1);
     for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(100 + i);
-    kvrt_batch batch{n, pos.data(), nullptr, seq.data()};
-    const kvrt_tensor_ref k{nullptr, kb.data(), input, 0, 0, 0}, v{nullptr, vb.data(), input, 0, 0, 0};
+    const kvrt_batch batch = make_batch(n, pos.data(), seq.data());
+    const kvrt_tensor_ref k = host_tensor(kb.data(), input), v = host_tensor(vb.data(), input);
     std::vector<uint32_t> cells(n);
     KVRT_REQUIRE_OK(kvrt_cache_store(c.cache, nullptr, &batch, -1, &k, &v, cells.data()));
     for (uint32_t l = 0; l < L; ++l) {
@@ -320,7 +310,7 @@ TEST_CASE("static-scale store gives the reference's codes, zeroed padding, and n
                     wide.dv = 32;
                     wide.capacity = 160;
                     for (const Spec& s : {odd, wide}) {
-                        INFO(name(t) << (shared ? " shared scale" : " per-layer scales") << ", " << name(input)
+                        INFO(kvrt_type_name(t) << (shared ? " shared scale" : " per-layer scales") << ", " << kvrt_type_name(input)
                                      << " input, dims " << s.dk << "/" << s.dv << ", binding " << binding);
                         run_store_case(ctx, s, input, &tally);
                     }
@@ -358,14 +348,14 @@ TEST_CASE("static-scale K and V mix with other types in one cache", "[static-typ
     std::vector<float> k(2 * 3 * 8), v(2 * 3 * 8);
     for (size_t i = 0; i < k.size(); ++i) k[i] = v[i] = 0.125f * static_cast<float>(i % 17) - 1.0f;
     int32_t pos = 0, seq = 0;
-    kvrt_batch b{1, &pos, nullptr, &seq};
-    const kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0}, vr{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
+    const kvrt_batch b = make_batch(1, &pos, &seq);
+    const kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
     uint32_t cell = 0;
     KVRT_REQUIRE_OK(kvrt_cache_store(mixed.cache, nullptr, &b, -1, &kr, &vr, &cell));
     for (uint32_t l = 0; l < 2; ++l) {
         std::vector<float> kg(24), vg(24), ev(24);
         KVRT_REQUIRE_OK(kvrt_cache_read(mixed.cache, static_cast<int32_t>(l), 1, &cell, kg.data(), vg.data()));
-        const kvrt_quant_scale q = mixed.scale(true, l);
+        const QuantScale q = mixed.scale(true, l);
         std::vector<uint8_t> codes(24);
         ref::encode_row_static(ref::StaticType::U8, &v[l * 24], 24, q.scale, q.zero_point, codes.data());
         ref::decode_row_static(ref::StaticType::U8, codes.data(), 24, q.scale, q.zero_point, ev.data());
@@ -398,18 +388,18 @@ TEST_CASE("attention over static-scale K/V meets SPEC 8 in decode and prefill, w
                 c.q_type = nq == 1 ? KVRT_TYPE_F32 : KVRT_TYPE_F16;
                 c.seed = 17 + nq;
                 // Inputs are N(0, 1): ranges of about +-4 (U8) and +-8 (U16).
-                if (kvrt::kv::is_static_scale(pair[0]))
+                if (is_static_scale(pair[0]))
                     c.k_scales = pair[0] == KVRT_TYPE_U8_STATIC
-                                     ? std::vector<kvrt_quant_scale>{{4.0f / 127, 127}, {0.045f, 120}}
-                                     : std::vector<kvrt_quant_scale>{{1.0f / 4096, 32768}, {2.6e-4f, 31000}};
-                if (kvrt::kv::is_static_scale(pair[1]))
+                                     ? std::vector<QuantScale>{{4.0f / 127, 127}, {0.045f, 120}}
+                                     : std::vector<QuantScale>{{1.0f / 4096, 32768}, {2.6e-4f, 31000}};
+                if (is_static_scale(pair[1]))
                     c.v_scales = pair[1] == KVRT_TYPE_U8_STATIC
-                                     ? std::vector<kvrt_quant_scale>{{0.035f, 130}, {1.0f / 32, 125}}
-                                     : std::vector<kvrt_quant_scale>{{2.4e-4f, 33000}, {1.0f / 8192, 32768}};
+                                     ? std::vector<QuantScale>{{0.035f, 130}, {1.0f / 32, 125}}
+                                     : std::vector<QuantScale>{{2.4e-4f, 33000}, {1.0f / 8192, 32768}};
                 // Both arrays with scales: the same count.
                 if (!c.k_scales.empty() && !c.v_scales.empty()) REQUIRE(c.k_scales.size() == c.v_scales.size());
                 const AttnOutcome o = run_attention_case(ctx, c);
-                INFO(name(pair[0]) << " K, " << name(pair[1]) << " V, " << nq << " queries"
+                INFO(kvrt_type_name(pair[0]) << " K, " << kvrt_type_name(pair[1]) << " V, " << nq << " queries"
                                    << (flags ? ", portable" : ", shuffle") << ": nmse " << o.nmse << " (vs f32 inputs "
                                    << o.nmse_vs_f32 << "), max abs " << o.max_abs);
                 CHECK(o.values > 0);
@@ -420,7 +410,7 @@ TEST_CASE("attention over static-scale K/V meets SPEC 8 in decode and prefill, w
                 CHECK(o.nmse_vs_f32 < 1e-2);
                 if (nq == 1 && !flags)
                     std::printf("attention %s K / %s V: nmse %.3g on the same dequantized K/V, %.3g against f32 inputs\n",
-                                name(pair[0]), name(pair[1]), o.nmse, o.nmse_vs_f32);
+                                kvrt_type_name(pair[0]), kvrt_type_name(pair[1]), o.nmse, o.nmse_vs_f32);
             }
         }
         CHECK(ctx.validation_errors() == 0);
@@ -429,7 +419,7 @@ TEST_CASE("attention over static-scale K/V meets SPEC 8 in decode and prefill, w
 
 namespace {
 
-ref::RopeParams ref_rope(const kvrt_rope_params& rp, uint32_t dim) {
+ref::RopeParams ref_rope(const kvrt_rope_desc& rp, uint32_t dim) {
     ref::RopeParams r;
     r.n_rot = rp.n_rot ? static_cast<int>(rp.n_rot) : static_cast<int>(dim);
     r.neox = rp.mode == KVRT_ROPE_NEOX;
@@ -443,7 +433,7 @@ std::vector<float> rope_inputs(const StaticCache& c, uint32_t n, uint32_t seed) 
     std::vector<float> k;
     const uint32_t qmax = ref::static_qmax(static_type(c.spec.k_type));
     for (uint32_t l = 0; l < c.spec.layers; ++l) {
-        const kvrt_quant_scale q = c.scale(false, l);
+        const QuantScale q = c.scale(false, l);
         const float half = 0.6f * static_cast<float>(std::min<int32_t>(q.zero_point, static_cast<int32_t>(qmax) - q.zero_point)) * q.scale;
         std::uniform_real_distribution<float> u(-half, half);
         for (uint32_t i = 0; i < n * c.elems(false); ++i) k.push_back(u(rng));
@@ -478,8 +468,8 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
                 s.rope.n_rot = dim == 64 ? 48 : 0;
                 // Zero points near the middle, so rotated values keep a wide range.
                 s.k_scales = t == KVRT_TYPE_U8_STATIC
-                                 ? std::vector<kvrt_quant_scale>{{1.0f / 16, 128}, {0.0371f, 120}}
-                                 : std::vector<kvrt_quant_scale>{{1.0f / 1024, 32768}, {3.7e-4f, 30000}};
+                                 ? std::vector<QuantScale>{{1.0f / 16, 128}, {0.0371f, 120}}
+                                 : std::vector<QuantScale>{{1.0f / 1024, 32768}, {3.7e-4f, 30000}};
                 StaticCache c(ctx, s);
                 const ref::RopeParams rp = ref_rope(s.rope, dim);
                 const uint32_t n = 40, ke = c.elems(false);
@@ -487,9 +477,9 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
                 std::vector<float> v(size_t{s.layers} * n * c.elems(true), 0.25f);
                 std::vector<int32_t> pos(n), seq(n, 0);
                 for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(50 + i);
-                kvrt_batch b{n, pos.data(), nullptr, seq.data()};
-                const kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0};
-                const kvrt_tensor_ref vr{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
+                const kvrt_batch b = make_batch(n, pos.data(), seq.data());
+                const kvrt_tensor_ref kr = host_tensor(k.data());
+                const kvrt_tensor_ref vr = host_tensor(v.data());
                 std::vector<uint32_t> cells(n);
                 KVRT_REQUIRE_OK(kvrt_cache_store(c.cache, nullptr, &b, -1, &kr, &vr, cells.data()));
 
@@ -504,7 +494,7 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
 
                 uint64_t values = 0, exact = 0;
                 for (uint32_t l = 0; l < s.layers; ++l) {
-                    const kvrt_quant_scale q = c.scale(false, l);
+                    const QuantScale q = c.scale(false, l);
                     const auto after = read_layer(c, false, l, cells);
                     // The reference: the stored (dequantized) K rotated in
                     // double precision, rounded to f32, quantized again.
@@ -524,7 +514,7 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
                             // f32 rotation against double: a value that lies
                             // within rounding of a half step may round the
                             // other way, by one code at most.
-                            INFO(name(t) << " mode " << mode << " dim " << dim << " layer " << l << " head row " << i
+                            INFO(kvrt_type_name(t) << " mode " << mode << " dim " << dim << " layer " << l << " head row " << i
                                          << " dim " << j << ": got " << got << ", expected " << expect << " (rotated "
                                          << rot[j] << ", step " << q.scale << ")");
                             REQUIRE(std::abs(double(got) - double(expect)) <= double(q.scale) * 1.0001);
@@ -533,7 +523,7 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
                     // V never moves.
                     CHECK(read_layer(c, true, l, cells) == v_before[l]);
                 }
-                INFO(name(t) << " mode " << mode << " dim " << dim << ": " << exact << " of " << values << " exact");
+                INFO(kvrt_type_name(t) << " mode " << mode << " dim " << dim << ": " << exact << " of " << values << " exact");
                 CHECK(values == uint64_t{s.layers} * n * ke);
                 CHECK(static_cast<double>(exact) >= 0.99 * static_cast<double>(values));
             }
@@ -563,9 +553,9 @@ TEST_CASE("deferred RoPE over static-scale K: shifts leave K alone and attention
         auto store = [&](StaticCache& c, int32_t first) {
             std::vector<int32_t> pos(n), seq(n, 0);
             for (uint32_t i = 0; i < n; ++i) pos[i] = first + static_cast<int32_t>(i);
-            kvrt_batch b{n, pos.data(), nullptr, seq.data()};
-            const kvrt_tensor_ref kr{nullptr, k.data(), KVRT_TYPE_F32, 0, 0, 0};
-            const kvrt_tensor_ref vr{nullptr, v.data(), KVRT_TYPE_F32, 0, 0, 0};
+            const kvrt_batch b = make_batch(n, pos.data(), seq.data());
+            const kvrt_tensor_ref kr = host_tensor(k.data());
+            const kvrt_tensor_ref vr = host_tensor(v.data());
             std::vector<uint32_t> cells(n);
             KVRT_REQUIRE_OK(kvrt_cache_store(c.cache, nullptr, &b, -1, &kr, &vr, cells.data()));
             return cells;
@@ -584,14 +574,15 @@ TEST_CASE("deferred RoPE over static-scale K: shifts leave K alone and attention
         auto attend = [&](const StaticCache& c) {
             std::vector<float> out(size_t{s.kv_heads} * 2 * s.dv);
             int32_t qpos = 25 + static_cast<int32_t>(n), seq = 0;
-            const kvrt_tensor_ref qr{nullptr, q.data(), KVRT_TYPE_F32, 0, 0, 0};
-            const kvrt_output_ref orf{nullptr, out.data(), KVRT_TYPE_F32, 0, 0};
-            KVRT_REQUIRE_OK(kvrt_cache_attention(c.cache, nullptr, 0, 1, &qpos, &seq, &qr, &orf, nullptr));
+            const kvrt_tensor_ref qr = host_tensor(q.data());
+            const kvrt_output_ref orf = host_output(out.data());
+            const kvrt_batch queries = make_batch(1, &qpos, &seq);
+            KVRT_REQUIRE_OK(kvrt_cache_attention(c.cache, nullptr, 0, &queries, &qr, &orf, nullptr));
             return out;
         };
         const auto a = attend(shifted), b = attend(fresh);
         const double e = ref::nmse(a, b);
-        INFO(name(t) << ": nmse " << e);
+        INFO(kvrt_type_name(t) << ": nmse " << e);
         CHECK(e <= 1e-12);  // the same codes at the same positions
         double norm = 0;
         for (float x : a) norm += double(x) * x;
@@ -602,12 +593,14 @@ TEST_CASE("deferred RoPE over static-scale K: shifts leave K alone and attention
 
 TEST_CASE("cache creation rejects malformed static scales with a message", "[static-types]") {
     GpuContext ctx;
-    const kvrt_quant_scale good[3] = {{0.1f, 128}, {0.2f, 0}, {0.3f, 255}};
-    kvrt_quant_scale bad[3] = {good[0], good[1], good[2]};
+    const float good_scales[3] = {0.1f, 0.2f, 0.3f};
+    const int32_t good_zero_points[3] = {128, 0, 255};
+    float bad_scales[3];
+    int32_t bad_zero_points[3];
     kvrt_static_scales_desc sd = KVRT_STATIC_SCALES_DESC_INIT;
     kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
     auto reset = [&](kvrt_type tk, kvrt_type tv) {
-        d = KVRT_CACHE_DESC_INIT;
+        d = kvrt_cache_desc KVRT_CACHE_DESC_INIT;
         d.n_layers = 3;
         d.n_heads = 4;
         d.n_kv_heads = 2;
@@ -615,14 +608,21 @@ TEST_CASE("cache creation rejects malformed static scales with a message", "[sta
         d.capacity = 16;
         d.type_k = tk;
         d.type_v = tv;
-        sd = KVRT_STATIC_SCALES_DESC_INIT;
+        sd = kvrt_static_scales_desc KVRT_STATIC_SCALES_DESC_INIT;
         sd.count = 3;
-        sd.k = kvrt::kv::is_static_scale(tk) ? good : nullptr;
-        sd.v = kvrt::kv::is_static_scale(tv) ? good : nullptr;
+        if (is_static_scale(tk)) {
+            sd.k_scales = good_scales;
+            sd.k_zero_points = good_zero_points;
+        }
+        if (is_static_scale(tv)) {
+            sd.v_scales = good_scales;
+            sd.v_zero_points = good_zero_points;
+        }
         d.next = &sd;
-        std::copy(good, good + 3, bad);
+        std::copy(good_scales, good_scales + 3, bad_scales);
+        std::copy(good_zero_points, good_zero_points + 3, bad_zero_points);
     };
-    auto fails = [&](const char* what) {
+    auto fails = [&](const std::string& what) {
         INFO(what);
         kvrt_cache out = reinterpret_cast<kvrt_cache>(&sd);  // anything but NULL
         const kvrt_result r = kvrt_cache_create(ctx, &d, &out);
@@ -645,21 +645,28 @@ TEST_CASE("cache creation rejects malformed static scales with a message", "[sta
     d.next = nullptr;
     fails("U8 K without a scales descriptor");
     reset(KVRT_TYPE_F16, KVRT_TYPE_U16_STATIC);
-    sd.v = nullptr;
+    sd.v_scales = nullptr;
+    sd.v_zero_points = nullptr;
     fails("U16 V with the descriptor but no V scales");
+    reset(KVRT_TYPE_U8_STATIC, KVRT_TYPE_U8_STATIC);
+    sd.k_zero_points = nullptr;
+    fails("K scales without K zero points");
+    reset(KVRT_TYPE_U8_STATIC, KVRT_TYPE_U8_STATIC);
+    sd.v_scales = nullptr;
+    fails("V zero points without V scales");
     for (uint32_t count : {0u, 2u, 4u}) {
         reset(KVRT_TYPE_U8_STATIC, KVRT_TYPE_U8_STATIC);
         sd.count = count;
-        fails(("count " + std::to_string(count) + " with 3 layers").c_str());
+        fails("count " + std::to_string(count) + " with 3 layers");
     }
     for (float scale : {0.0f, -0.0f, -0.5f, std::numeric_limits<float>::infinity(),
                         std::numeric_limits<float>::quiet_NaN(), 1e-45f /* 1/scale overflows */,
                         1e-39f /* subnormal */}) {
         for (bool v : {false, true}) {
             reset(KVRT_TYPE_U16_STATIC, KVRT_TYPE_U8_STATIC);
-            bad[2].scale = scale;
-            (v ? sd.v : sd.k) = bad;
-            fails(((v ? "V scale " : "K scale ") + std::to_string(scale) + " in layer 2").c_str());
+            bad_scales[2] = scale;
+            (v ? sd.v_scales : sd.k_scales) = bad_scales;
+            fails((v ? "V scale " : "K scale ") + std::to_string(scale) + " in layer 2");
         }
     }
     const std::pair<kvrt_type, int32_t> zero_points[] = {{KVRT_TYPE_U8_STATIC, -1},
@@ -667,17 +674,21 @@ TEST_CASE("cache creation rejects malformed static scales with a message", "[sta
                                                          {KVRT_TYPE_U16_STATIC, -1},
                                                          {KVRT_TYPE_U16_STATIC, 65536}};
     for (const auto& [t, zp] : zero_points) {
-        reset(t, t);
-        bad[1].zero_point = zp;
-        sd.k = bad;
-        fails((std::string(name(t)) + " zero point " + std::to_string(zp)).c_str());
+        for (bool v : {false, true}) {
+            reset(t, t);
+            bad_zero_points[1] = zp;
+            (v ? sd.v_zero_points : sd.k_zero_points) = bad_zero_points;
+            fails(std::string(kvrt_type_name(t)) + (v ? " V" : " K") + " zero point " + std::to_string(zp));
+        }
     }
     reset(KVRT_TYPE_F16, KVRT_TYPE_U8_STATIC);
-    sd.k = good;
+    sd.k_scales = good_scales;
+    sd.k_zero_points = good_zero_points;
     fails("K scales for an F16 K");
     reset(KVRT_TYPE_U8_STATIC, KVRT_TYPE_Q8_0);
     d.head_dim_k = 32;
-    sd.v = good;
+    sd.v_scales = good_scales;
+    sd.v_zero_points = good_zero_points;
     fails("V scales for a Q8_0 V");
     // A second scales descriptor in the chain.
     reset(KVRT_TYPE_U8_STATIC, KVRT_TYPE_U8_STATIC);

@@ -223,7 +223,7 @@ TEST_CASE("timestamps time every operation", "[stream]") {
     });
     KVRT_REQUIRE_OK(kvrt_stream_get_timings(s, nullptr, &n));
     REQUIRE(n == 3);
-    std::vector<kvrt_timing> t(n);
+    std::vector<kvrt_timing> t(n, kvrt_timing KVRT_TIMING_INIT);
     KVRT_REQUIRE_OK(kvrt_stream_get_timings(s, t.data(), &n));
     CHECK(std::string(t[0].label) == "fill");
     CHECK(std::string(t[1].label) == "copy");
@@ -235,6 +235,10 @@ TEST_CASE("timestamps time every operation", "[stream]") {
     KVRT_REQUIRE_OK(kvrt_stream_get_timings(s, t.data(), &one));
     CHECK(one == 1);
     CHECK(kvrt_stream_get_timings(s, t.data(), nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+    // Every entry needs its type, not only the first.
+    t[2].type = KVRT_STRUCT_TYPE_UNDEFINED;
+    uint32_t all = 3;
+    CHECK(kvrt_stream_get_timings(s, t.data(), &all) == KVRT_ERROR_INVALID_ARGUMENT);
 
     kvrt_stream_desc bad = KVRT_STREAM_DESC_INIT;
     bad.flags = 0x100;

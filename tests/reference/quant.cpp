@@ -17,8 +17,7 @@ void check_row_length(Type type, int64_t n) {
     const int64_t block = type_block_elems(type);
     if (n < 0 || n % block != 0) {
         throw std::invalid_argument(std::string("kvrt::ref: row length ") + std::to_string(n) +
-                                    " is not a multiple of the " + type_name(type) +
-                                    " block size " + std::to_string(block));
+                                    " is not a multiple of the block size " + std::to_string(block));
     }
 }
 
@@ -54,16 +53,6 @@ uint8_t q4_0_code(float v) {
 }
 
 }  // namespace
-
-const char* type_name(Type type) {
-    switch (type) {
-        case Type::F32: return "f32";
-        case Type::F16: return "f16";
-        case Type::Q8_0: return "q8_0";
-        case Type::Q4_0: return "q4_0";
-    }
-    return "unknown";
-}
 
 int type_block_elems(Type type) {
     switch (type) {

@@ -61,9 +61,6 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18, "Q4_0 block must be 18 bytes");
 
-// Short name of a type ("f32", "f16", "q8_0", "q4_0").
-const char* type_name(Type type);
-
 // Values per block: 1 for F32/F16, 32 for Q8_0/Q4_0.
 int type_block_elems(Type type);
 

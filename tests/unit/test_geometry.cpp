@@ -22,27 +22,30 @@ kvrt_cache_desc desc(uint32_t layers, uint32_t kv_heads, uint32_t dim, kvrt_type
     return d;
 }
 
+// The address of a temporary descriptor, for the length of one full expression.
+const kvrt_cache_desc* ptr(const kvrt_cache_desc& d) { return &d; }
+
 }  // namespace
 
 TEST_CASE("bytes per token match the published model sizes", "[geometry]") {
     kv::CacheGeometry g;
-    REQUIRE(kv::CacheGeometry::from_desc(desc(16, 8, 64, KVRT_TYPE_F16, 4096), 128 << 20, &g) == KVRT_SUCCESS);
+    REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(16, 8, 64, KVRT_TYPE_F16, 4096)), 128 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.bytes_per_token == 32 * 1024);  // Llama-3.2-1B
     CHECK(g.data_bytes == 4096ull * 32 * 1024);
     CHECK(g.device_bytes == g.data_bytes);  // no padding for this shape
-    REQUIRE(kv::CacheGeometry::from_desc(desc(28, 8, 128, KVRT_TYPE_F16, 4096), 128 << 20, &g) == KVRT_SUCCESS);
+    REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(28, 8, 128, KVRT_TYPE_F16, 4096)), 128 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.bytes_per_token == 112 * 1024);  // Llama-3.2-3B
-    REQUIRE(kv::CacheGeometry::from_desc(desc(32, 32, 128, KVRT_TYPE_F16, 4096), 128 << 20, &g) == KVRT_SUCCESS);
+    REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(32, 32, 128, KVRT_TYPE_F16, 4096)), 128 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.bytes_per_token == 512 * 1024);  // Llama-2-7B
     CHECK(g.max_seqs == 64);
 }
 
 TEST_CASE("quantized types use 34 and 18 bytes per 32 values", "[geometry]") {
     kv::CacheGeometry g;
-    REQUIRE(kv::CacheGeometry::from_desc(desc(16, 8, 64, KVRT_TYPE_Q8_0, 100), 128 << 20, &g) == KVRT_SUCCESS);
+    REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(16, 8, 64, KVRT_TYPE_Q8_0, 100)), 128 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.bytes_per_token == 16ull * 8 * 2 * (64 / 32 * 34));
     CHECK(g.k.stride == g.k.row_bytes);
-    REQUIRE(kv::CacheGeometry::from_desc(desc(1, 1, 96, KVRT_TYPE_Q4_0, 10), 128 << 20, &g) == KVRT_SUCCESS);
+    REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(1, 1, 96, KVRT_TYPE_Q4_0, 10)), 128 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.k.row_bytes == 3 * 18);  // 54 bytes: padded to 56 per cell
     CHECK(g.k.stride == 56);
     CHECK(g.bytes_per_token == 2 * 54);
@@ -52,7 +55,7 @@ TEST_CASE("quantized types use 34 and 18 bytes per 32 values", "[geometry]") {
 TEST_CASE("layers split into binding-sized pieces without splitting rows", "[geometry]") {
     kv::CacheGeometry g;
     // 8 heads x 128 x f16 = 2 KiB rows; 1 MiB binding -> 512 cells per piece.
-    REQUIRE(kv::CacheGeometry::from_desc(desc(2, 8, 128, KVRT_TYPE_F16, 1300), 1 << 20, &g) == KVRT_SUCCESS);
+    REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(2, 8, 128, KVRT_TYPE_F16, 1300)), 1 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.k.cells_per_piece == 512);
     CHECK(g.k.pieces == 3);
     CHECK(g.k.piece_bytes == (1 << 20));
@@ -63,7 +66,7 @@ TEST_CASE("layers split into binding-sized pieces without splitting rows", "[geo
     CHECK(piece == 1);
     CHECK(off == 511ull * 2048);
     // Q8_0 rows of 8 * 4 * 34 = 1088 bytes: 963 per 1 MiB piece, padded to 16.
-    REQUIRE(kv::CacheGeometry::from_desc(desc(1, 8, 128, KVRT_TYPE_Q8_0, 2000), 1 << 20, &g) == KVRT_SUCCESS);
+    REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(1, 8, 128, KVRT_TYPE_Q8_0, 2000)), 1 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.k.cells_per_piece == (1u << 20) / 1088);
     CHECK(g.k.piece_bytes % 16 == 0);
     CHECK(g.k.piece_bytes <= (1u << 20));
@@ -72,8 +75,8 @@ TEST_CASE("layers split into binding-sized pieces without splitting rows", "[geo
 TEST_CASE("invalid descriptors are rejected with a reason", "[geometry]") {
     kv::CacheGeometry g;
     kvrt_cache_desc d = desc(2, 4, 64, KVRT_TYPE_F16, 128);
-    CHECK(kv::CacheGeometry::from_desc(d, 128 << 20, &g) == KVRT_SUCCESS);
-    auto bad = [&](kvrt_cache_desc x) { return kv::CacheGeometry::from_desc(x, 128 << 20, &g); };
+    CHECK(kv::CacheGeometry::from_desc(&d, 128 << 20, &g) == KVRT_SUCCESS);
+    auto bad = [&](kvrt_cache_desc x) { return kv::CacheGeometry::from_desc(&x, 128 << 20, &g); };
     kvrt_cache_desc x = d;
     x.type = KVRT_STRUCT_TYPE_UNDEFINED;
     CHECK(bad(x) == KVRT_ERROR_INVALID_ARGUMENT);
@@ -97,7 +100,7 @@ TEST_CASE("invalid descriptors are rejected with a reason", "[geometry]") {
 
 TEST_CASE("type names round-trip", "[geometry]") {
     for (kvrt_type t : {KVRT_TYPE_F32, KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0}) {
-        kvrt_type back = KVRT_TYPE_DEFAULT;
+        kvrt_type back = KVRT_TYPE_UNDEFINED;
         REQUIRE(kv::parse_type(kv::type_name(t), &back));
         CHECK(back == t);
     }

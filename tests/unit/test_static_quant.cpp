@@ -152,7 +152,7 @@ TEST_CASE("static-scale types have their sizes and names", "[static-types][geome
     CHECK((ts.block_elems == 1 && ts.block_bytes == 1));
     REQUIRE(kv::type_size(KVRT_TYPE_U16_STATIC, &ts));
     CHECK((ts.block_elems == 1 && ts.block_bytes == 2));
-    kvrt_type t = KVRT_TYPE_DEFAULT;
+    kvrt_type t = KVRT_TYPE_UNDEFINED;
     REQUIRE(kv::parse_type("u8_static", &t));
     CHECK(t == KVRT_TYPE_U8_STATIC);
     REQUIRE(kv::parse_type("u16_static", &t));

@@ -24,15 +24,21 @@ bool register_case(const Case& c) {
 }
 
 const kvrt_static_scales_desc* bench_scales(kvrt_type type_k, kvrt_type type_v, kvrt_static_scales_desc* storage) {
-    static const kvrt_quant_scale u8{1.0f / 32.0f, 128}, u16{1.0f / 4096.0f, 32768};
-    auto scale = [](kvrt_type t) -> const kvrt_quant_scale* {
-        return t == KVRT_TYPE_U8_STATIC ? &u8 : t == KVRT_TYPE_U16_STATIC ? &u16 : nullptr;
+    static const float u8_scale = 1.0f / 32.0f, u16_scale = 1.0f / 4096.0f;
+    static const int32_t u8_zero_point = 128, u16_zero_point = 32768;
+    auto scale = [](kvrt_type t) -> const float* {
+        return t == KVRT_TYPE_U8_STATIC ? &u8_scale : t == KVRT_TYPE_U16_STATIC ? &u16_scale : nullptr;
+    };
+    auto zero_point = [](kvrt_type t) -> const int32_t* {
+        return t == KVRT_TYPE_U8_STATIC ? &u8_zero_point : t == KVRT_TYPE_U16_STATIC ? &u16_zero_point : nullptr;
     };
     *storage = KVRT_STATIC_SCALES_DESC_INIT;
     storage->count = 1;  // every layer
-    storage->k = scale(type_k);
-    storage->v = scale(type_v);
-    return storage->k || storage->v ? storage : nullptr;
+    storage->k_scales = scale(type_k);
+    storage->k_zero_points = zero_point(type_k);
+    storage->v_scales = scale(type_v);
+    storage->v_zero_points = zero_point(type_v);
+    return storage->k_scales || storage->v_scales ? storage : nullptr;
 }
 
 double Measurement::median() const {
@@ -70,7 +76,7 @@ kvrt_result measure(const Env& env, kvrt_stream stream, const std::function<kvrt
         if (i < env.warmup) continue;
         uint32_t n = 0;
         if ((r = kvrt_stream_get_timings(stream, nullptr, &n)) != KVRT_SUCCESS) return r;
-        std::vector<kvrt_timing> t(n);
+        std::vector<kvrt_timing> t(n, kvrt_timing KVRT_TIMING_INIT);
         if ((r = kvrt_stream_get_timings(stream, t.data(), &n)) != KVRT_SUCCESS) return r;
         uint64_t ns = 0;
         for (uint32_t k = 0; k < n; ++k)

@@ -15,7 +15,7 @@ namespace cli::bench {
 
 struct Env {
     kvrt_context ctx = nullptr;
-    kvrt_device_info info{};
+    kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
     int warmup = 2;
     int runs = 7;
     bool json = false;

@@ -34,7 +34,7 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     d.head_dim_k = static_cast<uint32_t>(dim);
     d.capacity = static_cast<uint32_t>(cells);
     d.type_k = d.type_v = type;
-    kvrt_static_scales_desc scales;
+    kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
     d.next = bench_scales(type, type, &scales);
     kvrt_cache cache = nullptr;
     kvrt_result r = kvrt_cache_create(env.ctx, &d, &cache);
@@ -50,8 +50,8 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
         for (auto& x : kv) x = normal(rng);
         std::vector<int32_t> pos(n), seq(n, 0);
         for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(p + i);
-        kvrt_batch b{n, pos.data(), nullptr, seq.data()};
-        const kvrt_tensor_ref t{nullptr, kv.data(), KVRT_TYPE_F32, 0, 0, 0};
+        kvrt_batch b = make_batch(n, pos.data(), seq.data());
+        const kvrt_tensor_ref t = host_tensor(kv.data());
         r = kvrt_cache_store(cache, nullptr, &b, 0, &t, &t, nullptr);
     }
     // Queries: the last positions, in device buffers, as an engine has them.
@@ -74,13 +74,10 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
                   {"kv_heads", std::to_string(kv_heads)}, {"head_dim", std::to_string(dim)},
                   {"queries", std::to_string(nq)}};
     if (r == KVRT_SUCCESS) {
-        const kvrt_tensor_ref qr{qbuf, nullptr, KVRT_TYPE_F32, 0, 0, 0};
-        const kvrt_output_ref orf{obuf, nullptr, KVRT_TYPE_F32, 0, 0};
-        r = measure(env, s,
-                    [&] {
-                        return kvrt_cache_attention(cache, s, 0, static_cast<uint32_t>(nq), qpos.data(), qseq.data(), &qr,
-                                                    &orf, nullptr);
-                    },
+        const kvrt_tensor_ref qr = buffer_tensor(qbuf, 0);
+        const kvrt_output_ref orf = buffer_output(obuf, 0);
+        const kvrt_batch qbatch = make_batch(static_cast<uint32_t>(nq), qpos.data(), qseq.data());
+        r = measure(env, s, [&] { return kvrt_cache_attention(cache, s, 0, &qbatch, &qr, &orf, nullptr); },
                     "attention", &out.m);
     }
     kvrt_cache_info info = KVRT_CACHE_INFO_INIT;

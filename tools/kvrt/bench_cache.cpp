@@ -45,7 +45,7 @@ kvrt_result make_cache(const Env& env, const CacheShape& s, kvrt_cache* out) {
     d.capacity = s.cells;
     d.type_k = s.type;
     d.type_v = s.type;
-    kvrt_static_scales_desc scales;
+    kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
     d.next = bench_scales(s.type, s.type, &scales);
     d.label = "bench cache";
     return kvrt_cache_create(env.ctx, &d, out);
@@ -55,7 +55,7 @@ kvrt_result make_cache(const Env& env, const CacheShape& s, kvrt_cache* out) {
 kvrt_result place_range(kvrt_cache cache, uint32_t first, uint32_t n, std::vector<uint32_t>* cells) {
     std::vector<int32_t> pos(n), seq(n, 0);
     for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(first + i);
-    kvrt_batch b{n, pos.data(), nullptr, seq.data()};
+    kvrt_batch b = make_batch(n, pos.data(), seq.data());
     cells->resize(n);
     return kvrt_cache_place(cache, &b, cells->data());
 }
@@ -82,7 +82,7 @@ int run_store(Env& env, const Args& args, std::vector<Row>* rows) {
     row.params = {{"type", s.type_name}, {"cells", std::to_string(s.cells)}, {"kv_heads", std::to_string(s.kv_heads)},
                   {"head_dim", std::to_string(s.head_dim)}, {"tokens", std::to_string(s.tokens)}};
     if (r == KVRT_SUCCESS) {
-        const kvrt_tensor_ref kr{k, nullptr, KVRT_TYPE_F32, 0, 0, 0}, vr{v, nullptr, KVRT_TYPE_F32, 0, 0, 0};
+        const kvrt_tensor_ref kr = buffer_tensor(k, 0), vr = buffer_tensor(v, 0);
         r = measure(env, stream, [&] { return kvrt_cache_write(cache, stream, s.tokens, cells.data(), 0, &kr, &vr); },
                     "store", &row.m);
     }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "kv_types.hpp"
 
 namespace cli::bench {
 
@@ -36,7 +37,7 @@ struct Options {
     std::vector<uint64_t> tokens;
     std::string type = "f16";
     kvrt_type kv_type = KVRT_TYPE_F16;
-    bool f16_state = false;
+    kvrt_type state = KVRT_TYPE_F32;
 };
 
 bool parse(const Args& args, Options* o) {
@@ -53,21 +54,12 @@ bool parse(const Args& args, Options* o) {
         }
         o->tokens.push_back(v);
     }
-    o->type = args.str("type", "f16");
-    if (o->type == "f16") o->kv_type = KVRT_TYPE_F16;
-    else if (o->type == "f32") o->kv_type = KVRT_TYPE_F32;
-    else if (o->type == "q8_0") o->kv_type = KVRT_TYPE_Q8_0;
-    else if (o->type == "q4_0") o->kv_type = KVRT_TYPE_Q4_0;
-    else if (ok) {
-        error = "unknown --type '" + o->type + "' (f16, f32, q8_0 or q4_0)";
-        ok = false;
-    }
-    const std::string state = args.str("state", "f32");
-    if (ok && state != "f32" && state != "f16") {
+    if (ok && !type_option(args, "type", "f16", &o->kv_type, &o->type)) return false;
+    if (ok && !parse_type(args.str("state", "f32"), "state", &o->state)) return false;
+    if (ok && o->state != KVRT_TYPE_F32 && o->state != KVRT_TYPE_F16) {
         error = "--state must be f32 or f16";
         ok = false;
     }
-    o->f16_state = state == "f16";
     if (ok && (o->heads == 0 || o->kv_heads == 0 || o->heads % o->kv_heads || o->heads > 256 || o->head_dim == 0 ||
                o->head_dim > 1024 || o->head_dim % 8 || o->slots == 0 || o->slots > (1u << 20) ||
                o->tokens.empty() || o->tokens.size() > 16)) {
@@ -115,8 +107,8 @@ kvrt_result fill(kvrt_cache cache, uint64_t from, uint64_t to, const std::vector
         const uint32_t n = static_cast<uint32_t>(std::min(chunk, to - p));
         std::vector<int32_t> pos(n), seq(n, 0);
         for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(p + i);
-        const kvrt_batch b{n, pos.data(), nullptr, seq.data()};
-        const kvrt_tensor_ref t{nullptr, rows.data(), KVRT_TYPE_F32, 0, 0, 0};
+        const kvrt_batch b = make_batch(n, pos.data(), seq.data());
+        const kvrt_tensor_ref t = host_tensor(rows.data());
         r = kvrt_cache_store(cache, nullptr, &b, 0, &t, &t, nullptr);
     }
     return r;
@@ -154,12 +146,15 @@ int run_crossover(Env& env, const Args& args, std::vector<Row>* rows) {
     md.n_heads = static_cast<uint32_t>(o.heads);
     md.n_slots = static_cast<uint32_t>(o.slots);
     md.key_dim = md.value_dim = static_cast<uint32_t>(o.head_dim);
-    md.state_type = o.f16_state ? KVRT_MEMORY_TYPE_F16 : KVRT_MEMORY_TYPE_F32;
-    md.keys.source = KVRT_MEMORY_SOURCE_SEED;
-    md.keys.seed = 1;
+    md.state_type = o.state;
+    kvrt_memory_init keys = KVRT_MEMORY_INIT_INIT;
+    keys.source = KVRT_MEMORY_SOURCE_SEED;
+    keys.seed = 1;
+    md.keys = &keys;
     md.label = "bench memory-decode memory";
-    uint64_t memory_bytes = 0;
-    kvrt_result r = kvrt_memory_estimate(&md, &memory_bytes);
+    kvrt_memory_estimate estimate_out = KVRT_MEMORY_ESTIMATE_INIT;
+    kvrt_result r = kvrt_memory_estimate_size(env.ctx, &md, &estimate_out);
+    const uint64_t memory_bytes = estimate_out.device_bytes;
     if (r == KVRT_SUCCESS) r = kvrt_memory_create(env.ctx, &md, &res.memory);
     const uint64_t row = o.heads * o.head_dim;  // one token of wq, wv, q or reads
     if (r == KVRT_SUCCESS) r = make_buffer(env.ctx, row, &rng, "bench memory-decode wq", &res.wq);
@@ -175,6 +170,8 @@ int run_crossover(Env& env, const Args& args, std::vector<Row>* rows) {
     cd.head_dim_k = static_cast<uint32_t>(o.head_dim);
     cd.capacity = static_cast<uint32_t>(max_tokens);
     cd.type_k = cd.type_v = o.kv_type;
+    kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
+    cd.next = bench_scales(cd.type_k, cd.type_v, &scales);
     cd.label = "bench memory-decode cache";
     if (r == KVRT_SUCCESS) r = kvrt_cache_create(env.ctx, &cd, &res.cache);
     if (r == KVRT_SUCCESS) r = make_buffer(env.ctx, row, &rng, "bench memory-decode attention q", &res.attn_q);
@@ -189,15 +186,17 @@ int run_crossover(Env& env, const Args& args, std::vector<Row>* rows) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (float& x : kv) x = nd(rng);
 
+    const kvrt_tensor_ref wq = buffer_tensor(res.wq, 0), wv = buffer_tensor(res.wv, 0), mq = buffer_tensor(res.q, 0);
+    const kvrt_output_ref mout = buffer_output(res.mem_out, 0);
     kvrt_memory_batch mb = KVRT_MEMORY_BATCH_INIT;
     mb.n_tokens = 1;
     mb.layer = 0;
-    mb.wq.buffer = res.wq;
-    mb.wv.buffer = res.wv;
-    mb.q.buffer = res.q;
-    mb.out.buffer = res.mem_out;
-    const kvrt_tensor_ref qr{res.attn_q, nullptr, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_output_ref orf{res.attn_out, nullptr, KVRT_TYPE_F32, 0, 0};
+    mb.wq = &wq;
+    mb.wv = &wv;
+    mb.q = &mq;
+    mb.out = &mout;
+    const kvrt_tensor_ref qr = buffer_tensor(res.attn_q, 0);
+    const kvrt_output_ref orf = buffer_output(res.attn_out, 0);
 
     std::vector<Measurement> attn(o.tokens.size()), mem(o.tokens.size());
     uint64_t filled = 0;
@@ -207,9 +206,10 @@ int run_crossover(Env& env, const Args& args, std::vector<Row>* rows) {
         r = fill(res.cache, filled, n, kv, kv_row);
         filled = n;
         const int32_t pos = static_cast<int32_t>(n - 1), seq = 0;
+        const kvrt_batch query = make_batch(1, &pos, &seq);
         if (r == KVRT_SUCCESS)
             r = measure(
-                env, s, [&] { return kvrt_cache_attention(res.cache, s, 0, 1, &pos, &seq, &qr, &orf, nullptr); },
+                env, s, [&] { return kvrt_cache_attention(res.cache, s, 0, &query, &qr, &orf, nullptr); },
                 "attention", &attn[i]);
         if (r == KVRT_SUCCESS)
             r = measure(env, s, [&] { return kvrt_memory_update_read(res.memory, s, &mb); }, "memory_update_read",
@@ -277,7 +277,7 @@ const bool registered = register_case(
      "                 each N. cheaper=MEMORY marks the rows where the memory costs less;\n"
      "                 crossover_est is where a line fitted to the attention times meets the\n"
      "                 memory's overall median. kv_mib: the cache's K/V bytes for N tokens;\n"
-     "                 memory_mib: kvrt_memory_estimate. Defaults: H 32, K 8, D 128, M 2048,\n"
+     "                 memory_mib: kvrt_memory_estimate_size. Defaults: H 32, K 8, D 128, M 2048,\n"
      "                 f16, N 512,2048,4096,8192,16384, f32 state",
      run_crossover,
      {{"--tokens", "512,4096,16384"}}});

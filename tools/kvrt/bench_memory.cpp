@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench.hpp"
+#include "kv_types.hpp"
 
 namespace cli::bench {
 
@@ -25,7 +26,7 @@ constexpr uint64_t kWaitNs = 3600ull * 1000 * 1000 * 1000;
 struct Options {
     uint64_t slots = 2048, key_dim = 128, value_dim = 0, heads = 32, layers = 1, window = 512;
     std::vector<uint64_t> tokens;
-    bool f16_state = false;
+    kvrt_type state = KVRT_TYPE_F32;
 };
 
 bool parse(const Args& args, Options* o) {
@@ -43,12 +44,11 @@ bool parse(const Args& args, Options* o) {
         }
         o->tokens.push_back(v);
     }
-    const std::string state = args.str("state", "f32");
-    if (ok && state != "f32" && state != "f16") {
+    if (ok && !parse_type(args.str("state", "f32"), "state", &o->state)) return false;
+    if (ok && o->state != KVRT_TYPE_F32 && o->state != KVRT_TYPE_F16) {
         error = "--state must be f32 or f16";
         ok = false;
     }
-    o->f16_state = state == "f16";
     if (!o->value_dim) o->value_dim = o->key_dim;
     const uint64_t limit = 1u << 20;
     if (ok && (o->slots == 0 || o->key_dim == 0 || o->heads == 0 || o->layers == 0 || o->window == 0 ||
@@ -97,12 +97,15 @@ int run_memory(Env& env, const Args& args, std::vector<Row>* rows) {
     desc.n_slots = static_cast<uint32_t>(o.slots);
     desc.key_dim = static_cast<uint32_t>(o.key_dim);
     desc.value_dim = static_cast<uint32_t>(o.value_dim);
-    desc.state_type = o.f16_state ? KVRT_MEMORY_TYPE_F16 : KVRT_MEMORY_TYPE_F32;
-    desc.keys.source = KVRT_MEMORY_SOURCE_SEED;
-    desc.keys.seed = 1;
+    desc.state_type = o.state;
+    kvrt_memory_init keys = KVRT_MEMORY_INIT_INIT;
+    keys.source = KVRT_MEMORY_SOURCE_SEED;
+    keys.seed = 1;
+    desc.keys = &keys;
     desc.label = "bench memory";
-    uint64_t estimate = 0;
-    kvrt_result r = kvrt_memory_estimate(&desc, &estimate);
+    kvrt_memory_estimate estimate_out = KVRT_MEMORY_ESTIMATE_INIT;
+    kvrt_result r = kvrt_memory_estimate_size(env.ctx, &desc, &estimate_out);
+    const uint64_t estimate = estimate_out.device_bytes;
     if (r != KVRT_SUCCESS) return report("bench memory: estimate", r);
 
     const uint64_t w = o.window, values = o.layers * o.heads * w;
@@ -113,12 +116,14 @@ int run_memory(Env& env, const Args& args, std::vector<Row>* rows) {
     if (r == KVRT_SUCCESS) r = random_buffer(env.ctx, values * o.value_dim, 4, &in.out);
     TimedStream s(env.ctx);
     if (r == KVRT_SUCCESS) r = s.result();
+    const kvrt_tensor_ref wq = buffer_tensor(in.wq, 0), wv = buffer_tensor(in.wv, 0), q = buffer_tensor(in.q, 0);
+    const kvrt_output_ref out_ref = buffer_output(in.out, 0);
     kvrt_memory_batch batch = KVRT_MEMORY_BATCH_INIT;
     batch.layer = -1;
-    batch.wq.buffer = in.wq;
-    batch.wv.buffer = in.wv;
-    batch.q.buffer = in.q;
-    batch.out.buffer = in.out;
+    batch.wq = &wq;
+    batch.wv = &wv;
+    batch.q = &q;
+    batch.out = &out_ref;
 
     // One memory per token count, each absorbing its tokens first: one window
     // per submission, updates only (the state after N tokens does not depend
@@ -167,7 +172,7 @@ int run_memory(Env& env, const Args& args, std::vector<Row>* rows) {
         row.params = {{"slots", std::to_string(o.slots)},   {"key", std::to_string(o.key_dim)},
                       {"value", std::to_string(o.value_dim)}, {"heads", std::to_string(o.heads)},
                       {"layers", std::to_string(o.layers)},  {"tokens", std::to_string(o.tokens[i])},
-                      {"state", o.f16_state ? "f16" : "f32"}};
+                      {"state", type_name(o.state)}};
         row.extra = {{"us_per_token", row.m.median() * 1000.0 / static_cast<double>(w)},
                      {"device_mib", static_cast<double>(mems[i]->device_bytes) / (1 << 20)},
                      {"estimate_mib", static_cast<double>(estimate) / (1 << 20)}};
@@ -189,7 +194,7 @@ const bool registered = register_case(
      "                 each, timed runs interleaved; vs_first = median / the first N's median.\n"
      "                 us_per_token = median / W. Defaults: M 2048, E 128, D = E, H 32, L 1,\n"
      "                 N 2048, W 512, f32 state. device_mib: the memory's device bytes\n"
-     "                 (estimate_mib: kvrt_memory_estimate)",
+     "                 (estimate_mib: kvrt_memory_estimate_size)",
      run_memory,
      {{"--slots", "1024", "--key-dim", "128", "--heads", "8", "--tokens", "2048,16384"}}});
 

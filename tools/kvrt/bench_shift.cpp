@@ -31,7 +31,7 @@ int run_shift(Env& env, const Args& args, std::vector<Row>* rows) {
     d.head_dim_k = static_cast<uint32_t>(dim);
     d.capacity = static_cast<uint32_t>(cells);
     d.type_k = type;
-    kvrt_static_scales_desc scales;
+    kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
     d.next = bench_scales(type, d.type_v, &scales);
     kvrt_cache cache = nullptr;
     kvrt_result r = kvrt_cache_create(env.ctx, &d, &cache);
@@ -40,7 +40,7 @@ int run_shift(Env& env, const Args& args, std::vector<Row>* rows) {
         const uint32_t n = std::min<uint32_t>(1024, static_cast<uint32_t>(cells) - p);
         std::vector<int32_t> pos(n), seq(n, 0);
         for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(p + i);
-        kvrt_batch b{n, pos.data(), nullptr, seq.data()};
+        kvrt_batch b = make_batch(n, pos.data(), seq.data());
         r = kvrt_cache_place(cache, &b, nullptr);
     }
     TimedStream s(env.ctx);

@@ -12,7 +12,7 @@
 // Rows moved: with W = S-1 and Rr = ceil(R*W) reserved rows, the window
 // restarts at the region's start every P = Rr - W + 1 appends, copying the
 // rows that stay in it (min(m*P - 1, W - 1) at restart m). The case checks
-// kvrt_cache_static_stats against that closed form after every run. With
+// kvrt_cache_get_static_stats against that closed form after every run. With
 // R = 2 a slide of W-1 rows comes every W+1 tokens; with R = 1 every append
 // slides the whole window.
 //
@@ -79,10 +79,12 @@ bool parse(const Env& env, const Args& args, Options* o) {
         ok = false;
     }
     o->type_name = args.str("type", "f16");
-    if (ok && (!parse_kv_type(o->type_name, &o->type) || !element_bytes(o->type))) {
-        error = "--type must be f16, f32, u8_static or u16_static, not '" + o->type_name + "'";
+    if (ok && (kvrt_type_from_name(o->type_name.c_str(), &o->type) != KVRT_SUCCESS || !value_bytes(o->type))) {
+        error = "--type must be a type of one value per block (f16, f32, u8_static or u16_static), not '" +
+                o->type_name + "'";
         ok = false;
     }
+    if (ok) o->type_name = type_name(o->type);
     const std::string input = args.str("input", "device");
     if (ok && input != "device" && input != "host") {
         error = "--input must be device or host, not '" + input + "'";
@@ -90,7 +92,7 @@ bool parse(const Env& env, const Args& args, Options* o) {
     }
     o->host_input = input == "host";
     if (ok && (o->layers == 0 || o->layers > 256 || o->kv_heads == 0 || o->kv_heads > 256 || o->head_dim == 0 ||
-               o->head_dim > 1024 || o->head_dim * element_bytes(o->type) % 4 || o->tokens == 0 ||
+               o->head_dim > 1024 || o->head_dim * value_bytes(o->type) % 4 || o->tokens == 0 ||
                o->tokens > (1u << 24))) {
         error = "sizes out of range: layers and kv-heads 1..256, head-dim 1..1024 with rows of a multiple of 4 bytes, "
                 "tokens 1..2^24";
@@ -148,7 +150,7 @@ kvrt_result append_run(const Env& env, const Options& o, const Input& in, kvrt_s
     kvrt_result r = kvrt_cache_seq_rm(sub->cache, 0, -1, -1);
     const uint64_t row = o.kv_heads * o.head_dim * 2;  // f16 input
     const uint64_t distinct = std::min<uint64_t>(tokens, kDistinctTokens);
-    kvrt_tensor_ref k{in.k, nullptr, KVRT_TYPE_F16, 0, 0, distinct * row};
+    kvrt_tensor_ref k = buffer_tensor(in.k, 0, KVRT_TYPE_F16, 0, distinct * row);
     kvrt_tensor_ref v = k;
     v.buffer = in.v;
     if (o.host_input) {
@@ -180,7 +182,7 @@ kvrt_result append_run(const Env& env, const Options& o, const Input& in, kvrt_s
             k.offset = v.offset = slot * row;
         }
         const int32_t pos = static_cast<int32_t>(t);
-        const kvrt_batch b{1, &pos, nullptr, &seq};
+        const kvrt_batch b = make_batch(1, &pos, &seq);
         r = kvrt_stream_begin(stream);
         if (r == KVRT_SUCCESS) {
             r = kvrt_cache_store(sub->cache, stream, &b, -1, &k, &v, nullptr);
@@ -195,7 +197,7 @@ kvrt_result append_run(const Env& env, const Options& o, const Input& in, kvrt_s
         if (r == KVRT_SUCCESS && timed) {
             uint32_t n = 0;
             r = kvrt_stream_get_timings(stream, nullptr, &n);
-            timings.resize(n);
+            timings.resize(n, kvrt_timing KVRT_TIMING_INIT);
             if (r == KVRT_SUCCESS) r = kvrt_stream_get_timings(stream, timings.data(), &n);
             for (uint32_t i = 0; i < n && r == KVRT_SUCCESS; ++i) gpu_ns += timings[i].ns;
         }
@@ -216,13 +218,15 @@ kvrt_result append_run(const Env& env, const Options& o, const Input& in, kvrt_s
 int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
     Options o;
     if (!parse(env, args, &o)) return 2;
-    const uint32_t eb = element_bytes(o.type);
+    const uint32_t eb = value_bytes(o.type);
     // Scales for static-scale types: unit-range data (|x| < ~4), zero point mid-range.
     const bool is_u8 = o.type == KVRT_TYPE_U8_STATIC;
-    const kvrt_quant_scale scale{is_u8 ? 4.0f / 127.0f : 4.0f / 32767.0f, is_u8 ? 128 : 32768};
+    const float scale = is_u8 ? 4.0f / 127.0f : 4.0f / 32767.0f;
+    const int32_t zero_point = is_u8 ? 128 : 32768;
     kvrt_static_scales_desc sd = KVRT_STATIC_SCALES_DESC_INIT;
     sd.count = 1;
-    sd.k = sd.v = &scale;
+    sd.k_scales = sd.v_scales = &scale;
+    sd.k_zero_points = sd.v_zero_points = &zero_point;
 
     // K/V input: kDistinctTokens tokens of random f16 rows per layer.
     Input in;
@@ -284,14 +288,14 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
             const std::string what = "R=" + s->reserve_text + " run " + std::to_string(run + 1) + "/" +
                                      std::to_string(o.runs);
             r = append_run(env, o, in, stream, s.get(), o.tokens, true, what);
-            if (r == KVRT_SUCCESS) r = kvrt_cache_static_stats(s->cache, 0, &s->stats);
+            if (r == KVRT_SUCCESS) r = kvrt_cache_get_static_stats(s->cache, 0, &s->stats);
             if (r != KVRT_SUCCESS) break;
             const Expected e = expected(o.seq_len, s->reserve, o.tokens);
             const uint64_t row_bytes = o.layers * o.kv_heads * 2 * o.head_dim * eb;  // one row of every region
             if (s->stats.rows_appended != o.tokens || s->stats.rows_moved != e.rows_moved ||
                 s->stats.slides != e.slides || s->stats.bytes_moved != e.rows_moved * row_bytes) {
                 std::fprintf(stderr,
-                             "error: bench static-append: R=%s: kvrt_cache_static_stats says %llu rows appended, "
+                             "error: bench static-append: R=%s: kvrt_cache_get_static_stats says %llu rows appended, "
                              "%llu slides, %llu rows and %llu bytes moved; expected %llu, %llu, %llu and %llu\n",
                              s->reserve_text.c_str(), static_cast<unsigned long long>(s->stats.rows_appended),
                              static_cast<unsigned long long>(s->stats.slides),
@@ -381,7 +385,7 @@ const bool registered = register_case(
      "                 run's GPU time (the sum of its timestamps); us_per_token and\n"
      "                 wall_us_per_token: GPU and wall time per token (median run; wall\n"
      "                 includes recording, submission and waits); moved_bytes_per_token:\n"
-     "                 kvrt_cache_static_stats' bytes_moved / rows_appended; slides and\n"
+     "                 kvrt_cache_get_static_stats' bytes_moved / rows_appended; slides and\n"
      "                 rows_moved (per region) are checked against the closed form\n"
      "                 (expected_rows_moved). GB/s counts the slides' bytes and the appended\n"
      "                 rows. Several R: one cache each, runs interleaved; *_vs_first = ratio to\n"

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "kv_types.hpp"
+
 namespace cli {
 
 bool Args::parse(int argc, char** argv, const std::vector<std::string>& flags, std::string* error) {
@@ -72,20 +74,9 @@ bool Args::f64(const std::string& name, double def, double* out, std::string* er
 }
 
 bool type_option(const Args& args, const char* name, const char* def, kvrt_type* out, std::string* text) {
-    static const std::pair<const char*, kvrt_type> names[] = {
-        {"f32", KVRT_TYPE_F32},   {"f16", KVRT_TYPE_F16},       {"q8_0", KVRT_TYPE_Q8_0},
-        {"q4_0", KVRT_TYPE_Q4_0}, {"u8_static", KVRT_TYPE_U8_STATIC}, {"u16_static", KVRT_TYPE_U16_STATIC}};
-    const std::string s = args.str(name, def);
-    for (const auto& [n, t] : names) {
-        if (s == n) {
-            *out = t;
-            if (text) *text = s;
-            return true;
-        }
-    }
-    std::fprintf(stderr, "error: --%s: unknown type '%s' (f32, f16, q8_0, q4_0, u8_static, u16_static)\n", name,
-                 s.c_str());
-    return false;
+    if (!parse_type(args.str(name, def), name, out)) return false;
+    if (text) *text = type_name(*out);
+    return true;
 }
 
 int report(const char* what, kvrt_result r) {

@@ -62,9 +62,9 @@ const char* kUsage =
     "                                  slides by itself when the region runs out: no\n"
     "                                  context shifts. Checkpoints also check every\n"
     "                                  window's description and bytes, bit for bit,\n"
-    "                                  and its mask (kvrt_cache_static_window, _mask),\n"
+    "                                  and its mask (kvrt_cache_get_static_window, _mask),\n"
     "                                  the slides and bytes moved\n"
-    "                                  (kvrt_cache_static_stats) and that the device\n"
+    "                                  (kvrt_cache_get_static_stats) and that the device\n"
     "                                  memory does not grow\n"
     "  --kv-type T       K and V storage: f16 (default), q8_0, q4_0 or f32; static:\n"
     "                    f16, f32, u8_static or u16_static, whose per-layer scales\n"
@@ -101,8 +101,6 @@ constexpr uint32_t kMaxSeqs = 16;
 constexpr uint32_t kMaxCapacity = 16384;
 constexpr uint32_t kMaxSlots = 65536;
 constexpr uint64_t kMaxTokens = 1000000;
-
-const char* type_name(kvrt_type t) { return kv_type_name(t); }
 
 const char* strategy_name(Strategy s) {
     switch (s) {
@@ -166,7 +164,8 @@ bool parse_memory_options(const Args& args, Options* opt, std::string* error) {
         }
     }
     const std::string type = args.str("kv-type", "f32");
-    if (type != "f32") {
+    kvrt_type kv_type = KVRT_TYPE_UNDEFINED;
+    if (kvrt_type_from_name(type.c_str(), &kv_type) != KVRT_SUCCESS || kv_type != KVRT_TYPE_F32) {
         *error = "--kv-type " + type + " does not apply to --strategy memory: its state is f32 (give no --kv-type, or "
                  "f32)";
         return false;
@@ -213,7 +212,7 @@ bool parse_options(const Args& args, Options* opt, std::string* error) {
 
     const bool is_static = opt->strategy == Strategy::Static;
     const std::string type = args.str("kv-type", "f16");
-    if (!parse_kv_type(type, &opt->kv_type)) {
+    if (kvrt_type_from_name(type.c_str(), &opt->kv_type) != KVRT_SUCCESS) {
         *error = "unknown --kv-type '" + type + "' (" +
                  (is_static ? "f16, f32, u8_static or u16_static" : "f16, q8_0, q4_0 or f32") + ")";
         return false;
@@ -397,7 +396,7 @@ void print_memory_text(const Options& opt, const Results& r) {
                 "               from projections of their own, reads with Q (no RoPE)\n",
                 cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.d_ffn, cfg.vocab);
     std::printf("  memory       %u slots per layer and head, keys and values of %d, f32 state, %u sequence%s:\n"
-                "               %s on the device (kvrt_memory_estimate: %s)\n",
+                "               %s on the device (kvrt_memory_estimate_size: %s)\n",
                 opt.slots, cfg.head_dim, opt.seqs, opt.seqs > 1 ? "s" : "",
                 human_bytes(static_cast<double>(m.created_bytes)).c_str(),
                 human_bytes(static_cast<double>(m.estimate_bytes)).c_str());
@@ -514,9 +513,9 @@ std::string with_commas(uint64_t v) {
 }
 
 // "0.0312..0.0405" over the layers' scales.
-std::string scale_range(const std::vector<kvrt_quant_scale>& scales) {
+std::string scale_range(const std::vector<QuantScale>& scales) {
     float lo = scales.empty() ? 0 : scales[0].scale, hi = lo;
-    for (const kvrt_quant_scale& s : scales) {
+    for (const QuantScale& s : scales) {
         lo = std::min(lo, s.scale);
         hi = std::max(hi, s.scale);
     }
@@ -555,7 +554,7 @@ void print_static_text(const Options& opt, const Results& r) {
     print_text_and_times(r);
     const bool stats_ok = st.stats.slides == st.model_slides && st.stats.rows_moved == st.model_rows_moved;
     std::printf("windows        %llu slides, %llu rows moved per region, %s bytes moved in all, %s rows\n"
-                "               appended (kvrt_cache_static_stats): %s\n",
+                "               appended (kvrt_cache_get_static_stats): %s\n",
                 static_cast<unsigned long long>(st.stats.slides), static_cast<unsigned long long>(st.stats.rows_moved),
                 with_commas(st.stats.bytes_moved).c_str(), with_commas(st.stats.rows_appended).c_str(),
                 stats_ok ? "as the demo's own window model predicts" : "NOT what the window model predicts (FAILED)");
@@ -614,7 +613,7 @@ void print_static_json(const Options& opt, const Results& r, bool passed) {
                 "\"model_cpu_s\": %.4f, \"kvrt_calls_s\": %.4f, ",
                 tokens_per_s(r), r.decode_s, r.prompt_s, r.setup_s, r.check_s, r.model_s, r.runtime_s);
     print_gpu_json(r);
-    const auto scales = [](const char* name, const std::vector<kvrt_quant_scale>& v) {
+    const auto scales = [](const char* name, const std::vector<QuantScale>& v) {
         std::printf("\"%s\": [", name);
         for (size_t i = 0; i < v.size(); ++i)
             std::printf("%s{\"scale\": %.9g, \"zero_point\": %d}", i ? ", " : "", static_cast<double>(v[i].scale),

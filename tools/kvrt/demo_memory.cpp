@@ -195,13 +195,17 @@ bool MemoryRunner::setup() {
     d.n_slots = opt_.slots;
     d.key_dim = d.value_dim = static_cast<uint32_t>(cfg.head_dim);
     d.max_seqs = opt_.seqs;
-    d.state_type = KVRT_MEMORY_TYPE_F32;
+    d.state_type = KVRT_TYPE_F32;
     d.chunk_tokens = kChunkTokens;
-    d.keys.source = KVRT_MEMORY_SOURCE_HOST;
-    d.keys.data_type = KVRT_MEMORY_TYPE_F32;
-    d.keys.host = keys.data();
+    kvrt_memory_init key_init = KVRT_MEMORY_INIT_INIT;
+    key_init.source = KVRT_MEMORY_SOURCE_HOST;
+    key_init.element_type = KVRT_TYPE_F32;
+    key_init.host = keys.data();
+    d.keys = &key_init;
     d.label = "kvrt demo memory";
-    if (!ok(kvrt_memory_estimate(&d, &res_.memory.estimate_bytes), "estimating the memory")) return false;
+    kvrt_memory_estimate estimate = KVRT_MEMORY_ESTIMATE_INIT;
+    if (!ok(kvrt_memory_estimate_size(ctx_, &d, &estimate), "estimating the memory")) return false;
+    res_.memory.estimate_bytes = estimate.device_bytes;
     uint64_t before = 0, after = 0;
     if (!device_bytes(&before) || !ok(kvrt_memory_create(ctx_, &d, &memory_), "creating the memory") ||
         !device_bytes(&after))
@@ -234,7 +238,7 @@ bool MemoryRunner::prompt() {
         ScopeTimer t(&res_.runtime_s);
         if (!ok(kvrt_stream_begin(stream_), "recording the forks")) return false;
         for (uint32_t s = 1; s < opt_.seqs; ++s) {
-            if (!ok(kvrt_memory_seq_fork(memory_, stream_, 0, static_cast<int32_t>(s)), "forking the prompt's state"))
+            if (!ok(kvrt_memory_seq_cp(memory_, stream_, 0, static_cast<int32_t>(s)), "forking the prompt's state"))
                 return false;
             ref_.fork(0, s);
             ++res_.memory.forks;
@@ -317,14 +321,16 @@ bool MemoryRunner::attend(const AttentionIO& io, const std::vector<int32_t>& seq
     const ModelConfig& cfg = model_.config();
     const uint32_t n = static_cast<uint32_t>(io.n);
     const size_t width = static_cast<size_t>(cfg.q_dim());  // n_heads * head_dim, for wq, wv, q and reads
+    const kvrt_tensor_ref wq = host_tensor(io.mem_wq), wv = host_tensor(io.mem_wv), q = host_tensor(io.q);
+    const kvrt_output_ref out = buffer_output(out_, 0);
     kvrt_memory_batch b = KVRT_MEMORY_BATCH_INIT;
     b.n_tokens = n;
     b.seq_ids = seq_ids.data();
     b.layer = io.layer;
-    b.wq.host = io.mem_wq;
-    b.wv.host = io.mem_wv;
-    b.q.host = io.q;
-    b.out.buffer = out_;
+    b.wq = &wq;
+    b.wv = &wv;
+    b.q = &q;
+    b.out = &out;
     b.scale = 0.0f;  // 1/sqrt(head_dim)
     {
         ScopeTimer t(&res_.runtime_s);

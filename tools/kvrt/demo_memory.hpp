@@ -14,7 +14,7 @@
 // tokens stream through.
 //
 // Several sequences (--seqs K): the prompt goes through sequence 0, then
-// kvrt_memory_seq_fork copies its state to sequences 1..K-1, which then
+// kvrt_memory_seq_cp copies its state to sequences 1..K-1, which then
 // decode in one batch, each from its own state.
 //
 // The reference (MemoryReference) knows MK from the model and nothing else of
@@ -45,7 +45,7 @@ public:
     // The read of `seq` at `layer` with `q` (n_heads * head_dim values):
     // softmax(MK q / sqrt(head_dim)) MV per head, into out (same size).
     void read(uint32_t seq, int layer, const float* q, double* out) const;
-    // `dst` takes a copy of the state of `src` (kvrt_memory_seq_fork).
+    // `dst` takes a copy of the state of `src` (kvrt_memory_seq_cp).
     void fork(uint32_t src, uint32_t dst);
     // MV of `seq` at `layer`: [n_heads][slots][head_dim], as
     // kvrt_memory_get_state returns it.

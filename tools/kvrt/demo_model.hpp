@@ -56,7 +56,7 @@ struct AttentionIO {
     const float* k_raw = nullptr;  // [n][kv_dim], the same keys before rotation
     const float* v = nullptr;      // [n][kv_dim]
     // Memory variant only (k, k_raw and v are then null): the memory's update
-    // inputs, head-major as kvrt_memory_input expects.
+    // inputs, packed rows of every head as kvrt_memory_batch reads them.
     const float* mem_wq = nullptr;  // [n][n_heads * head_dim]
     const float* mem_wv = nullptr;  // [n][n_heads * head_dim]
     float* out = nullptr;          // [n][q_dim]: the attention output, written by the callback

@@ -66,8 +66,10 @@ bool Runner::setup() {
     d.capacity = opt_.capacity;
     d.max_seqs = opt_.seqs;
     d.type_k = d.type_v = opt_.kv_type;
-    d.rope.mode = KVRT_ROPE_NORMAL;  // the model's RoPE, for kvrt's shifts
-    d.rope.freq_base = static_cast<float>(cfg.rope_base);
+    kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;  // the model's RoPE, for kvrt's shifts
+    rope.mode = KVRT_ROPE_NORMAL;
+    rope.freq_base = static_cast<float>(cfg.rope_base);
+    d.next = &rope;
     d.label = "kvrt demo cache";
     if (!ok(kvrt_cache_create(ctx_, &d, &cache_), "creating the cache")) return false;
     if (!create_stream()) return false;
@@ -323,7 +325,7 @@ bool RunnerBase::create_output(uint64_t rows) {
 
 bool RunnerBase::evaluate(const Batch& b, bool check, std::vector<float>* logits) {
     std::vector<uint32_t> cells(b.size());
-    const kvrt_batch kb{b.size(), b.positions.data(), nullptr, b.seq_ids.data()};
+    const kvrt_batch kb = make_batch(b.size(), b.positions.data(), b.seq_ids.data());
     {
         ScopeTimer t(&res_.runtime_s);
         if (!ok(kvrt_cache_place(cache_, &kb, cells.data()), labels_.place)) return false;
@@ -351,17 +353,16 @@ bool RunnerBase::attend(const AttentionIO& io, const Batch& b, const std::vector
     const ModelConfig& cfg = model_.config();
     const uint32_t n = static_cast<uint32_t>(io.n);
     const size_t kvd = static_cast<size_t>(cfg.kv_dim());
-    const kvrt_tensor_ref k{nullptr, io.k, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_tensor_ref v{nullptr, io.v, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_tensor_ref q{nullptr, io.q, KVRT_TYPE_F32, 0, 0, 0};
-    const kvrt_output_ref out{out_, nullptr, KVRT_TYPE_F32, 0, 0};
+    const kvrt_tensor_ref k = host_tensor(io.k);
+    const kvrt_tensor_ref v = host_tensor(io.v);
+    const kvrt_tensor_ref q = host_tensor(io.q);
+    const kvrt_output_ref out = buffer_output(out_, 0);
+    const kvrt_batch queries = make_batch(n, b.positions.data(), b.seq_ids.data());
     {
         ScopeTimer t(&res_.runtime_s);
         if (!ok(kvrt_stream_begin(stream_), "starting a recording") ||
             !ok(kvrt_cache_write(cache_, stream_, n, cells.data(), io.layer, &k, &v), labels_.write) ||
-            !ok(kvrt_cache_attention(cache_, stream_, io.layer, n, b.positions.data(), b.seq_ids.data(), &q, &out,
-                                     nullptr),
-                "recording attention") ||
+            !ok(kvrt_cache_attention(cache_, stream_, io.layer, &queries, &q, &out, nullptr), "recording attention") ||
             !submit(labels_.submit) ||
             !ok(kvrt_buffer_download(out_, 0, io.out, uint64_t{n} * static_cast<uint64_t>(cfg.q_dim()) * sizeof(float)),
                 "downloading the attention output"))
@@ -433,7 +434,7 @@ kvrt_result submit_timed(kvrt_stream stream, bool timestamps, std::map<std::stri
     *step = "reading GPU timings";
     uint32_t count = 0;
     if ((r = kvrt_stream_get_timings(stream, nullptr, &count)) != KVRT_SUCCESS) return r;
-    std::vector<kvrt_timing> timings(count);
+    std::vector<kvrt_timing> timings(count, kvrt_timing KVRT_TIMING_INIT);
     if ((r = kvrt_stream_get_timings(stream, timings.data(), &count)) != KVRT_SUCCESS) return r;
     for (uint32_t i = 0; i < count; ++i) {
         OpTime& op = (*gpu)[timings[i].label];

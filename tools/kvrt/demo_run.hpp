@@ -140,7 +140,7 @@ struct Results {
     uint64_t discarded = 0;                 // positions dropped, all sequences
     uint64_t reevaluated = 0;               // tokens evaluated again
 
-    kvrt_cache_info cache{};                // at the end of the run
+    kvrt_cache_info cache = KVRT_CACHE_INFO_INIT;                // at the end of the run
     uint64_t peak_device_bytes = 0;
     uint64_t validation_errors = 0;
     uint64_t validation_warnings = 0;
@@ -153,13 +153,13 @@ struct Results {
 
     // Strategy memory (the cache figures above stay empty).
     struct MemoryFigures {
-        uint64_t estimate_bytes = 0;   // kvrt_memory_estimate
+        uint64_t estimate_bytes = 0;   // kvrt_memory_estimate_size's device_bytes
         uint64_t created_bytes = 0;    // context device bytes added by kvrt_memory_create
         // The context's device bytes (memory, output buffer, staging) after
         // the prompt (and the forks) and after the last decode step.
         uint64_t device_bytes_start = 0, device_bytes_end = 0;
         uint64_t tokens_start = 0, tokens_end = 0;  // tokens absorbed per sequence at those points
-        uint32_t forks = 0;            // kvrt_memory_seq_fork calls
+        uint32_t forks = 0;            // kvrt_memory_seq_cp calls
         ErrorFigures reads;            // reads against the reference (checked calls)
         ErrorFigures state;            // final MV of every sequence and layer
         double limit = 0;              // NMSE limit of both
@@ -179,11 +179,11 @@ struct Results {
         // copies through scratch memory, taken the first time), and after
         // the last step.
         uint64_t device_bytes_start = 0, device_bytes_first_slide = 0, device_bytes_end = 0;
-        kvrt_static_stats stats{};     // kvrt_cache_static_stats of every sequence
+        kvrt_static_stats stats = KVRT_STATIC_STATS_INIT;  // kvrt_cache_get_static_stats of every sequence
         uint64_t model_slides = 0, model_rows_moved = 0;  // the demo's window model, all sequences
         uint64_t cells_checked = 0, cell_mismatches = 0;  // cells from kvrt_cache_place against the model
         WindowFigures windows;
-        std::vector<kvrt_quant_scale> k_scales, v_scales;  // static-scale types: per layer
+        std::vector<QuantScale> k_scales, v_scales;  // static-scale types: per layer
         double calibration_margin = 0;
     } stat;
 };

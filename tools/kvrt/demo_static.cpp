@@ -81,7 +81,7 @@ private:
     const uint32_t w_, rr_;  // window rows (S - 1) and reserved rows per region
     std::vector<WindowModel> windows_;
     std::unique_ptr<WindowChecker> window_checker_;
-    std::vector<kvrt_quant_scale> k_scales_, v_scales_;
+    std::vector<QuantScale> k_scales_, v_scales_;
     bool slide_checked_ = false;    // a step that slid was checked
     uint32_t last_slide_check_ = 0;  // the latest such step
 };
@@ -124,7 +124,7 @@ bool StaticRunner::calibrate() {
         for (int a = 0; a < 2; ++a) {
             const double m = (a ? v_max : k_max)[static_cast<size_t>(l)];
             const float scale = m > 0 ? static_cast<float>(margin * m / steps) : 1.0f;
-            (a ? v_scales_ : k_scales_).push_back(kvrt_quant_scale{scale, zero_point});
+            (a ? v_scales_ : k_scales_).push_back(QuantScale{scale, zero_point});
         }
     }
     res_.stat.k_scales = k_scales_;
@@ -138,14 +138,15 @@ bool StaticRunner::setup() {
     const ModelConfig& cfg = model_.config();
     if (!create_context()) return false;
 
-    kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
-    scales.count = static_cast<uint32_t>(cfg.n_layers);
-    scales.k = k_scales_.data();
-    scales.v = v_scales_.data();
+    StaticScales scales(k_scales_, v_scales_);  // one per layer; none for f16 and f32
+    kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
+    rope.mode = KVRT_ROPE_NORMAL;
+    rope.freq_base = static_cast<float>(cfg.rope_base);
     kvrt_static_layout_desc layout = KVRT_STATIC_LAYOUT_DESC_INIT;
     layout.seq_len = w_ + 1;
     layout.reserve = opt_.reserve;
-    if (is_static_scale(opt_.kv_type)) layout.next = &scales;
+    layout.next = &rope;
+    if (is_static_scale(opt_.kv_type)) rope.next = scales.desc();
     kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
     d.next = &layout;
     d.n_layers = static_cast<uint32_t>(cfg.n_layers);
@@ -156,8 +157,6 @@ bool StaticRunner::setup() {
     d.max_seqs = opt_.seqs;
     d.type_k = d.type_v = opt_.kv_type;
     d.layout = KVRT_LAYOUT_STATIC;
-    d.rope.mode = KVRT_ROPE_NORMAL;
-    d.rope.freq_base = static_cast<float>(cfg.rope_base);
     d.label = "kvrt demo static cache";
     kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
     if (!ok(kvrt_cache_estimate_size(ctx_, &d, &e), "estimating the cache") ||
@@ -171,7 +170,7 @@ bool StaticRunner::setup() {
     st.estimate_bytes = e.device_bytes;
     st.cache_bytes = ci.device_bytes;
     // The demo's reserved rows (ceil(R x (S-1)), as kvrt.h defines them) must be kvrt's.
-    const uint64_t row_pair = 2ull * static_cast<uint64_t>(cfg.head_dim) * element_bytes(opt_.kv_type);
+    const uint64_t row_pair = 2ull * static_cast<uint64_t>(cfg.head_dim) * value_bytes(opt_.kv_type);
     const uint64_t want = uint64_t{opt_.seqs} * static_cast<uint64_t>(cfg.n_layers * cfg.n_kv_heads) * rr_ * row_pair;
     if (e.data_bytes != want)
         return mismatch("kvrt_cache_estimate_size gives %llu bytes of K/V; %u sequences of ceil(%g x %u) = %u rows per "
@@ -355,7 +354,7 @@ void StaticRunner::finish() {
     bool stats_read = false;
     if (cache_) {
         st.stats = KVRT_STATIC_STATS_INIT;
-        stats_read = kvrt_cache_static_stats(cache_, -1, &st.stats) == KVRT_SUCCESS;
+        stats_read = kvrt_cache_get_static_stats(cache_, -1, &st.stats) == KVRT_SUCCESS;
     }
     uint64_t appended = 0;
     for (const WindowModel& m : windows_) {
@@ -366,12 +365,12 @@ void StaticRunner::finish() {
     if (window_checker_) st.windows = window_checker_->figures();
     const ModelConfig& cfg = model_.config();
     const uint64_t per_row = static_cast<uint64_t>(cfg.n_layers * cfg.n_kv_heads) * 2u *
-                             static_cast<uint64_t>(cfg.head_dim) * element_bytes(opt_.kv_type);
+                             static_cast<uint64_t>(cfg.head_dim) * value_bytes(opt_.kv_type);
     const bool stats_match = stats_read && st.stats.rows_appended == appended && st.stats.slides == st.model_slides &&
                              st.stats.rows_moved == st.model_rows_moved &&
                              st.stats.bytes_moved == st.model_rows_moved * per_row;
     if (stats_read && !stats_match)
-        mismatch("kvrt_cache_static_stats counts %llu rows appended, %llu slides, %llu rows and %llu bytes moved; the "
+        mismatch("kvrt_cache_get_static_stats counts %llu rows appended, %llu slides, %llu rows and %llu bytes moved; the "
                  "window model %llu, %llu, %llu and %llu",
                  static_cast<unsigned long long>(st.stats.rows_appended), static_cast<unsigned long long>(st.stats.slides),
                  static_cast<unsigned long long>(st.stats.rows_moved), static_cast<unsigned long long>(st.stats.bytes_moved),

@@ -19,12 +19,12 @@
 // - the cells kvrt_cache_place returns (seq x reserved rows + row) against
 //   the demo's own window model (demo_window.hpp);
 // - at every checkpoint, for every sequence, layer, KV head, K and V:
-//   kvrt_cache_static_window's buffer, offset, row stride, valid rows and
+//   kvrt_cache_get_static_window's buffer, offset, row stride, valid rows and
 //   positions, and the window's bytes downloaded from its buffer at its
 //   offset, bit for bit against the rows the demo stored (f32 as is, f16
 //   rounded to nearest even, static-scale types quantized as kvrt.h defines)
-//   and against kvrt_cache_read; kvrt_cache_static_mask in f32 and f16;
-// - kvrt_cache_static_stats (slides, rows and bytes moved) against the
+//   and against kvrt_cache_read; kvrt_cache_get_static_mask in f32 and f16;
+// - kvrt_cache_get_static_stats (slides, rows and bytes moved) against the
 //   window model, and that the device memory never grew.
 //
 // Static-scale types (--kv-type u8_static / u16_static) need their scales

@@ -33,17 +33,17 @@ uint32_t WindowModel::append(uint32_t n, bool* slid) {
 }
 
 WindowChecker::WindowChecker(const ModelConfig& cfg, uint32_t seqs, uint32_t window_rows, uint32_t reserved_rows,
-                             kvrt_type type, std::vector<kvrt_quant_scale> k_scales,
-                             std::vector<kvrt_quant_scale> v_scales)
+                             kvrt_type type, std::vector<QuantScale> k_scales,
+                             std::vector<QuantScale> v_scales)
     : cfg_(cfg),
       w_(window_rows),
       rr_(reserved_rows),
       type_(type),
-      eb_(element_bytes(type)),
+      eb_(value_bytes(type)),
       k_scales_(std::move(k_scales)),
       v_scales_(std::move(v_scales)) {
-    for (const kvrt_quant_scale& s : k_scales_) k_inv_.push_back(1.0f / s.scale);
-    for (const kvrt_quant_scale& s : v_scales_) v_inv_.push_back(1.0f / s.scale);
+    for (const QuantScale& s : k_scales_) k_inv_.push_back(1.0f / s.scale);
+    for (const QuantScale& s : v_scales_) v_inv_.push_back(1.0f / s.scale);
     const size_t per_seq = static_cast<size_t>(w_) * static_cast<size_t>(cfg.n_layers) * static_cast<size_t>(cfg.kv_dim());
     k_.assign(seqs, std::vector<float>(per_seq, 0.0f));
     v_.assign(seqs, std::vector<float>(per_seq, 0.0f));
@@ -59,7 +59,7 @@ void WindowChecker::record(uint32_t seq, int32_t pos, int layer, const float* k,
     const double hi = type_ == KVRT_TYPE_U8_STATIC ? 255.0 : 65535.0;
     for (int a = 0; a < 2; ++a) {
         const float* x = a ? v : k;
-        const kvrt_quant_scale& s = (a ? v_scales_ : k_scales_)[static_cast<size_t>(layer)];
+        const QuantScale& s = (a ? v_scales_ : k_scales_)[static_cast<size_t>(layer)];
         const float inv = (a ? v_inv_ : k_inv_)[static_cast<size_t>(layer)];
         for (size_t i = 0; i < kvd; ++i) {
             const double q = std::round(static_cast<double>(x[i] * inv)) + s.zero_point;
@@ -69,7 +69,7 @@ void WindowChecker::record(uint32_t seq, int32_t pos, int layer, const float* k,
     }
 }
 
-void WindowChecker::encode(float x, const kvrt_quant_scale* s, float inv, uint8_t* out) const {
+void WindowChecker::encode(float x, const QuantScale* s, float inv, uint8_t* out) const {
     switch (type_) {
         case KVRT_TYPE_F32: std::memcpy(out, &x, 4); break;
         case KVRT_TYPE_U8_STATIC: out[0] = static_cast<uint8_t>(static_quantize(x, inv, s->zero_point, 255)); break;
@@ -85,7 +85,7 @@ void WindowChecker::encode(float x, const kvrt_quant_scale* s, float inv, uint8_
     }
 }
 
-float WindowChecker::decode(const uint8_t* in, const kvrt_quant_scale* s) const {
+float WindowChecker::decode(const uint8_t* in, const QuantScale* s) const {
     switch (type_) {
         case KVRT_TYPE_F32: {
             float x;
@@ -116,8 +116,8 @@ kvrt_result WindowChecker::check_mask(kvrt_cache cache, uint32_t seq, uint32_t n
     std::vector<float> f32(s, 1.0f);
     std::vector<uint16_t> f16(s, 0x3C00);
     *what = "reading the static mask";
-    kvrt_result r = kvrt_cache_static_mask(cache, static_cast<int32_t>(seq), KVRT_TYPE_F32, f32.data(), s * 4);
-    if (r == KVRT_SUCCESS) r = kvrt_cache_static_mask(cache, static_cast<int32_t>(seq), KVRT_TYPE_F16, f16.data(), s * 2);
+    kvrt_result r = kvrt_cache_get_static_mask(cache, static_cast<int32_t>(seq), KVRT_TYPE_F32, f32.data(), s * 4);
+    if (r == KVRT_SUCCESS) r = kvrt_cache_get_static_mask(cache, static_cast<int32_t>(seq), KVRT_TYPE_F16, f16.data(), s * 2);
     if (r != KVRT_SUCCESS) return r;
     const size_t pad = w_ - n_valid;  // leading -inf entries; the rest, and the step's own entry, 0
     for (size_t i = 0; i < s; ++i) {
@@ -152,7 +152,7 @@ kvrt_result WindowChecker::check(kvrt_cache cache, uint32_t seq, const WindowMod
             for (int a = 0; a < 2; ++a) {
                 const kvrt_kv_array array = a ? KVRT_KV_ARRAY_V : KVRT_KV_ARRAY_K;
                 const char* name = a ? "V" : "K";
-                const kvrt_quant_scale* s = nullptr;
+                const QuantScale* s = nullptr;
                 float inv = 0;
                 if (is_static_scale(type_)) {
                     s = &(a ? v_scales_ : k_scales_)[static_cast<size_t>(layer)];
@@ -160,8 +160,8 @@ kvrt_result WindowChecker::check(kvrt_cache cache, uint32_t seq, const WindowMod
                 }
                 kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
                 *what = "describing a static window";
-                kvrt_result r = kvrt_cache_static_window(cache, static_cast<int32_t>(seq), static_cast<uint32_t>(layer),
-                                                         static_cast<uint32_t>(head), array, &win);
+                kvrt_result r = kvrt_cache_get_static_window(cache, static_cast<int32_t>(seq), static_cast<int32_t>(layer),
+                                                             static_cast<uint32_t>(head), array, &win);
                 uint64_t buffer_size = 0;
                 if (r == KVRT_SUCCESS) {
                     *what = "reading a window buffer's size";
@@ -173,8 +173,8 @@ kvrt_result WindowChecker::check(kvrt_cache cache, uint32_t seq, const WindowMod
                 const std::string where = buf;
 
                 // The description.
-                const bool scale_ok = s ? win.scale.scale == s->scale && win.scale.zero_point == s->zero_point
-                                        : win.scale.scale == 0.0f && win.scale.zero_point == 0;
+                const bool scale_ok = s ? win.scale == s->scale && win.zero_point == s->zero_point
+                                        : win.scale == 0.0f && win.zero_point == 0;
                 if (win.rows != w_ || win.row_stride != row_stride || win.bytes != uint64_t{w_} * row_stride ||
                     win.n_valid != n_valid || win.pos_first != pos_first ||
                     win.pos_last != (n_valid ? pos_last : -1) || win.element_type != type_ || !scale_ok ||
@@ -254,7 +254,7 @@ kvrt_result WindowChecker::check(kvrt_cache cache, uint32_t seq, const WindowMod
                                           "row of position %d, value %d: the window holds bytes %s (%.9g), the "
                                           "demo's %.9g in %s is %s; kvrt_cache_read gives %.9g",
                                           pos, i, held.c_str(), static_cast<double>(value), static_cast<double>(x[i]),
-                                          kv_type_name(type_), expected.c_str(), static_cast<double>(got[i]));
+                                          type_name(type_), expected.c_str(), static_cast<double>(got[i]));
                             mismatch(where + buf);
                             bad = true;
                         }

@@ -6,9 +6,9 @@
 //   which appends slide (and how many rows each slide copies);
 // - WindowChecker keeps the K/V rows the demo gave kvrt for the tokens still
 //   in the windows and checks, for every layer, KV head, K and V,
-//   kvrt_cache_static_window's description and the window's bytes (downloaded
+//   kvrt_cache_get_static_window's description and the window's bytes (downloaded
 //   from its buffer at its offset) against them, bit for bit, and the
-//   sequence's kvrt_cache_static_mask.
+//   sequence's kvrt_cache_get_static_mask.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "demo_model.hpp"
+#include "kv_types.hpp"
 #include "kvrt/kvrt.h"
 
 namespace cli::demo {
@@ -68,7 +69,7 @@ class WindowChecker {
 public:
     // `k_scales` / `v_scales`: one per layer for static-scale types, else empty.
     WindowChecker(const ModelConfig& cfg, uint32_t seqs, uint32_t window_rows, uint32_t reserved_rows, kvrt_type type,
-                  std::vector<kvrt_quant_scale> k_scales, std::vector<kvrt_quant_scale> v_scales);
+                  std::vector<QuantScale> k_scales, std::vector<QuantScale> v_scales);
 
     // The rows the demo gave kvrt for token `pos` of `seq` at `layer`: K as
     // stored (rotated), V; kv_dim values each.
@@ -86,8 +87,8 @@ public:
 
 private:
     // The bytes kvrt must hold for `x` (one value of the cache's type).
-    void encode(float x, const kvrt_quant_scale* s, float inv, uint8_t* out) const;
-    float decode(const uint8_t* in, const kvrt_quant_scale* s) const;
+    void encode(float x, const QuantScale* s, float inv, uint8_t* out) const;
+    float decode(const uint8_t* in, const QuantScale* s) const;
     void mismatch(const std::string& what);
     kvrt_result check_mask(kvrt_cache cache, uint32_t seq, uint32_t n_valid, const char** what);
 
@@ -95,7 +96,7 @@ private:
     uint32_t w_, rr_;
     kvrt_type type_;
     uint32_t eb_;  // bytes per value
-    std::vector<kvrt_quant_scale> k_scales_, v_scales_;
+    std::vector<QuantScale> k_scales_, v_scales_;
     std::vector<float> k_inv_, v_inv_;
     // Per sequence: a ring of window_rows tokens, [slot][n_layers][kv_dim].
     std::vector<std::vector<float>> k_, v_;

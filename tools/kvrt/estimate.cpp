@@ -197,14 +197,16 @@ bool parse(const Args& args, Request* req, std::string* error) {
     req->type_k = args.str("type", "f16");
     req->type_v = args.str("type-v", req->type_k);
     kvrt_cache_desc& d = req->desc;
-    if (!parse_kv_type(req->type_k, &d.type_k)) {
-        *error = "--type: unknown type '" + req->type_k + "' (f32, f16, q8_0, q4_0, u8_static, u16_static)";
+    if (kvrt_type_from_name(req->type_k.c_str(), &d.type_k) != KVRT_SUCCESS) {
+        *error = "--type: unknown type '" + req->type_k + "' (" + type_names() + ")";
         return false;
     }
-    if (!parse_kv_type(req->type_v, &d.type_v)) {
-        *error = "--type-v: unknown type '" + req->type_v + "' (f32, f16, q8_0, q4_0, u8_static, u16_static)";
+    if (kvrt_type_from_name(req->type_v.c_str(), &d.type_v) != KVRT_SUCCESS) {
+        *error = "--type-v: unknown type '" + req->type_v + "' (" + type_names() + ")";
         return false;
     }
+    req->type_k = type_name(d.type_k);
+    req->type_v = type_name(d.type_v);
     d.n_layers = static_cast<uint32_t>(layers);
     d.n_kv_heads = static_cast<uint32_t>(kv_heads);
     d.n_heads = static_cast<uint32_t>(heads ? heads : kv_heads);
@@ -231,12 +233,12 @@ StaticFigures static_figures(const Request& req) {
     StaticFigures f;
     f.window_rows = req.seq_len - 1u;
     f.reserved_rows = static_cast<uint64_t>(std::ceil(req.reserve * static_cast<double>(f.window_rows)));
-    f.region_bytes_k = f.reserved_rows * d.head_dim_k * element_bytes(d.type_k);
-    f.region_bytes_v = f.reserved_rows * d.head_dim_v * element_bytes(d.type_v);
+    f.region_bytes_k = f.reserved_rows * d.head_dim_k * value_bytes(d.type_k);
+    f.region_bytes_v = f.reserved_rows * d.head_dim_v * value_bytes(d.type_v);
     f.regions = 2ull * req.seqs * d.n_layers * d.n_kv_heads;
     f.reserved_exact = static_cast<long double>(req.reserve) * static_cast<long double>(f.window_rows);
-    const long double row_pair = static_cast<long double>(d.head_dim_k) * element_bytes(d.type_k) +
-                                 static_cast<long double>(d.head_dim_v) * element_bytes(d.type_v);
+    const long double row_pair = static_cast<long double>(d.head_dim_k) * value_bytes(d.type_k) +
+                                 static_cast<long double>(d.head_dim_v) * value_bytes(d.type_v);
     f.fractional_bytes = f.reserved_exact * d.n_layers * d.n_kv_heads * row_pair * req.seqs;
     return f;
 }
@@ -318,11 +320,18 @@ int cmd_estimate(int argc, char** argv) {
     if (!parse(args, &req, &error)) return usage_error(error);
 
     // Placeholder scales for static-scale types: the sizes do not depend on them.
-    const kvrt_quant_scale unit{1.0f, 0};
+    const float unit_scale = 1.0f;
+    const int32_t zero_point = 0;
     kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
     scales.count = 1;
-    scales.k = is_static_scale(req.desc.type_k) ? &unit : nullptr;
-    scales.v = is_static_scale(req.desc.type_v) ? &unit : nullptr;
+    if (is_static_scale(req.desc.type_k)) {
+        scales.k_scales = &unit_scale;
+        scales.k_zero_points = &zero_point;
+    }
+    if (is_static_scale(req.desc.type_v)) {
+        scales.v_scales = &unit_scale;
+        scales.v_zero_points = &zero_point;
+    }
     kvrt_static_layout_desc layout = KVRT_STATIC_LAYOUT_DESC_INIT;
     layout.seq_len = req.seq_len;
     layout.reserve = req.reserve;
@@ -331,7 +340,7 @@ int cmd_estimate(int argc, char** argv) {
         *tail = &layout;
         tail = &layout.next;
     }
-    if (scales.k || scales.v) *tail = &scales;
+    if (scales.k_scales || scales.v_scales) *tail = &scales;
 
     kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
     const kvrt_result r = kvrt_cache_estimate_size(nullptr, &req.desc, &e);

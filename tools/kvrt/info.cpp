@@ -70,8 +70,7 @@ int cmd_info(int argc, char** argv) {
     uint32_t n = 0;
     kvrt_result r = kvrt_enumerate_devices(nullptr, &n);
     if (r != KVRT_SUCCESS) return report("listing devices", r);
-    std::vector<kvrt_device_info> devs(n);
-    for (auto& d : devs) d = kvrt_device_info KVRT_DEVICE_INFO_INIT;
+    std::vector<kvrt_device_info> devs(n, kvrt_device_info KVRT_DEVICE_INFO_INIT);
     r = kvrt_enumerate_devices(devs.data(), &n);
     if (r != KVRT_SUCCESS) return report("listing devices", r);
 

@@ -2,20 +2,12 @@
 #include "kv_types.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace cli {
 
 namespace {
-
-struct TypeName {
-    const char* name;
-    kvrt_type type;
-};
-
-constexpr TypeName kTypes[] = {{"f32", KVRT_TYPE_F32},   {"f16", KVRT_TYPE_F16},
-                               {"q8_0", KVRT_TYPE_Q8_0}, {"q4_0", KVRT_TYPE_Q4_0},
-                               {"u8_static", KVRT_TYPE_U8_STATIC}, {"u16_static", KVRT_TYPE_U16_STATIC}};
 
 // value >> shift (1..31), rounded to nearest with ties to even on the bits
 // shifted out.
@@ -28,30 +20,49 @@ uint32_t shift_right_rne(uint32_t value, unsigned shift) {
 
 }  // namespace
 
-bool parse_kv_type(const std::string& name, kvrt_type* out) {
-    for (const TypeName& t : kTypes) {
-        if (name == t.name) {
-            *out = t.type;
-            return true;
-        }
+bool parse_type(const std::string& text, const char* option, kvrt_type* out) {
+    kvrt_type t = KVRT_TYPE_UNDEFINED;
+    if (kvrt_type_from_name(text.c_str(), &t) != KVRT_SUCCESS) {
+        std::fprintf(stderr, "error: --%s: unknown type '%s' (%s)\n", option, text.c_str(), type_names().c_str());
+        return false;
     }
-    return false;
+    *out = t;
+    return true;
 }
 
-const char* kv_type_name(kvrt_type t) {
-    for (const TypeName& n : kTypes)
-        if (n.type == t) return n.name;
-    return t == KVRT_TYPE_DEFAULT ? "f16" : "?";
+const char* type_name(kvrt_type t) {
+    const char* name = kvrt_type_name(t);
+    return name ? name : "?";
 }
 
-uint32_t element_bytes(kvrt_type t) {
-    switch (t) {
-        case KVRT_TYPE_F32: return 4;
-        case KVRT_TYPE_DEFAULT:
-        case KVRT_TYPE_F16:
-        case KVRT_TYPE_U16_STATIC: return 2;
-        case KVRT_TYPE_U8_STATIC: return 1;
-        default: return 0;
+std::string type_names() {
+    // The library names a contiguous range of values from 1; ask until it
+    // stops naming them.
+    std::string out;
+    for (int32_t v = 1; const char* name = kvrt_type_name(static_cast<kvrt_type>(v)); ++v) {
+        if (!out.empty()) out += ", ";
+        out += name;
+    }
+    return out;
+}
+
+StaticScales::StaticScales(const std::vector<QuantScale>& k, const std::vector<QuantScale>& v) {
+    for (const QuantScale& q : k) {
+        k_scales_.push_back(q.scale);
+        k_zero_points_.push_back(q.zero_point);
+    }
+    for (const QuantScale& q : v) {
+        v_scales_.push_back(q.scale);
+        v_zero_points_.push_back(q.zero_point);
+    }
+    desc_.count = static_cast<uint32_t>(k.size() > v.size() ? k.size() : v.size());
+    if (!k.empty()) {
+        desc_.k_scales = k_scales_.data();
+        desc_.k_zero_points = k_zero_points_.data();
+    }
+    if (!v.empty()) {
+        desc_.v_scales = v_scales_.data();
+        desc_.v_zero_points = v_zero_points_.data();
     }
 }
 
@@ -101,7 +112,7 @@ uint32_t static_quantize(float x, float inv, int32_t zero_point, uint32_t qmax) 
     return q <= 0 ? 0u : q >= qmax ? qmax : static_cast<uint32_t>(q);
 }
 
-float static_dequantize(uint32_t q, const kvrt_quant_scale& s) {
+float static_dequantize(uint32_t q, const QuantScale& s) {
     return s.scale * static_cast<float>(static_cast<int64_t>(q) - s.zero_point);
 }
 

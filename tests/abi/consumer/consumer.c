@@ -10,6 +10,14 @@ int main(void) {
         return 1;
     }
     if (strncmp(kvrt_result_string(KVRT_ERROR_TIMEOUT), "KVRT_ERROR_TIMEOUT", 18) != 0) return 1;
+    /* The element types are described by the library itself. */
+    if (strcmp(kvrt_type_name(KVRT_TYPE_Q8_0), "q8_0") != 0) return 1;
+    if (kvrt_type_block_size(KVRT_TYPE_Q8_0) != 32 || kvrt_type_block_bytes(KVRT_TYPE_Q8_0) != 34) return 1;
+    if (kvrt_type_name(KVRT_TYPE_UNDEFINED) != NULL) return 1;
+    {
+        kvrt_type t = KVRT_TYPE_UNDEFINED;
+        if (kvrt_type_from_name("u16_static", &t) != KVRT_SUCCESS || t != KVRT_TYPE_U16_STATIC) return 1;
+    }
     {
         kvrt_context ctx = NULL;
         /* A NULL out-pointer is an error, not a crash. */
