@@ -471,7 +471,6 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
 
 TEST_CASE("the interop entry points refuse unknown, unaccepted and repeated chained structs", "[abi][import]") {
     AppVulkan app;
-    app.create();
     std::vector<Row> rows;
     rows.push_back({"kvrt_context_import: vulkan", KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC, KVRT_STRUCT_TYPE_UNDEFINED,
                     [&](const Tamper& t) {

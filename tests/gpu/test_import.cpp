@@ -19,18 +19,9 @@ struct QueueLock {
 
 TEST_CASE("kvrt runs on an application's imported Vulkan device", "[import]") {
     AppVulkan app;
-    app.create();
     QueueLock ql;
 
-    kvrt_vulkan_import_desc vk = KVRT_VULKAN_IMPORT_DESC_INIT;
-    vk.instance = app.instance;
-    vk.physical_device = app.pd;
-    vk.device = app.device;
-    vk.queue = app.queue;
-    vk.queue_family_index = app.family;
-    vk.get_instance_proc_addr = app.gipa;
-    vk.instance_api_version = VK_API_VERSION_1_1;
-    vk.enabled_features = &app.features;
+    kvrt_vulkan_import_desc vk = app.import_desc();
     vk.lock_queue = &QueueLock::lock;
     vk.unlock_queue = &QueueLock::unlock;
     vk.queue_user_data = &ql;
@@ -71,7 +62,6 @@ TEST_CASE("context import checks its arguments", "[import]") {
     CHECK(kvrt_context_import(nullptr, &vk, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
 
     AppVulkan app;
-    app.create();
     vk = kvrt_vulkan_import_desc KVRT_VULKAN_IMPORT_DESC_INIT;
     vk.instance = app.instance;
     vk.physical_device = app.pd;

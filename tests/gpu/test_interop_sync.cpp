@@ -1,21 +1,13 @@
 // Ordering kvrt's work with an application's own GPU work (kvrt_vulkan.h):
 // semaphores on kvrt's submissions and recording into the application's
-// command buffers. The application here creates
-// its own instance (validation layer with synchronization checks on) and
-// device, and imports them; any validation error fails the test.
-#include "gpu_test.hpp"
+// command buffers. The application here creates its own instance (validation
+// layer with synchronization checks on) and device, and imports them; any
+// validation error fails the test.
+#include "app_vulkan.hpp"
 
-#include <dlfcn.h>
-
-#include <algorithm>
-#include <atomic>
-#include <cstring>
-#include <deque>
-#include <string>
 #include <vector>
 
 #include "api/handles.hpp"
-#include "kvrt/kvrt_vulkan.h"
 
 using namespace kvrt_test;
 
@@ -23,300 +15,16 @@ namespace {
 
 constexpr uint64_t kLong = 120ull * 1000 * 1000 * 1000;
 
-#define APP_DEVICE_FUNCTIONS(X)                                                                            \
-    X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer)                            \
-    X(vkGetBufferMemoryRequirements) X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory)             \
-    X(vkMapMemory) X(vkCreateCommandPool) X(vkDestroyCommandPool) X(vkAllocateCommandBuffers)              \
-    X(vkFreeCommandBuffers) X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdFillBuffer)               \
-    X(vkCmdCopyBuffer) X(vkCmdPipelineBarrier) X(vkCreateSemaphore) X(vkDestroySemaphore) X(vkCreateFence) \
-    X(vkDestroyFence) X(vkWaitForFences) X(vkGetFenceStatus) X(vkQueueSubmit) X(vkDeviceWaitIdle)
-
-#define APP_TIMELINE_FUNCTIONS(X) X(vkWaitSemaphores) X(vkSignalSemaphore) X(vkGetSemaphoreCounterValue)
-
-// A small host-visible buffer of the application.
-struct AppBuffer {
-    VkBuffer buffer = VK_NULL_HANDLE;
-    VkDeviceMemory memory = VK_NULL_HANDLE;
-    void* mapped = nullptr;
-    VkDeviceSize size = 0;
-
-    std::vector<float> floats(VkDeviceSize offset, size_t count) const {
-        std::vector<float> out(count);
-        std::memcpy(out.data(), static_cast<const uint8_t*>(mapped) + offset, count * sizeof(float));
-        return out;
-    }
-};
-
-// The application: its own instance (validation with synchronization checks)
-// and device, with timeline semaphores enabled when the device has them.
-struct App {
-    void* lib = nullptr;
-    PFN_vkGetInstanceProcAddr gipa = nullptr;
-    VkInstance instance = VK_NULL_HANDLE;
-    VkPhysicalDevice pd = VK_NULL_HANDLE;
-    VkDevice device = VK_NULL_HANDLE;
-    VkQueue queue = VK_NULL_HANDLE;
-    uint32_t family = 0;
-    VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
-    VkCommandPool pool = VK_NULL_HANDLE;
-    VkPhysicalDeviceMemoryProperties memory{};
-    bool timeline = false;
-    std::atomic<int> validation_errors{0};
-    std::string first_error;
-    // What the device was created with, as handed to kvrt.
-    VkPhysicalDeviceTimelineSemaphoreFeatures timeline_enabled{};
-    VkPhysicalDeviceFeatures2 enabled{};
-#define APP_DECLARE(name) PFN_##name name = nullptr;
-    APP_DEVICE_FUNCTIONS(APP_DECLARE)
-    APP_TIMELINE_FUNCTIONS(APP_DECLARE)
-#undef APP_DECLARE
-    std::deque<AppBuffer> buffers;  // stable addresses: buffer() returns references
-    std::vector<VkSemaphore> semaphores;
-    std::vector<VkFence> fences;
-
-    static VkBool32 VKAPI_PTR on_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
-                                         VkDebugUtilsMessageTypeFlagsEXT,
-                                         const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
-        auto* self = static_cast<App*>(user);
-        if ((severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) && self->validation_errors++ == 0)
-            self->first_error = data->pMessage;
-        return VK_FALSE;
-    }
-
-    template <class T>
-    T ifn(const char* name) const {
-        return reinterpret_cast<T>(gipa(instance, name));
-    }
-
-    App() {
-        lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
-        REQUIRE(lib != nullptr);
-        gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
-        REQUIRE(gipa != nullptr);
-        VkApplicationInfo app{};
-        app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
-        app.apiVersion = VK_API_VERSION_1_2;
-        const char* layer = "VK_LAYER_KHRONOS_validation";
-        const char* exts[] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME};
-        const VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
-        VkValidationFeaturesEXT vf{};
-        vf.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT;
-        vf.enabledValidationFeatureCount = 1;
-        vf.pEnabledValidationFeatures = &sync;
-        VkInstanceCreateInfo ci{};
-        ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
-        ci.pNext = &vf;
-        ci.pApplicationInfo = &app;
-        ci.enabledLayerCount = 1;
-        ci.ppEnabledLayerNames = &layer;
-        ci.enabledExtensionCount = 2;
-        ci.ppEnabledExtensionNames = exts;
-        auto create_instance = reinterpret_cast<PFN_vkCreateInstance>(gipa(VK_NULL_HANDLE, "vkCreateInstance"));
-        REQUIRE(create_instance(&ci, nullptr, &instance) == VK_SUCCESS);
-        VkDebugUtilsMessengerCreateInfoEXT mci{};
-        mci.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
-        mci.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
-        mci.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT;
-        mci.pfnUserCallback = &App::on_message;
-        mci.pUserData = this;
-        REQUIRE(ifn<PFN_vkCreateDebugUtilsMessengerEXT>("vkCreateDebugUtilsMessengerEXT")(instance, &mci, nullptr,
-                                                                                          &messenger) == VK_SUCCESS);
-        uint32_t n = 1;
-        const VkResult er = ifn<PFN_vkEnumeratePhysicalDevices>("vkEnumeratePhysicalDevices")(instance, &n, &pd);
-        REQUIRE((er == VK_SUCCESS || er == VK_INCOMPLETE));
-        REQUIRE(n >= 1);
-        uint32_t nf = 0;
-        auto qprops = ifn<PFN_vkGetPhysicalDeviceQueueFamilyProperties>("vkGetPhysicalDeviceQueueFamilyProperties");
-        qprops(pd, &nf, nullptr);
-        std::vector<VkQueueFamilyProperties> fams(nf);
-        qprops(pd, &nf, fams.data());
-        family = UINT32_MAX;
-        for (uint32_t i = 0; i < nf && family == UINT32_MAX; ++i)
-            if (fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) family = i;
-        REQUIRE(family != UINT32_MAX);
-        ifn<PFN_vkGetPhysicalDeviceMemoryProperties>("vkGetPhysicalDeviceMemoryProperties")(pd, &memory);
-
-        VkPhysicalDeviceTimelineSemaphoreFeatures tl{};
-        tl.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES;
-        VkPhysicalDeviceFeatures2 supported{};
-        supported.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-        supported.pNext = &tl;
-        ifn<PFN_vkGetPhysicalDeviceFeatures2>("vkGetPhysicalDeviceFeatures2")(pd, &supported);
-        timeline = tl.timelineSemaphore;
-
-        timeline_enabled.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES;
-        timeline_enabled.timelineSemaphore = timeline;
-        enabled.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-        enabled.pNext = &timeline_enabled;
-        const float prio = 1.0f;
-        VkDeviceQueueCreateInfo qci{};
-        qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
-        qci.queueFamilyIndex = family;
-        qci.queueCount = 1;
-        qci.pQueuePriorities = &prio;
-        VkDeviceCreateInfo dci{};
-        dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-        dci.pNext = &enabled;
-        dci.queueCreateInfoCount = 1;
-        dci.pQueueCreateInfos = &qci;
-        REQUIRE(ifn<PFN_vkCreateDevice>("vkCreateDevice")(pd, &dci, nullptr, &device) == VK_SUCCESS);
-        auto gdpa = ifn<PFN_vkGetDeviceProcAddr>("vkGetDeviceProcAddr");
-#define APP_LOAD(name)                                                    \
-    name = reinterpret_cast<PFN_##name>(gdpa(device, #name));             \
-    REQUIRE(name != nullptr);
-        APP_DEVICE_FUNCTIONS(APP_LOAD)
-        if (timeline) {
-            APP_TIMELINE_FUNCTIONS(APP_LOAD)
-        }
-#undef APP_LOAD
-        vkGetDeviceQueue(device, family, 0, &queue);
-        VkCommandPoolCreateInfo pci{};
-        pci.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
-        pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
-        pci.queueFamilyIndex = family;
-        REQUIRE(vkCreateCommandPool(device, &pci, nullptr, &pool) == VK_SUCCESS);
-    }
-
-    ~App() {
-        if (device) {
-            vkDeviceWaitIdle(device);
-            for (VkSemaphore s : semaphores) vkDestroySemaphore(device, s, nullptr);
-            for (VkFence f : fences) vkDestroyFence(device, f, nullptr);
-            for (const AppBuffer& b : buffers) {
-                vkDestroyBuffer(device, b.buffer, nullptr);
-                vkFreeMemory(device, b.memory, nullptr);
-            }
-            vkDestroyCommandPool(device, pool, nullptr);
-            vkDestroyDevice(device, nullptr);
-        }
-        if (messenger)
-            ifn<PFN_vkDestroyDebugUtilsMessengerEXT>("vkDestroyDebugUtilsMessengerEXT")(instance, messenger, nullptr);
-        if (instance) ifn<PFN_vkDestroyInstance>("vkDestroyInstance")(instance, nullptr);
-        if (lib) dlclose(lib);
-    }
-
-    // The import description; `with_timeline` false hides the feature from kvrt.
-    kvrt_vulkan_import_desc import_desc(bool with_timeline) {
-        kvrt_vulkan_import_desc d = KVRT_VULKAN_IMPORT_DESC_INIT;
-        d.instance = instance;
-        d.physical_device = pd;
-        d.device = device;
-        d.queue = queue;
-        d.queue_family_index = family;
-        d.get_instance_proc_addr = gipa;
-        d.instance_api_version = VK_API_VERSION_1_2;
-        timeline_enabled.timelineSemaphore = with_timeline && timeline;
-        d.enabled_features = &enabled;
-        return d;
-    }
-
-    // A zeroed host-visible storage/transfer buffer.
-    const AppBuffer& buffer(VkDeviceSize size) {
-        AppBuffer b;
-        b.size = size;
-        VkBufferCreateInfo bci{};
-        bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
-        bci.size = size;
-        bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                    VK_BUFFER_USAGE_TRANSFER_DST_BIT;
-        REQUIRE(vkCreateBuffer(device, &bci, nullptr, &b.buffer) == VK_SUCCESS);
-        VkMemoryRequirements req{};
-        vkGetBufferMemoryRequirements(device, b.buffer, &req);
-        const VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-        uint32_t type = UINT32_MAX;
-        for (uint32_t t = 0; t < memory.memoryTypeCount && type == UINT32_MAX; ++t)
-            if ((req.memoryTypeBits & (1u << t)) && (memory.memoryTypes[t].propertyFlags & want) == want) type = t;
-        REQUIRE(type != UINT32_MAX);
-        VkMemoryAllocateInfo mai{};
-        mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
-        mai.allocationSize = req.size;
-        mai.memoryTypeIndex = type;
-        REQUIRE(vkAllocateMemory(device, &mai, nullptr, &b.memory) == VK_SUCCESS);
-        REQUIRE(vkBindBufferMemory(device, b.buffer, b.memory, 0) == VK_SUCCESS);
-        REQUIRE(vkMapMemory(device, b.memory, 0, VK_WHOLE_SIZE, 0, &b.mapped) == VK_SUCCESS);
-        std::memset(b.mapped, 0, static_cast<size_t>(size));
-        buffers.push_back(b);
-        return buffers.back();
-    }
-
-    VkSemaphore semaphore(bool timeline_type) {
-        VkSemaphoreTypeCreateInfo tci{};
-        tci.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO;
-        tci.semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE;
-        VkSemaphoreCreateInfo sci{};
-        sci.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO;
-        if (timeline_type) sci.pNext = &tci;
-        VkSemaphore s = VK_NULL_HANDLE;
-        REQUIRE(vkCreateSemaphore(device, &sci, nullptr, &s) == VK_SUCCESS);
-        semaphores.push_back(s);
-        return s;
-    }
-
-    VkFence fence() {
-        VkFenceCreateInfo fci{};
-        fci.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
-        VkFence f = VK_NULL_HANDLE;
-        REQUIRE(vkCreateFence(device, &fci, nullptr, &f) == VK_SUCCESS);
-        fences.push_back(f);
-        return f;
-    }
-
-    VkCommandBuffer begin() {
-        VkCommandBufferAllocateInfo ai{};
-        ai.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
-        ai.commandPool = pool;
-        ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-        ai.commandBufferCount = 1;
-        VkCommandBuffer cb = VK_NULL_HANDLE;
-        REQUIRE(vkAllocateCommandBuffers(device, &ai, &cb) == VK_SUCCESS);
-        VkCommandBufferBeginInfo bi{};
-        bi.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-        bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-        REQUIRE(vkBeginCommandBuffer(cb, &bi) == VK_SUCCESS);
-        return cb;
-    }
-
-    // Ends `cb` and submits it, waiting on `wait` (at the transfer stage) and
-    // signalling `signal`; values for timeline semaphores, 0 for binary ones.
-    void submit(VkCommandBuffer cb, VkSemaphore wait, uint64_t wait_value, VkSemaphore signal,
-                uint64_t signal_value, VkFence fence_ = VK_NULL_HANDLE) {
-        REQUIRE(vkEndCommandBuffer(cb) == VK_SUCCESS);
-        const VkPipelineStageFlags stage = VK_PIPELINE_STAGE_TRANSFER_BIT;
-        VkTimelineSemaphoreSubmitInfo tsi{};
-        tsi.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO;
-        tsi.waitSemaphoreValueCount = wait ? 1 : 0;
-        tsi.pWaitSemaphoreValues = &wait_value;
-        tsi.signalSemaphoreValueCount = signal ? 1 : 0;
-        tsi.pSignalSemaphoreValues = &signal_value;
-        VkSubmitInfo si{};
-        si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
-        if (wait_value || signal_value) si.pNext = &tsi;
-        si.waitSemaphoreCount = wait ? 1 : 0;
-        si.pWaitSemaphores = &wait;
-        si.pWaitDstStageMask = &stage;
-        si.commandBufferCount = 1;
-        si.pCommandBuffers = &cb;
-        si.signalSemaphoreCount = signal ? 1 : 0;
-        si.pSignalSemaphores = &signal;
-        REQUIRE(vkQueueSubmit(queue, 1, &si, fence_) == VK_SUCCESS);
-    }
-
-    void fill_f32(VkCommandBuffer cb, const AppBuffer& b, VkDeviceSize offset, VkDeviceSize bytes, float value) {
-        uint32_t bits;
-        std::memcpy(&bits, &value, 4);
-        vkCmdFillBuffer(cb, b.buffer, offset, bytes, bits);
-    }
-
-    // Makes transfer writes recorded so far visible to transfers after it.
-    void transfer_barrier(VkCommandBuffer cb) {
-        VkMemoryBarrier mb{};
-        mb.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-        mb.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
-        mb.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-        vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0,
-                             nullptr, 0, nullptr);
-    }
-};
+// The application here: Vulkan 1.2, validation with synchronization checks,
+// timeline semaphores enabled when the device has them (and nothing else).
+AppVulkanOptions interop_options() {
+    AppVulkanOptions o;
+    o.api_version = VK_API_VERSION_1_2;
+    o.sync_validation = true;
+    o.storage_16bit = false;
+    o.timeline = true;
+    return o;
+}
 
 // Attention over a tiny cache whose expected output the application can
 // compute by hand: K and Q all ones (every score equal), token t's V row all
@@ -360,7 +68,7 @@ struct Scene {
     }
 
     // The application's commands that write the inputs.
-    static void fill_inputs(App& app, VkCommandBuffer cb, const AppBuffer& in) {
+    static void fill_inputs(const AppVulkan& app, VkCommandBuffer cb, const AppBuffer& in) {
         app.fill_f32(cb, in, kOffK, kTokens * kDim * 4, 1.0f);
         for (uint32_t t = 0; t < kTokens; ++t) app.fill_f32(cb, in, kOffV + t * kDim * 4, kDim * 4, float(t + 1));
         app.fill_f32(cb, in, kOffQ, kTokens * kHeads * kDim * 4, 1.0f);
@@ -391,7 +99,7 @@ struct Scene {
     }
 
     // The application's copy of kvrt's output into its own buffer.
-    void copy_out(App& app, VkCommandBuffer cb, const AppBuffer& result) const {
+    void copy_out(const AppVulkan& app, VkCommandBuffer cb, const AppBuffer& result) const {
         VkBufferCopy region{out_vk_offset, 0, kOutBytes};
         app.vkCmdCopyBuffer(cb, out_vk, result.buffer, 1, &region);
     }
@@ -414,14 +122,14 @@ struct Scene {
     }
 };
 
-kvrt_context import_context(App& app, bool with_timeline) {
+kvrt_context import_context(AppVulkan& app, bool with_timeline) {
     const kvrt_vulkan_import_desc d = app.import_desc(with_timeline);
     kvrt_context ctx = nullptr;
     KVRT_REQUIRE_OK(kvrt_context_import(nullptr, &d, &ctx));
     return ctx;
 }
 
-void check_app_validation(const App& app) {
+void check_app_validation(const AppVulkan& app) {
     INFO(app.first_error);
     CHECK(app.validation_errors.load() == 0);
 }
@@ -429,7 +137,7 @@ void check_app_validation(const App& app) {
 }  // namespace
 
 TEST_CASE("app work, kvrt work and app work ordered by binary semaphores only", "[interop_sync]") {
-    App app;
+    AppVulkan app(interop_options());
     const AppBuffer& in = app.buffer(kInputBytes);
     const AppBuffer& result = app.buffer(kOutBytes);
     kvrt_context ctx = import_context(app, true);
@@ -467,7 +175,7 @@ TEST_CASE("app work, kvrt work and app work ordered by binary semaphores only", 
 }
 
 TEST_CASE("timeline semaphores: kvrt waits for a value not yet signalled, and signals one", "[interop_sync]") {
-    App app;
+    AppVulkan app(interop_options());
     const AppBuffer& in = app.buffer(kInputBytes);
     const AppBuffer& result = app.buffer(kOutBytes);
     kvrt_context ctx = import_context(app, true);
@@ -540,7 +248,7 @@ TEST_CASE("timeline semaphores: kvrt waits for a value not yet signalled, and si
 }
 
 TEST_CASE("semaphore values without timeline semaphores are refused and change nothing", "[interop_sync]") {
-    App app;
+    AppVulkan app(interop_options());
     kvrt_context ctx = import_context(app, false);  // the feature is hidden from kvrt
     CHECK_FALSE(ctx->ctx->timeline());
     {
@@ -583,7 +291,7 @@ TEST_CASE("semaphore values without timeline semaphores are refused and change n
 
 TEST_CASE("kvrt records into the application's command buffer, completed by timeline or fence",
           "[interop_sync]") {
-    App app;
+    AppVulkan app(interop_options());
     const bool by_fence = GENERATE(false, true);
     const bool timestamps = GENERATE(false, true);
     INFO((by_fence ? "fence" : "timeline") << (timestamps ? ", timestamps" : ""));
@@ -667,7 +375,7 @@ TEST_CASE("kvrt records into the application's command buffer, completed by time
 }
 
 TEST_CASE("dropping a recording made into the application's command buffer rolls it back", "[interop_sync]") {
-    App app;
+    AppVulkan app(interop_options());
     const AppBuffer& in = app.buffer(kInputBytes);
     kvrt_context ctx = import_context(app, true);
     {
