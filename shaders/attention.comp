@@ -16,8 +16,9 @@
 // Defines: K_FMT, V_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0, 5 U8_STATIC,
 // 6 U16_STATIC); Q_F16 (queries in f16, else f32); SHUFFLE. The static-scale
 // types' (scale, zero point) of the layer come in meta_words, at quant_offset:
-// four more push words would fill the 128 bytes every device guarantees, and
-// specialization constants would need a pipeline per layer.
+// the push constants (120 bytes) leave no room for four more words within the
+// 128 bytes every device guarantees, and specialization constants would need
+// a pipeline per layer.
 //
 // Every loop but the cell loop is [[unroll]]: besides being faster, this is a
 // workaround for llvmpipe (lavapipe), which silently leaves loops after 65535
@@ -84,6 +85,7 @@ layout(push_constant) uniform Push {
     uint theta_offset;     // deferred RoPE: word offset of the N_ROT/2 pair frequencies
     float rope_mscale;     // deferred RoPE: magnitude (YaRN)
     uint quant_offset;     // word offset in meta_words of (K scale, K zero point, V scale, V zero point)
+    uint q_head_stride;    // words between the heads of one query (D_K values when packed)
 } pc;
 
 // The layer's static-scale quantization, read once per invocation.
@@ -161,10 +163,9 @@ void main() {
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint base = pc.q_offset + r_query[r] * pc.q_stride;
 #ifdef Q_F16
-        const uint head_elem = r_head[r] * D_K;
-        const uint hb = base * 2u + head_elem;  // in halves
+        const uint hb = (base + r_head[r] * pc.q_head_stride) * 2u;  // in halves
 #else
-        const uint hb = base + r_head[r] * D_K;
+        const uint hb = base + r_head[r] * pc.q_head_stride;
 #endif
         [[unroll]] for (uint i = 0u; i < OK; ++i) {
             const uint o = lane + i * LG;
@@ -199,11 +200,11 @@ void main() {
                         const bool first = NEOX != 0u ? d < half_rot : (d & 1u) == 0u;
                         const uint partner = NEOX != 0u ? (first ? d + half_rot : d - half_rot) : (d ^ 1u);
 #ifdef Q_F16
-                        const uint e = base * 2u + r_head[r] * D_K + partner;
+                        const uint e = (base + r_head[r] * pc.q_head_stride) * 2u + partner;
                         const vec2 h = unpackHalf2x16(q_words[e >> 1]);
                         x = (e & 1u) != 0u ? h.y : h.x;
 #else
-                        x = uintBitsToFloat(q_words[base + r_head[r] * D_K + partner]);
+                        x = uintBitsToFloat(q_words[base + r_head[r] * pc.q_head_stride + partner]);
 #endif
                         // k_a weighs q_a c + q_b s; k_b weighs q_b c - q_a s.
                         x *= first ? pc.scale : -pc.scale;

@@ -23,6 +23,7 @@ layout(push_constant) uniform Push {
     uint has_sinks;
     uint sinks_offset;   // float offset of the per-head sink logits
     uint partials_offset;
+    uint out_head_stride;  // words between the heads of one query's output
 } pc;
 
 void main() {
@@ -60,7 +61,7 @@ void main() {
                 }
                 o[k] = a;
             }
-            out_words[out_row + (head * D_V) / 2u + w] = kvrt_f32_to_f16(o[0]) | (kvrt_f32_to_f16(o[1]) << 16);
+            out_words[out_row + head * pc.out_head_stride + w] = kvrt_f32_to_f16(o[0]) | (kvrt_f32_to_f16(o[1]) << 16);
         }
 #else
         for (uint d = gl_LocalInvocationID.x; d < D_V; d += gl_WorkGroupSize.x) {
@@ -73,7 +74,7 @@ void main() {
                 }
                 a /= sum;
             }
-            out_words[out_row + head * D_V + d] = floatBitsToUint(a);
+            out_words[out_row + head * pc.out_head_stride + d] = floatBitsToUint(a);
         }
 #endif
     }

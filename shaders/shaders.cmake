@@ -16,6 +16,8 @@ foreach(src f32 f16)
     kvrt_add_shader(NAME store_${src}_${dst} SOURCE shaders/store.comp DEFINES ${defs})
   endforeach()
 endforeach()
+# Stored bytes copied as they are (pre-quantized rows), from any byte alignment.
+kvrt_add_shader(NAME store_raw SOURCE shaders/store_raw.comp)
 kvrt_add_shader(NAME copy_rows SOURCE shaders/copy_rows.comp)
 kvrt_add_shader(NAME copy_rows_vec4 SOURCE shaders/copy_rows.comp DEFINES VEC4)
 

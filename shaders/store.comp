@@ -13,6 +13,12 @@
 // last block, or a U8 row whose byte size is not a multiple of 4, fills the
 // rest of its last word with the row's padding, written as zeros (rows are
 // padded to 4 bytes).
+//
+// The source row's heads may lie apart (head-major tensors): value e of the
+// row is value e % head_dim of head e / head_dim, src_head_elems values after
+// the previous head's start. Head dims are even (and multiples of 32 for the
+// block types), so a source word, a destination unit and a block never
+// straddle two heads.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "quant.glsl"
@@ -31,14 +37,24 @@ layout(push_constant) uniform Push {
     // point; unused by the other types.
     float inv_scale;
     int zero_point;
+    uint head_dim;        // values per head
+    uint src_head_elems;  // source values from one head's start to the next
 } pc;
 
+// Index in the source row (in values from its first word) of value e.
+uint src_index(uint e) {
+    if (pc.src_head_elems == pc.head_dim) return e;  // packed heads
+    const uint h = e / pc.head_dim;
+    return h * pc.src_head_elems + (e - h * pc.head_dim);
+}
+
 float load(uint row_word, uint e) {
+    const uint i = src_index(e);
 #ifdef SRC_F16
-    const vec2 two = unpackHalf2x16(src[row_word + (e >> 1)]);
-    return (e & 1u) != 0u ? two.y : two.x;
+    const vec2 two = unpackHalf2x16(src[row_word + (i >> 1)]);
+    return (i & 1u) != 0u ? two.y : two.x;
 #else
-    return uintBitsToFloat(src[row_word + e]);
+    return uintBitsToFloat(src[row_word + i]);
 #endif
 }
 
@@ -51,11 +67,12 @@ const int QMAX = 65535;
 
 // The code of input value e (NaN takes the zero point: value 0).
 uint quantize_static(uint row_word, uint e) {
+    const uint i = src_index(e);
 #ifdef SRC_F16
-    const uint h = (src[row_word + (e >> 1)] >> ((e & 1u) * 16u)) & 0xffffu;
+    const uint h = (src[row_word + (i >> 1)] >> ((i & 1u) * 16u)) & 0xffffu;
     if (kvrt_is_nan_half(h)) return uint(pc.zero_point);
 #else
-    if (kvrt_is_nan_bits(src[row_word + e])) return uint(pc.zero_point);
+    if (kvrt_is_nan_bits(src[row_word + i])) return uint(pc.zero_point);
 #endif
     return kvrt_quantize_static(load(row_word, e), pc.inv_scale, pc.zero_point, QMAX);
 }
@@ -93,7 +110,7 @@ void main() {
         dst[row.y + u] = floatBitsToUint(load(row.x, u));
 #elif defined(DST_F16)
 #ifdef SRC_F16
-        dst[row.y + u] = src[row.x + u];  // bit copy: f16 to f16 is exact
+        dst[row.y + u] = src[row.x + (src_index(2u * u) >> 1)];  // bit copy: f16 to f16 is exact
 #else
         dst[row.y + u] = kvrt_f32_to_f16(load(row.x, 2u * u)) | (kvrt_f32_to_f16(load(row.x, 2u * u + 1u)) << 16);
 #endif

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cache/cache.hpp"
+#include "cache/strides.hpp"
 #include "core/checked.hpp"
 #include "ops/attention.hpp"
 
@@ -52,91 +53,100 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown attention flags 0x%x", static_cast<unsigned>(params.flags));
     if (!(params.softcap >= 0.0f) || !(params.max_bias >= 0.0f) || !std::isfinite(params.scale))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "softcap and max_bias must be >= 0 and scale finite");
+
+    // out: n_heads rows of head_dim_v values per query, that must not overlap.
     if (out.type != KVRT_TYPE_F32 && out.type != KVRT_TYPE_F16)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: type must be F32 or F16");
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: element type %s is not F32 or F16", kv::type_name(out.type));
     if (!out.buffer == !out.host) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: set exactly one of buffer and host");
     if (out.host && stream)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: host memory needs a synchronous call (stream NULL)");
-    if (out.offset % 4 || out.row_stride % 4)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: offset and row_stride must be multiples of 4");
+    StridedRows o;
+    KVRT_TRY(resolve_strided("out", out.offset, out.row_stride, out.head_stride, 0, 1, n_queries, geo_.n_heads,
+                             uint64_t{geo_.v.head_dim} * elem_size(out.type), 4, &o));
+    KVRT_TRY(check_strided_extent("out", o, out.buffer ? out.buffer->size() : 0, out.host));
+    if (!strided_rows_disjoint(o))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "out: rows overlap (row_stride %llu, head_stride %llu, rows of %llu bytes)",
+                    static_cast<unsigned long long>(o.row), static_cast<unsigned long long>(o.head),
+                    static_cast<unsigned long long>(o.head_bytes));
 
-    // q: n_heads * head_dim_k values per token, in one piece of its buffer.
+    // q: n_heads rows of head_dim_k values per query.
     if (q.type != KVRT_TYPE_F32 && q.type != KVRT_TYPE_F16)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: type must be F32 or F16");
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: element type %s is not F32 or F16", kv::type_name(q.type));
     if (!q.buffer == !q.host) return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: set exactly one of buffer and host");
-    if (q.offset % 4 || q.row_stride % 4)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: offset and row_stride must be multiples of 4");
-    const uint64_t q_row = uint64_t{geo_.n_heads} * geo_.k.head_dim * elem_size(q.type);
-    const uint64_t q_stride = q.row_stride ? q.row_stride : q_row;
-    if (q_stride < q_row) return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: row_stride is below the row size");
-    const uint64_t q_bytes = q_stride * (n_queries - 1) + q_row;
-    const uint64_t o_row = uint64_t{geo_.n_heads} * geo_.v.head_dim * elem_size(out.type);
-    const uint64_t o_stride = out.row_stride ? out.row_stride : o_row;
-    if (o_stride < o_row) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: row_stride is below the row size");
-    const uint64_t o_bytes = o_stride * (n_queries - 1) + o_row;
-    if (q.buffer && !range_inside(q.offset, q_bytes, q.buffer->size()))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: %u rows do not fit in the buffer", n_queries);
-    if (out.buffer && !range_inside(out.offset, o_bytes, out.buffer->size()))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: %u rows do not fit in the buffer", n_queries);
-
-    if (stream) {
-        KVRT_TRY(stream->require_recording());
-        vk::BufferUse out_use{};
-        uint64_t off = out.offset;
-        if (out.buffer) {
-            size_t piece = 0;
-            uint64_t in = 0;
-            out.buffer->locate(out.offset, &piece, &in);
-            if (in + o_bytes > out.buffer->piece(piece).size)
-                return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: the rows cross a piece boundary of the buffer");
-            out_use = vk::BufferUse{out.buffer, piece, 0, 0, true};
-            off = in;
-        }
-        // Pending shifts go first, into the same stream.
-        std::vector<std::pair<uint32_t, int32_t>> saved;
-        KVRT_TRY(shifts_before(*stream, false, &saved));
-        return record_attention(*stream, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off,
-                                o_stride, out.type, params);
+    StridedRows qr;
+    KVRT_TRY(resolve_strided("q", q.offset, q.row_stride, q.head_stride, 0, 1, n_queries, geo_.n_heads,
+                             uint64_t{geo_.k.head_dim} * elem_size(q.type), 4, &qr));
+    KVRT_TRY(check_strided_extent("q", qr, q.buffer ? q.buffer->size() : 0, q.host));
+    if (q.buffer) {
+        size_t piece = 0;
+        uint64_t in = 0;
+        q.buffer->locate(q.offset, &piece, &in);
+        if (in + (qr.end - qr.offset) > q.buffer->piece(piece).size)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: the rows cross a piece boundary of the buffer");
     }
-
-    // Synchronous: host output goes through a scratch buffer of the stream.
-    KVRT_TRY(begin_own());
-    Result r = KVRT_SUCCESS;
+    // A device output lies in one piece of its buffer, bound whole.
     vk::BufferUse out_use{};
     uint64_t off = 0;
     if (out.buffer) {
         size_t piece = 0;
         uint64_t in = 0;
         out.buffer->locate(out.offset, &piece, &in);
-        if (in + o_bytes > out.buffer->piece(piece).size)
-            r = fail(KVRT_ERROR_INVALID_ARGUMENT, "out: the rows cross a piece boundary of the buffer");
+        if (in + (o.end - o.offset) > out.buffer->piece(piece).size)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: the rows cross a piece boundary of the buffer");
         out_use = vk::BufferUse{out.buffer, piece, 0, 0, true};
         off = in;
-    } else {
-        r = own_->scratch(o_bytes, &out_use);
+    }
+
+    if (stream) {
+        KVRT_TRY(stream->require_recording());
+        // Pending shifts go first, into the same stream.
+        std::vector<std::pair<uint32_t, int32_t>> saved;
+        KVRT_TRY(shifts_before(*stream, false, &saved));
+        return record_attention(*stream, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off,
+                                o.row, o.head, out.type, params);
+    }
+
+    // Synchronous: host output goes through scratch memory of the stream,
+    // packed, and is scattered into the caller's rows once it succeeded.
+    KVRT_TRY(begin_own());
+    Result r = KVRT_SUCCESS;
+    uint64_t row = o.row, head = o.head;
+    if (out.host) {
+        head = o.head_bytes;
+        row = head * geo_.n_heads;
+        r = own_->scratch(row * n_queries, &out_use);
         off = out_use.offset;
         out_use.offset = 0;
+        out_use.size = 0;
         out_use.write = true;
     }
     std::vector<std::pair<uint32_t, int32_t>> saved;
     if (r == KVRT_SUCCESS) r = shifts_before(*own_, true, &saved);
     if (r == KVRT_SUCCESS)
-        r = record_attention(*own_, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off, o_stride,
-                             out.type, params);
+        r = record_attention(*own_, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off, row,
+                             head, out.type, params);
     if (r == KVRT_SUCCESS) r = finish_own();
     if (r != KVRT_SUCCESS) {
         own_->abort();
         restore_shifts(saved);
         return r;
     }
-    if (out.host) KVRT_TRY(const_cast<vk::Buffer*>(out_use.buffer)->download(off, out.host, o_bytes));
+    if (out.host) {
+        std::vector<uint8_t> packed(static_cast<size_t>(row * n_queries));
+        KVRT_TRY(const_cast<vk::Buffer*>(out_use.buffer)->download(off, packed.data(), packed.size()));
+        auto* to = static_cast<uint8_t*>(out.host);
+        for (uint32_t t = 0; t < n_queries; ++t)
+            for (uint32_t h = 0; h < geo_.n_heads; ++h)
+                std::memcpy(to + o.at(0, t, h), packed.data() + t * row + h * head, static_cast<size_t>(head));
+    }
     return KVRT_SUCCESS;
 }
 
 Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
                                const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
-                               uint64_t out_offset, uint64_t out_stride, kvrt_type out_type,
-                               const kvrt_attention_params& params) {
+                               uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
+                               kvrt_type out_type, const kvrt_attention_params& params) {
     // The cells any of the queries can see: in use, in one of their
     // sequences, and (when causal) not after the last query. The kernel
     // applies each query's exact mask.
@@ -247,32 +257,45 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     opt.causal = causal;
     opt.sinks = params.sinks;
 
-    // Queries: a piece of the caller's buffer, or host rows uploaded.
+    // Queries: a piece of the caller's buffer (checked by attention()), or
+    // host rows gathered into upload memory, packed. Strides that only ever
+    // multiply 0 (one query, one head) may not fit 32 bits: pass 0.
     ops::AttnIo io{};
-    const uint64_t q_row = uint64_t{geo_.n_heads} * geo_.k.head_dim * elem_size(q.type);
-    const uint64_t q_stride = q.row_stride ? q.row_stride : q_row;
+    StridedRows qr;
+    KVRT_TRY(resolve_strided("q", q.offset, q.row_stride, q.head_stride, 0, 1, n_queries, geo_.n_heads,
+                             uint64_t{geo_.k.head_dim} * elem_size(q.type), 4, &qr));
+    const auto in_words = [](uint64_t bytes, uint32_t count) { return count > 1 ? static_cast<uint32_t>(bytes / 4) : 0u; };
     if (q.host) {
+        const uint64_t q_row = qr.head_bytes * geo_.n_heads;
         vk::BufferUse up{};
         void* mapped = nullptr;
         KVRT_TRY(s.reserve(q_row * n_queries, &up, &mapped));
-        for (uint32_t i = 0; i < n_queries; ++i)
-            std::memcpy(static_cast<uint8_t*>(mapped) + i * q_row, q.host + q.offset + i * q_stride,
-                        static_cast<size_t>(q_row));
+        auto* to = static_cast<uint8_t*>(mapped);
+        for (uint32_t i = 0; i < n_queries; ++i) {
+            if (qr.heads_packed()) {
+                std::memcpy(to + i * q_row, q.host + qr.at(0, i, 0), static_cast<size_t>(q_row));
+                continue;
+            }
+            for (uint32_t h = 0; h < geo_.n_heads; ++h)
+                std::memcpy(to + i * q_row + h * qr.head_bytes, q.host + qr.at(0, i, h),
+                            static_cast<size_t>(qr.head_bytes));
+        }
         io.q = vk::BufferUse{up.buffer, up.piece, 0, 0, false};
         io.q_offset_words = static_cast<uint32_t>(up.offset / 4);
         io.q_stride_words = static_cast<uint32_t>(q_row / 4);
+        io.q_head_words = static_cast<uint32_t>(qr.head_bytes / 4);
     } else {
         size_t piece = 0;
         uint64_t in = 0;
         q.buffer->locate(q.offset, &piece, &in);
-        if (in + q_stride * (n_queries - 1) + q_row > q.buffer->piece(piece).size)
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "q: the rows cross a piece boundary of the buffer");
         io.q = vk::BufferUse{q.buffer, piece, 0, 0, false};
         io.q_offset_words = static_cast<uint32_t>(in / 4);
-        io.q_stride_words = static_cast<uint32_t>(q_stride / 4);
+        io.q_stride_words = in_words(qr.row, n_queries);
+        io.q_head_words = in_words(qr.head, geo_.n_heads);
     }
     io.out = out_use;
-    io.out_stride_words = static_cast<uint32_t>(out_stride / 4);
+    io.out_stride_words = in_words(out_stride, n_queries);
+    io.out_head_words = in_words(out_head_stride, geo_.n_heads);
     const uint32_t q_words_per_query = io.q_stride_words;
     const uint32_t q_first = io.q_offset_words;
     for (uint32_t first = 0; first < n_queries; first += static_cast<uint32_t>(per_pass)) {

@@ -23,9 +23,12 @@ struct Source {
     const vk::Buffer* buffer = nullptr;     // device data, or
     const uint8_t* host = nullptr;          // host data
     uint64_t offset = 0;
-    uint64_t row_stride = 0;                // 0 = packed (the heads of one token back to back)
-    uint64_t head_stride = 0;               // 0 = packed (one head row)
-    uint64_t layer_stride = 0;              // 0 = n_tokens * row_stride
+    // Zero strides are resolved as cache/strides.hpp says: head_stride one
+    // head row, row_stride n_heads * head_stride (the heads of one token back
+    // to back), layer_stride max(n_tokens * row_stride, n_heads * head_stride).
+    uint64_t row_stride = 0;
+    uint64_t head_stride = 0;
+    uint64_t layer_stride = 0;
 };
 
 class Cache {
@@ -107,8 +110,6 @@ public:
     // kvrt_cache_read_raw: the stored bytes of `n` cells of (layer, array),
     // each cell's head rows back to back with no padding.
     Result read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* cells, void* out, uint64_t out_bytes);
-    // Bytes read_raw gives per cell (kvrt_cache_info.k_row_bytes / v_row_bytes).
-    uint64_t raw_row_bytes(Array array) const { return arena_->rows(array).row_bytes; }
     // ---- end of stored bytes ----
 
     // kvrt_cache_attention.

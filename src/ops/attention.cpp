@@ -23,22 +23,28 @@ struct AttnPush {
     uint32_t causal, n_kv_heads, partials_offset, theta_offset;
     float rope_mscale;
     uint32_t quant_offset;
+    uint32_t q_head_stride;
 };
-static_assert(sizeof(AttnPush) == 116, "AttnPush layout");
+// 128 bytes is the most push-constant space every device guarantees.
+static_assert(sizeof(AttnPush) == 120 && sizeof(AttnPush) <= 128, "AttnPush layout");
 static_assert(offsetof(AttnPush, n_splits) == 36 && offsetof(AttnPush, scale) == 64 &&
                   offsetof(AttnPush, alibi_n_log2) == 80 && offsetof(AttnPush, window) == 84 &&
                   offsetof(AttnPush, causal) == 92 && offsetof(AttnPush, n_kv_heads) == 96 &&
                   offsetof(AttnPush, partials_offset) == 100 && offsetof(AttnPush, theta_offset) == 104 &&
-                  offsetof(AttnPush, rope_mscale) == 108 && offsetof(AttnPush, quant_offset) == 112,
+                  offsetof(AttnPush, rope_mscale) == 108 && offsetof(AttnPush, quant_offset) == 112 &&
+                  offsetof(AttnPush, q_head_stride) == 116,
               "AttnPush offsets");
 
 // Mirrors `Push` in shaders/attention_merge.comp.
 struct MergePush {
     uint32_t n_rows, n_heads, splits, out_offset, out_stride, has_sinks, sinks_offset, partials_offset;
+    uint32_t out_head_stride;
 };
-static_assert(sizeof(MergePush) == 32, "MergePush layout");
-static_assert(offsetof(MergePush, splits) == 8 && offsetof(MergePush, has_sinks) == 20 &&
-                  offsetof(MergePush, sinks_offset) == 24 && offsetof(MergePush, partials_offset) == 28,
+static_assert(sizeof(MergePush) == 36, "MergePush layout");
+static_assert(offsetof(MergePush, splits) == 8 && offsetof(MergePush, out_offset) == 12 &&
+                  offsetof(MergePush, out_stride) == 16 && offsetof(MergePush, has_sinks) == 20 &&
+                  offsetof(MergePush, sinks_offset) == 24 && offsetof(MergePush, partials_offset) == 28 &&
+                  offsetof(MergePush, out_head_stride) == 32,
               "MergePush offsets");
 
 uint32_t pow2_at_least(uint32_t x) {
@@ -142,6 +148,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     p.splits_total = splits_total;
     p.q_offset = io.q_offset_words;
     p.q_stride = io.q_stride_words;
+    p.q_head_stride = io.q_head_words;
     p.k_head_bytes = static_cast<uint32_t>(shape.k_head_bytes);
     p.v_head_bytes = static_cast<uint32_t>(shape.v_head_bytes);
     p.scale = opt.scale;
@@ -185,8 +192,9 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
                             static_cast<uint32_t>((lane_groups + groups_per_wg - 1) / groups_per_wg));
     }
     if (r == KVRT_SUCCESS) {
-        MergePush m{static_cast<uint32_t>(n_rows), shape.n_heads, splits_total, io.out_offset_words,
-                    io.out_stride_words, opt.sinks ? 1u : 0u, words_base + sinks_offset, partials_base};
+        MergePush m{static_cast<uint32_t>(n_rows), shape.n_heads,       splits_total,
+                    io.out_offset_words,           io.out_stride_words, opt.sinks ? 1u : 0u,
+                    words_base + sinks_offset,     partials_base,       io.out_head_words};
         vk::BufferUse part_read = partials;
         part_read.write = false;
         const vk::BufferUse uses[3] = {part_read, io.out, words_use};

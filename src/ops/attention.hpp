@@ -59,12 +59,13 @@ struct AttnOptions {
 
 // Records both passes. `cells` and `cell_seq_words` (seq_words per cell) are
 // the attended cells, `queries` (pos, seq) pairs; `q` and `out` are the query
-// rows and the output rows (word offsets and strides inside their pieces).
+// rows and the output rows (word offsets and strides inside their pieces:
+// query i's head h at offset + i * stride + h * head).
 struct AttnIo {
     vk::BufferUse q;       // whole binding of the queries' piece
-    uint32_t q_offset_words, q_stride_words;
+    uint32_t q_offset_words, q_stride_words, q_head_words;
     vk::BufferUse out;     // whole binding of the output's piece
-    uint32_t out_offset_words, out_stride_words;
+    uint32_t out_offset_words, out_stride_words, out_head_words;
 };
 
 Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOptions& opt,
