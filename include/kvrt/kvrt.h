@@ -791,8 +791,11 @@ typedef struct kvrt_batch {
  *   layout for Q8_0 and Q4_0; codes for the static-scale types). A head row
  *   is then head_dim / kvrt_type_block_size * kvrt_type_block_bytes bytes;
  *   offset and strides are multiples of 2 (1 for U8_STATIC).
- * Zero strides mean packed: head_stride = the head row's bytes, row_stride =
- * the heads of one token back to back, layer_stride = n_tokens rows.
+ * Zero strides mean packed: head_stride 0 is the head row's bytes,
+ * row_stride 0 is n_heads * head_stride (the heads of one token back to
+ * back), and layer_stride 0 is the larger of n_tokens * row_stride and
+ * n_heads * head_stride (one layer's tokens back to back, token-major or
+ * head-major).
  * Head-major data (GGML's permuted [head_dim, n_tokens, n_heads]) sets
  * row_stride to one head row and head_stride to n_tokens of them. */
 typedef struct kvrt_tensor_ref {
