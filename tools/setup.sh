@@ -2,7 +2,8 @@
 # Installs what kvrt needs to build and test on Debian 12 (bookworm): the Vulkan
 # loader and headers, Mesa's lavapipe driver, glslc, spirv-tools, glslang-tools,
 # the Khronos validation layers, Catch2, cmake, ninja, pkg-config, and
-# libabigail's tools (abidw, abidiff) for the ABI check of tests/abi.
+# libabigail's tools (abidw, abidiff) for the ABI check of tests/abi, and
+# libclang for the Rust binding's bindgen check (bindings/rust/kvrt-sys).
 #
 # Idempotent and quiet when everything is present. Run as root, or with sudo
 # available. Set KVRT_SETUP_VERBOSE=1 to see apt's output.
@@ -15,6 +16,7 @@ packages=(
   vulkan-validationlayers vulkan-tools
   catch2
   abigail-tools
+  libclang-dev
 )
 
 missing=()

@@ -1,0 +1,962 @@
+//! The KV cache.
+
+use std::marker::PhantomData;
+use std::ptr;
+use std::sync::Arc;
+
+use kvrt_sys as sys;
+
+use crate::buffer::CacheBuffer;
+use crate::context::{Context, ContextInner};
+use crate::error::{check, Error, Result};
+use crate::stream::Recording;
+use crate::tensor::{Batch, OutputRef, TensorRef};
+use crate::types::{len_u32, opt_cstring, opt_ptr, ElementType, KvArray, Layers};
+
+/// How a cache arranges its rows (`kvrt_layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Layout {
+    /// The general layout: any cell holds any token of any sequences.
+    #[default]
+    Cells,
+    /// The static padded layout of NPU/DSP engines; needs
+    /// [`CacheDesc::static_layout`].
+    Static,
+}
+
+/// The RoPE mode (`kvrt_rope_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RopeMode {
+    /// Pairs (2i, 2i+1).
+    #[default]
+    Normal,
+    /// Pairs (i, i + n_rot/2).
+    Neox,
+}
+
+/// The model's RoPE (`kvrt_rope_desc`); [`Default`] is `KVRT_ROPE_DESC_INIT`
+/// and zero fields take the library's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RopeDesc {
+    /// Pairing of the rotated dimensions.
+    pub mode: RopeMode,
+    /// Rotated dimensions; 0 = head_dim_k.
+    pub n_rot: u32,
+    /// 0 = 10000.
+    pub freq_base: f32,
+    /// 0 = 1.
+    pub freq_scale: f32,
+    /// YaRN extrapolation mix; 0 = off.
+    pub ext_factor: f32,
+    /// YaRN magnitude; 0 = 1.
+    pub attn_factor: f32,
+    /// 0 = 32.
+    pub beta_fast: f32,
+    /// 0 = 1.
+    pub beta_slow: f32,
+    /// YaRN original context; 0 = none.
+    pub n_ctx_orig: u32,
+}
+
+/// The sizes of a static layout (`kvrt_static_layout_desc`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StaticLayoutDesc {
+    /// S >= 2: the graph's sequence length; windows hold S-1 rows.
+    pub seq_len: u32,
+    /// R >= 1: rows reserved per window, as a multiple of S-1; 0 = 2.
+    pub reserve: f64,
+}
+
+/// Scales of static-scale K/V types (`kvrt_static_scales_desc`): each
+/// non-empty array has one entry (all layers) or n_layers entries.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StaticScales {
+    /// K scales, when type_k is static-scale.
+    pub k_scales: Vec<f32>,
+    /// K zero points, as many as `k_scales`.
+    pub k_zero_points: Vec<i32>,
+    /// V scales, when type_v is static-scale.
+    pub v_scales: Vec<f32>,
+    /// V zero points, as many as `v_scales`.
+    pub v_zero_points: Vec<i32>,
+}
+
+/// The descriptor of a cache (`kvrt_cache_desc` and the structs chained on
+/// it). [`Default`] gives `KVRT_CACHE_DESC_INIT` (F16 storage, cell layout).
+///
+/// ```
+/// let desc = kvrt::CacheDesc::new(2, 4, 2, 64, 1024);
+/// assert_eq!(desc.type_k, kvrt::ElementType::F16);
+/// let est = desc.estimate().unwrap();
+/// assert_eq!(est.bytes_per_token, 2 * 2 * (64 * 2 + 64 * 2));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheDesc {
+    /// Layers.
+    pub n_layers: u32,
+    /// Query heads; a multiple of n_kv_heads.
+    pub n_heads: u32,
+    /// K/V heads.
+    pub n_kv_heads: u32,
+    /// K head dimension.
+    pub head_dim_k: u32,
+    /// V head dimension; 0 = head_dim_k.
+    pub head_dim_v: u32,
+    /// Cells (tokens); 0 with the static layout.
+    pub capacity: u32,
+    /// Sequence ids are 0..max_seqs-1; 0 = 64 (1 with the static layout).
+    pub max_seqs: u32,
+    /// Stored type of K.
+    pub type_k: ElementType,
+    /// Stored type of V.
+    pub type_v: ElementType,
+    /// Layout.
+    pub layout: Layout,
+    /// Sliding window per layer (n_layers entries; 0 = full attention).
+    pub layer_windows: Option<Vec<u32>>,
+    /// Debug name.
+    pub label: Option<String>,
+    /// Deferred RoPE (`KVRT_CACHE_DEFERRED_ROPE`): K is stored unrotated.
+    pub deferred_rope: bool,
+    /// The model's RoPE, when not the default.
+    pub rope: Option<RopeDesc>,
+    /// The static layout's sizes (with [`Layout::Static`]).
+    pub static_layout: Option<StaticLayoutDesc>,
+    /// Scales of static-scale types.
+    pub static_scales: Option<StaticScales>,
+}
+
+impl Default for CacheDesc {
+    fn default() -> Self {
+        let i = sys::KVRT_CACHE_DESC_INIT;
+        CacheDesc {
+            n_layers: i.n_layers,
+            n_heads: i.n_heads,
+            n_kv_heads: i.n_kv_heads,
+            head_dim_k: i.head_dim_k,
+            head_dim_v: i.head_dim_v,
+            capacity: i.capacity,
+            max_seqs: i.max_seqs,
+            type_k: ElementType::from_raw(i.type_k).unwrap_or(ElementType::F16),
+            type_v: ElementType::from_raw(i.type_v).unwrap_or(ElementType::F16),
+            layout: Layout::Cells,
+            layer_windows: None,
+            label: None,
+            deferred_rope: i.flags & sys::KVRT_CACHE_DEFERRED_ROPE != 0,
+            rope: None,
+            static_layout: None,
+            static_scales: None,
+        }
+    }
+}
+
+/// Sizes of a cache before anything is allocated (`kvrt_cache_estimate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheEstimate {
+    /// K and V bytes of one token over all layers.
+    pub bytes_per_token: u64,
+    /// Bytes of the stored rows.
+    pub data_bytes: u64,
+    /// Device memory the cache allocates.
+    pub device_bytes: u64,
+    /// The largest binding assumed.
+    pub max_binding_bytes: u64,
+}
+
+impl CacheDesc {
+    /// A cell-layout cache with F16 storage and equal K and V head dims.
+    pub fn new(n_layers: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, capacity: u32) -> Self {
+        CacheDesc {
+            n_layers,
+            n_heads,
+            n_kv_heads,
+            head_dim_k: head_dim,
+            capacity,
+            ..Default::default()
+        }
+    }
+
+    fn head_dim_v(&self) -> u32 {
+        if self.head_dim_v == 0 {
+            self.head_dim_k
+        } else {
+            self.head_dim_v
+        }
+    }
+
+    /// Calls `f` with the C descriptor and its chain, all alive for the call.
+    fn with_raw<R>(&self, f: impl FnOnce(&sys::kvrt_cache_desc) -> R) -> Result<R> {
+        if let Some(w) = &self.layer_windows {
+            if w.len() != self.n_layers as usize {
+                return Err(Error::invalid(format!(
+                    "layer_windows has {} entries for {} layers",
+                    w.len(),
+                    self.n_layers
+                )));
+            }
+        }
+        let label = opt_cstring(self.label.as_deref())?;
+        let mut desc = sys::KVRT_CACHE_DESC_INIT;
+        desc.n_layers = self.n_layers;
+        desc.n_heads = self.n_heads;
+        desc.n_kv_heads = self.n_kv_heads;
+        desc.head_dim_k = self.head_dim_k;
+        desc.head_dim_v = self.head_dim_v;
+        desc.capacity = self.capacity;
+        desc.max_seqs = self.max_seqs;
+        desc.type_k = self.type_k.raw();
+        desc.type_v = self.type_v.raw();
+        desc.layout = match self.layout {
+            Layout::Cells => sys::KVRT_LAYOUT_CELLS,
+            Layout::Static => sys::KVRT_LAYOUT_STATIC,
+        };
+        desc.layer_windows = self.layer_windows.as_ref().map_or(ptr::null(), |w| w.as_ptr());
+        desc.label = opt_ptr(&label);
+        desc.flags = if self.deferred_rope {
+            sys::KVRT_CACHE_DEFERRED_ROPE
+        } else {
+            0
+        };
+
+        let mut rope = sys::KVRT_ROPE_DESC_INIT;
+        let mut layout = sys::KVRT_STATIC_LAYOUT_DESC_INIT;
+        let mut scales = sys::KVRT_STATIC_SCALES_DESC_INIT;
+        let mut next: *const std::ffi::c_void = ptr::null();
+        if let Some(r) = &self.rope {
+            rope.mode = match r.mode {
+                RopeMode::Normal => sys::KVRT_ROPE_NORMAL,
+                RopeMode::Neox => sys::KVRT_ROPE_NEOX,
+            };
+            rope.n_rot = r.n_rot;
+            rope.freq_base = r.freq_base;
+            rope.freq_scale = r.freq_scale;
+            rope.ext_factor = r.ext_factor;
+            rope.attn_factor = r.attn_factor;
+            rope.beta_fast = r.beta_fast;
+            rope.beta_slow = r.beta_slow;
+            rope.n_ctx_orig = r.n_ctx_orig;
+            rope.next = next;
+            next = (&rope as *const sys::kvrt_rope_desc).cast();
+        }
+        if let Some(l) = &self.static_layout {
+            layout.seq_len = l.seq_len;
+            layout.reserve = l.reserve;
+            layout.next = next;
+            next = (&layout as *const sys::kvrt_static_layout_desc).cast();
+        }
+        if let Some(s) = &self.static_scales {
+            let count = if s.k_scales.is_empty() {
+                s.v_scales.len()
+            } else {
+                s.k_scales.len()
+            };
+            for (name, len) in [
+                ("k_scales", s.k_scales.len()),
+                ("k_zero_points", s.k_zero_points.len()),
+                ("v_scales", s.v_scales.len()),
+                ("v_zero_points", s.v_zero_points.len()),
+            ] {
+                if len != 0 && len != count {
+                    return Err(Error::invalid(format!(
+                        "static scales: {name} has {len} entries, expected {count}"
+                    )));
+                }
+            }
+            if s.k_scales.len() != s.k_zero_points.len() || s.v_scales.len() != s.v_zero_points.len() {
+                return Err(Error::invalid(
+                    "static scales: scales and zero points differ in number",
+                ));
+            }
+            scales.count = len_u32(count, "static scales")?;
+            let p = |v: &Vec<f32>| if v.is_empty() { ptr::null() } else { v.as_ptr() };
+            let z = |v: &Vec<i32>| if v.is_empty() { ptr::null() } else { v.as_ptr() };
+            scales.k_scales = p(&s.k_scales);
+            scales.k_zero_points = z(&s.k_zero_points);
+            scales.v_scales = p(&s.v_scales);
+            scales.v_zero_points = z(&s.v_zero_points);
+            scales.next = next;
+            next = (&scales as *const sys::kvrt_static_scales_desc).cast();
+        }
+        desc.next = next;
+        Ok(f(&desc))
+    }
+
+    fn estimate_in(&self, ctx: sys::kvrt_context) -> Result<CacheEstimate> {
+        let mut out = sys::KVRT_CACHE_ESTIMATE_INIT;
+        // SAFETY: Safe; desc and out live through the call.
+        let r = self.with_raw(|d| unsafe { sys::kvrt_cache_estimate_size(ctx, d, &mut out) })?;
+        check(r)?;
+        Ok(CacheEstimate {
+            bytes_per_token: out.bytes_per_token,
+            data_bytes: out.data_bytes,
+            device_bytes: out.device_bytes,
+            max_binding_bytes: out.max_binding_bytes,
+        })
+    }
+
+    /// The sizes of this cache without a context (128 MiB bindings assumed;
+    /// `kvrt_cache_estimate_size`).
+    pub fn estimate(&self) -> Result<CacheEstimate> {
+        self.estimate_in(ptr::null_mut())
+    }
+}
+
+/// Occupancy of a cache (`kvrt_cache_info`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CacheInfo {
+    /// Cells.
+    pub capacity: u32,
+    /// Cells in use.
+    pub used: u32,
+    /// Cells an attention pass reads.
+    pub n_attend: u32,
+    /// Cells whose K awaits a RoPE shift.
+    pub pending_shifts: u32,
+    /// Empty share of the cells below n_attend.
+    pub fragmentation: f32,
+    /// Device memory the cache holds.
+    pub device_bytes: u64,
+    /// K and V bytes of one token over all layers.
+    pub bytes_per_token: u64,
+    /// Stored bytes of one cell's K in one layer (all KV heads).
+    pub k_row_bytes: u64,
+    /// Stored bytes of one cell's V in one layer (all KV heads).
+    pub v_row_bytes: u64,
+}
+
+/// Options of an attention call (`kvrt_attention_params`); [`Default`] is
+/// `KVRT_ATTENTION_PARAMS_INIT`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AttentionParams {
+    /// Let queries see later positions too (`KVRT_ATTENTION_NON_CAUSAL`).
+    pub non_causal: bool,
+    /// Logit scale; 0 = 1/sqrt(head_dim_k).
+    pub scale: f32,
+    /// Logit soft-capping; 0 = off.
+    pub softcap: f32,
+    /// ALiBi maximum bias; 0 = off.
+    pub max_bias: f32,
+    /// Cells with position < n_keep are visible whatever the window.
+    pub n_keep: u32,
+    /// Learned sink logit per query head (n_heads values).
+    pub sinks: Option<Vec<f32>>,
+}
+
+/// What to evaluate again after [`Cache::discard_for_reevaluation`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reevaluation {
+    /// The first of the tokens to evaluate again, at its old position.
+    pub src_pos: i32,
+    /// Where to store them now.
+    pub dst_pos: i32,
+    /// How many.
+    pub count: i32,
+}
+
+/// Where one static window lies (`kvrt_static_window`); borrows the cache.
+#[derive(Debug, Clone, Copy)]
+pub struct StaticWindow<'c> {
+    /// The cache-owned buffer holding the window.
+    pub buffer: CacheBuffer<'c>,
+    /// Bytes to the window's first row.
+    pub offset: u64,
+    /// Bytes between rows.
+    pub row_stride: u64,
+    /// (S-1) * row_stride.
+    pub bytes: u64,
+    /// S-1.
+    pub rows: u32,
+    /// Valid rows: the window's last n_valid rows.
+    pub n_valid: u32,
+    /// Position of the first valid row; -1 when empty.
+    pub pos_first: i32,
+    /// Position of the last valid row; -1 when empty.
+    pub pos_last: i32,
+    /// The array's stored type.
+    pub element_type: Option<ElementType>,
+    /// Static-scale quantization scale; 0 otherwise.
+    pub scale: f32,
+    /// Static-scale zero point; 0 otherwise.
+    pub zero_point: i32,
+}
+
+/// Counters of the static windows' movement (`kvrt_static_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StaticStats {
+    /// Tokens appended.
+    pub rows_appended: u64,
+    /// Slides that copied rows.
+    pub slides: u64,
+    /// Rows copied per region.
+    pub rows_moved: u64,
+    /// Device bytes copied by slides.
+    pub bytes_moved: u64,
+}
+
+/// A KV cache (`kvrt_cache`): the keys and values of one model's layers for
+/// up to `capacity` tokens shared by up to `max_seqs` sequences.
+///
+/// `Cache` is `Send` but not `Sync`: the header's "Caches and memories are
+/// used by one thread at a time". Calls that change it take `&mut self`;
+/// those recorded into a stream go through [`Recording`], which borrows the
+/// cache until submission. It keeps its context alive.
+pub struct Cache {
+    raw: sys::kvrt_cache,
+    n_layers: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim_k: u32,
+    head_dim_v: u32,
+    type_k: ElementType,
+    type_v: ElementType,
+    _ctx: Arc<ContextInner>,
+}
+
+// SAFETY: kvrt.h "Threading": "Caches and memories are used by one thread at
+// a time" (not a particular thread), and "A destroy function needs only the
+// object it destroys". Not Sync: every cache call is "Unsafe (on the cache)".
+unsafe impl Send for Cache {}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").field("raw", &self.raw).finish()
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        // SAFETY: sole owner; no StaticWindow or Recording borrows it.
+        unsafe { sys::kvrt_cache_destroy(self.raw) };
+    }
+}
+
+impl Context {
+    /// Creates an empty cache (`kvrt_cache_create`).
+    pub fn create_cache(&self, desc: &CacheDesc) -> Result<Cache> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: Safe on the context; the descriptor lives through the call.
+        let r = desc.with_raw(|d| unsafe { sys::kvrt_cache_create(self.inner.raw, d, &mut raw) })?;
+        check(r)?;
+        Ok(Cache {
+            raw,
+            n_layers: desc.n_layers,
+            n_heads: desc.n_heads,
+            n_kv_heads: desc.n_kv_heads,
+            head_dim_k: desc.head_dim_k,
+            head_dim_v: desc.head_dim_v(),
+            type_k: desc.type_k,
+            type_v: desc.type_v,
+            _ctx: self.inner.clone(),
+        })
+    }
+
+    /// The sizes of a cache on this context's device (`kvrt_cache_estimate_size`).
+    pub fn estimate_cache(&self, desc: &CacheDesc) -> Result<CacheEstimate> {
+        desc.estimate_in(self.inner.raw)
+    }
+}
+
+fn out_cell_vec(n: usize) -> Vec<u32> {
+    vec![0u32; n]
+}
+
+impl Cache {
+    /// The raw handle, valid while this cache lives.
+    pub fn as_raw(&self) -> sys::kvrt_cache {
+        self.raw
+    }
+
+    /// Layers.
+    pub fn n_layers(&self) -> u32 {
+        self.n_layers
+    }
+    /// Query heads.
+    pub fn n_heads(&self) -> u32 {
+        self.n_heads
+    }
+    /// K/V heads.
+    pub fn n_kv_heads(&self) -> u32 {
+        self.n_kv_heads
+    }
+    /// K head dimension.
+    pub fn head_dim_k(&self) -> u32 {
+        self.head_dim_k
+    }
+    /// V head dimension.
+    pub fn head_dim_v(&self) -> u32 {
+        self.head_dim_v
+    }
+    /// Stored type of K.
+    pub fn type_k(&self) -> ElementType {
+        self.type_k
+    }
+    /// Stored type of V.
+    pub fn type_v(&self) -> ElementType {
+        self.type_v
+    }
+
+    fn check_kv(&self, layers: Layers, n_tokens: u32, k: &TensorRef, v: &TensorRef) -> Result<()> {
+        let nl = layers.count(self.n_layers);
+        k.check("k", nl, n_tokens, self.n_kv_heads, self.head_dim_k)?;
+        v.check("v", nl, n_tokens, self.n_kv_heads, self.head_dim_v)
+    }
+
+    /// Reads the occupancy (`kvrt_cache_get_info`).
+    pub fn info(&self) -> Result<CacheInfo> {
+        let mut i = sys::KVRT_CACHE_INFO_INIT;
+        // SAFETY: Unsafe on the cache: Cache is not Sync.
+        check(unsafe { sys::kvrt_cache_get_info(self.raw, &mut i) })?;
+        Ok(CacheInfo {
+            capacity: i.capacity,
+            used: i.used,
+            n_attend: i.n_attend,
+            pending_shifts: i.pending_shifts,
+            fragmentation: i.fragmentation,
+            device_bytes: i.device_bytes,
+            bytes_per_token: i.bytes_per_token,
+            k_row_bytes: i.k_row_bytes,
+            v_row_bytes: i.v_row_bytes,
+        })
+    }
+
+    /// Places `batch` in free cells and writes its K and V, synchronously,
+    /// all or nothing (`kvrt_cache_store`). Returns the cell of each token.
+    pub fn store(&mut self, batch: &Batch, layers: Layers, k: &TensorRef, v: &TensorRef) -> Result<Vec<u32>> {
+        store_raw(self, ptr::null_mut(), batch, layers, k, v)
+    }
+
+    /// Places `batch` without writing data (`kvrt_cache_place`); write each
+    /// layer with [`Cache::write`] afterwards. Returns the cells.
+    pub fn place(&mut self, batch: &Batch) -> Result<Vec<u32>> {
+        let b = batch.raw();
+        let mut cells = out_cell_vec(batch.len());
+        // SAFETY: Unsafe on the cache (&mut); batch slices and `cells`
+        // (n_tokens entries) live through the call.
+        check(unsafe { sys::kvrt_cache_place(self.raw, &b, cells.as_mut_ptr()) })?;
+        Ok(cells)
+    }
+
+    /// Writes K and V rows of the tokens in `cells`, synchronously (`kvrt_cache_write`).
+    pub fn write(&mut self, cells: &[u32], layers: Layers, k: &TensorRef, v: &TensorRef) -> Result<()> {
+        write_raw(self, ptr::null_mut(), cells, layers, k, v)
+    }
+
+    /// Reads K and V of `cells` in `layer`, dequantized to f32
+    /// (`kvrt_cache_read`): `k_out` needs cells × n_kv_heads × head_dim_k
+    /// values and `v_out` cells × n_kv_heads × head_dim_v.
+    pub fn read(
+        &self,
+        layer: u32,
+        cells: &[u32],
+        k_out: Option<&mut [f32]>,
+        v_out: Option<&mut [f32]>,
+    ) -> Result<()> {
+        let n = cells.len() as u64;
+        let need_k = n * u64::from(self.n_kv_heads) * u64::from(self.head_dim_k);
+        let need_v = n * u64::from(self.n_kv_heads) * u64::from(self.head_dim_v);
+        if let Some(k) = &k_out {
+            if (k.len() as u64) < need_k {
+                return Err(Error::invalid(format!(
+                    "k_out holds {} values, {need_k} needed",
+                    k.len()
+                )));
+            }
+        }
+        if let Some(v) = &v_out {
+            if (v.len() as u64) < need_v {
+                return Err(Error::invalid(format!(
+                    "v_out holds {} values, {need_v} needed",
+                    v.len()
+                )));
+            }
+        }
+        let layer = Layers::One(layer).raw()?;
+        let kp = k_out.map_or(ptr::null_mut(), |k| k.as_mut_ptr());
+        let vp = v_out.map_or(ptr::null_mut(), |v| v.as_mut_ptr());
+        // SAFETY: Unsafe on the cache (not Sync); outputs were checked to hold
+        // what the geometry needs.
+        check(unsafe {
+            sys::kvrt_cache_read(
+                self.raw,
+                layer,
+                len_u32(cells.len(), "cells")?,
+                cells.as_ptr(),
+                kp,
+                vp,
+            )
+        })
+    }
+
+    /// Reads the stored bytes of `cells` of one layer's K or V, bit for bit
+    /// (`kvrt_cache_read_raw`); `out` needs cells × k_row_bytes (or
+    /// v_row_bytes) of [`CacheInfo`].
+    pub fn read_raw(&self, layer: u32, array: KvArray, cells: &[u32], out: &mut [u8]) -> Result<()> {
+        let layer = Layers::One(layer).raw()?;
+        // SAFETY: Unsafe on the cache (not Sync); the library checks
+        // `out_bytes` against what it writes.
+        check(unsafe {
+            sys::kvrt_cache_read_raw(
+                self.raw,
+                layer,
+                array.raw(),
+                len_u32(cells.len(), "cells")?,
+                cells.as_ptr(),
+                out.as_mut_ptr().cast(),
+                out.len() as u64,
+            )
+        })
+    }
+
+    /// Drops positions [p0, p1) of `seq` (seq < 0: of every sequence; a
+    /// negative bound is unbounded) (`kvrt_cache_seq_rm`).
+    pub fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> Result<()> {
+        // SAFETY: Unsafe on the cache (&mut).
+        check(unsafe { sys::kvrt_cache_seq_rm(self.raw, seq, p0, p1) })
+    }
+
+    /// Makes `dst` share the cells of `src` in [p0, p1) (`kvrt_cache_seq_cp`).
+    pub fn seq_cp(&mut self, src: i32, dst: i32, p0: i32, p1: i32) -> Result<()> {
+        // SAFETY: Unsafe on the cache (&mut).
+        check(unsafe { sys::kvrt_cache_seq_cp(self.raw, src, dst, p0, p1) })
+    }
+
+    /// Drops every sequence but `seq` (`kvrt_cache_seq_keep`).
+    pub fn seq_keep(&mut self, seq: i32) -> Result<()> {
+        // SAFETY: Unsafe on the cache (&mut).
+        check(unsafe { sys::kvrt_cache_seq_keep(self.raw, seq) })
+    }
+
+    /// Adds `delta` to the positions of `seq` in [p0, p1) and records the K
+    /// shift (`kvrt_cache_seq_add`).
+    pub fn seq_add(&mut self, seq: i32, p0: i32, p1: i32, delta: i32) -> Result<()> {
+        // SAFETY: Unsafe on the cache (&mut).
+        check(unsafe { sys::kvrt_cache_seq_add(self.raw, seq, p0, p1, delta) })
+    }
+
+    /// Integer-divides the positions of `seq` in [p0, p1) by `d`
+    /// (`kvrt_cache_seq_div`).
+    pub fn seq_div(&mut self, seq: i32, p0: i32, p1: i32, d: i32) -> Result<()> {
+        // SAFETY: Unsafe on the cache (&mut).
+        check(unsafe { sys::kvrt_cache_seq_div(self.raw, seq, p0, p1, d) })
+    }
+
+    /// The smallest position of `seq`, `None` when it has none (`kvrt_cache_seq_pos_min`).
+    pub fn seq_pos_min(&self, seq: i32) -> Result<Option<i32>> {
+        let mut p = -1;
+        // SAFETY: Unsafe on the cache (not Sync).
+        check(unsafe { sys::kvrt_cache_seq_pos_min(self.raw, seq, &mut p) })?;
+        Ok((p >= 0).then_some(p))
+    }
+
+    /// The largest position of `seq`, `None` when it has none (`kvrt_cache_seq_pos_max`).
+    pub fn seq_pos_max(&self, seq: i32) -> Result<Option<i32>> {
+        let mut p = -1;
+        // SAFETY: Unsafe on the cache (not Sync).
+        check(unsafe { sys::kvrt_cache_seq_pos_max(self.raw, seq, &mut p) })?;
+        Ok((p >= 0).then_some(p))
+    }
+
+    /// Frees every cell (`kvrt_cache_clear`).
+    pub fn clear(&mut self) -> Result<()> {
+        // SAFETY: Unsafe on the cache (&mut).
+        check(unsafe { sys::kvrt_cache_clear(self.raw) })
+    }
+
+    /// Moves up to `max_moves` cells (0 = no limit) into the lowest holes when
+    /// the fragmentation exceeds `threshold`, synchronously; returns the
+    /// cells moved (`kvrt_cache_compact`).
+    pub fn compact(&mut self, threshold: f32, max_moves: u32) -> Result<u32> {
+        compact_raw(self, ptr::null_mut(), threshold, max_moves)
+    }
+
+    /// Applies every pending RoPE shift now, synchronously (`kvrt_cache_apply_shifts`).
+    pub fn apply_shifts(&mut self) -> Result<()> {
+        // SAFETY: Unsafe on the cache (&mut); NULL stream.
+        check(unsafe { sys::kvrt_cache_apply_shifts(self.raw, ptr::null_mut()) })
+    }
+
+    /// llama.cpp's context shift of a full sequence: keeps [0, n_keep),
+    /// drops the next `n_discard` positions (0 = half) and moves the rest
+    /// left. Returns the new largest position + 1 (`kvrt_cache_context_shift`).
+    pub fn context_shift(&mut self, seq: i32, n_keep: i32, n_discard: i32) -> Result<i32> {
+        let mut n_past = 0;
+        // SAFETY: Unsafe on the cache (&mut).
+        check(unsafe { sys::kvrt_cache_context_shift(self.raw, seq, n_keep, n_discard, &mut n_past) })?;
+        Ok(n_past)
+    }
+
+    /// Keeps [0, n_keep), drops the rest, and says which dropped tokens to
+    /// evaluate again (`kvrt_cache_discard_for_reevaluation`).
+    pub fn discard_for_reevaluation(
+        &mut self,
+        seq: i32,
+        n_keep: i32,
+        n_discard: i32,
+    ) -> Result<Reevaluation> {
+        let (mut s, mut d, mut c) = (0, 0, 0);
+        // SAFETY: Unsafe on the cache (&mut); out-pointers valid.
+        check(unsafe {
+            sys::kvrt_cache_discard_for_reevaluation(self.raw, seq, n_keep, n_discard, &mut s, &mut d, &mut c)
+        })?;
+        Ok(Reevaluation {
+            src_pos: s,
+            dst_pos: d,
+            count: c,
+        })
+    }
+
+    /// Attention of `queries` over the cells of `layer`, synchronously
+    /// (`kvrt_cache_attention`). `q` holds n_heads rows of head_dim_k per
+    /// token; `out` receives n_heads rows of head_dim_v.
+    pub fn attention(
+        &mut self,
+        layer: u32,
+        queries: &Batch,
+        q: &TensorRef,
+        out: &mut OutputRef,
+        params: &AttentionParams,
+    ) -> Result<()> {
+        attention_raw(self, ptr::null_mut(), layer, queries, q, out, params)
+    }
+
+    /// The current window of `seq` for (`layer`, `kv_head`, `array`) of a
+    /// static-layout cache (`kvrt_cache_get_static_window`). It borrows the
+    /// cache: store again only after dropping it.
+    pub fn static_window(
+        &self,
+        seq: i32,
+        layer: u32,
+        kv_head: u32,
+        array: KvArray,
+    ) -> Result<StaticWindow<'_>> {
+        let mut w = sys::KVRT_STATIC_WINDOW_INIT;
+        let layer = Layers::One(layer).raw()?;
+        // SAFETY: Unsafe on the cache (not Sync).
+        check(unsafe {
+            sys::kvrt_cache_get_static_window(self.raw, seq, layer, kv_head, array.raw(), &mut w)
+        })?;
+        let mut size = 0u64;
+        // SAFETY: the window's buffer is owned by the cache and live.
+        check(unsafe { sys::kvrt_buffer_get_size(w.buffer, &mut size) })?;
+        Ok(StaticWindow {
+            buffer: CacheBuffer {
+                raw: w.buffer,
+                size,
+                _cache: PhantomData,
+            },
+            offset: w.offset,
+            row_stride: w.row_stride,
+            bytes: w.bytes,
+            rows: w.rows,
+            n_valid: w.n_valid,
+            pos_first: w.pos_first,
+            pos_last: w.pos_last,
+            element_type: ElementType::from_raw(w.element_type),
+            scale: w.scale,
+            zero_point: w.zero_point,
+        })
+    }
+
+    /// The attention mask of `seq`'s next step as f32 (S entries: 0 for
+    /// valid rows and the new token, -inf for padding) (`kvrt_cache_get_static_mask`).
+    pub fn static_mask(&self, seq: i32, out: &mut [f32]) -> Result<()> {
+        // SAFETY: Unsafe on the cache (not Sync); `out_bytes` bounds the write.
+        check(unsafe {
+            sys::kvrt_cache_get_static_mask(
+                self.raw,
+                seq,
+                sys::KVRT_TYPE_F32,
+                out.as_mut_ptr().cast(),
+                std::mem::size_of_val(out) as u64,
+            )
+        })
+    }
+
+    /// The mask as F16 bit patterns (0x0000 and 0xFC00).
+    pub fn static_mask_f16(&self, seq: i32, out: &mut [u16]) -> Result<()> {
+        // SAFETY: as in static_mask.
+        check(unsafe {
+            sys::kvrt_cache_get_static_mask(
+                self.raw,
+                seq,
+                sys::KVRT_TYPE_F16,
+                out.as_mut_ptr().cast(),
+                std::mem::size_of_val(out) as u64,
+            )
+        })
+    }
+
+    /// The window counters of `seq`, or of every sequence with `None`
+    /// (`kvrt_cache_get_static_stats`).
+    pub fn static_stats(&self, seq: Option<i32>) -> Result<StaticStats> {
+        let mut s = sys::KVRT_STATIC_STATS_INIT;
+        // SAFETY: Unsafe on the cache (not Sync).
+        check(unsafe { sys::kvrt_cache_get_static_stats(self.raw, seq.unwrap_or(-1), &mut s) })?;
+        Ok(StaticStats {
+            rows_appended: s.rows_appended,
+            slides: s.slides,
+            rows_moved: s.rows_moved,
+            bytes_moved: s.bytes_moved,
+        })
+    }
+
+    /// Copies sequence `src_seq` of this cache into the empty sequence
+    /// `dst_seq` of `dst`, synchronously; returns the tokens copied
+    /// (`kvrt_cache_seq_transfer`).
+    pub fn seq_transfer(&mut self, src_seq: i32, dst: &mut Cache, dst_seq: i32) -> Result<u32> {
+        let mut n = 0;
+        // SAFETY: Unsafe on both caches, each borrowed mutably.
+        check(unsafe { sys::kvrt_cache_seq_transfer(self.raw, src_seq, dst.raw, dst_seq, &mut n) })?;
+        Ok(n)
+    }
+
+    /// Copies sequence `src_seq` into the empty sequence `dst_seq` of this
+    /// same cache (`kvrt_cache_seq_transfer` with one cache).
+    pub fn seq_transfer_within(&mut self, src_seq: i32, dst_seq: i32) -> Result<u32> {
+        let mut n = 0;
+        // SAFETY: Unsafe on the cache (&mut).
+        check(unsafe { sys::kvrt_cache_seq_transfer(self.raw, src_seq, self.raw, dst_seq, &mut n) })?;
+        Ok(n)
+    }
+}
+
+fn store_raw(
+    cache: &Cache,
+    stream: sys::kvrt_stream,
+    batch: &Batch,
+    layers: Layers,
+    k: &TensorRef,
+    v: &TensorRef,
+) -> Result<Vec<u32>> {
+    cache.check_kv(layers, batch.n_tokens(), k, v)?;
+    let layer = layers.raw()?;
+    let (b, kr, vr) = (batch.raw(), k.raw(), v.raw());
+    let mut cells = out_cell_vec(batch.len());
+    // SAFETY: the caller holds the cache exclusively (&mut, or a Recording's
+    // borrow on this thread) and the stream; host data was checked against
+    // the geometry; `cells` has n_tokens entries.
+    check(unsafe { sys::kvrt_cache_store(cache.raw, stream, &b, layer, &kr, &vr, cells.as_mut_ptr()) })?;
+    Ok(cells)
+}
+
+fn write_raw(
+    cache: &Cache,
+    stream: sys::kvrt_stream,
+    cells: &[u32],
+    layers: Layers,
+    k: &TensorRef,
+    v: &TensorRef,
+) -> Result<()> {
+    let n = len_u32(cells.len(), "cells")?;
+    cache.check_kv(layers, n, k, v)?;
+    let layer = layers.raw()?;
+    let (kr, vr) = (k.raw(), v.raw());
+    // SAFETY: as in store_raw.
+    check(unsafe { sys::kvrt_cache_write(cache.raw, stream, n, cells.as_ptr(), layer, &kr, &vr) })
+}
+
+fn compact_raw(cache: &Cache, stream: sys::kvrt_stream, threshold: f32, max_moves: u32) -> Result<u32> {
+    let mut moved = 0;
+    // SAFETY: as in store_raw.
+    check(unsafe { sys::kvrt_cache_compact(cache.raw, stream, threshold, max_moves, &mut moved) })?;
+    Ok(moved)
+}
+
+fn attention_raw(
+    cache: &Cache,
+    stream: sys::kvrt_stream,
+    layer: u32,
+    queries: &Batch,
+    q: &TensorRef,
+    out: &mut OutputRef,
+    params: &AttentionParams,
+) -> Result<()> {
+    let n = queries.n_tokens();
+    q.check("q", 1, n, cache.n_heads, cache.head_dim_k)?;
+    out.check("out", 1, n, cache.n_heads, cache.head_dim_v)?;
+    if let Some(s) = &params.sinks {
+        if s.len() != cache.n_heads as usize {
+            return Err(Error::invalid(format!(
+                "sinks has {} entries for {} heads",
+                s.len(),
+                cache.n_heads
+            )));
+        }
+    }
+    let layer = Layers::One(layer).raw()?;
+    let mut p = sys::KVRT_ATTENTION_PARAMS_INIT;
+    p.flags = if params.non_causal {
+        sys::KVRT_ATTENTION_NON_CAUSAL
+    } else {
+        0
+    };
+    p.scale = params.scale;
+    p.softcap = params.softcap;
+    p.max_bias = params.max_bias;
+    p.n_keep = params.n_keep;
+    p.sinks = params.sinks.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+    let (b, qr, or) = (queries.raw(), q.raw(), out.raw());
+    // SAFETY: as in store_raw; host output was checked to hold every row.
+    check(unsafe { sys::kvrt_cache_attention(cache.raw, stream, layer, &b, &qr, &or, &p) })
+}
+
+pub(crate) fn no_host_output(out: &OutputRef) -> Result<()> {
+    if out.is_host() {
+        return Err(Error::invalid(
+            "host outputs need a synchronous call, not a recording",
+        ));
+    }
+    Ok(())
+}
+
+impl<'r> Recording<'r> {
+    /// Records [`Cache::store`] into this stream; the cells are taken at once
+    /// and given back if the recording is dropped or fails.
+    pub fn store(
+        &mut self,
+        cache: &'r Cache,
+        batch: &Batch,
+        layers: Layers,
+        k: &TensorRef,
+        v: &TensorRef,
+    ) -> Result<Vec<u32>> {
+        store_raw(cache, self.raw(), batch, layers, k, v)
+    }
+
+    /// Records [`Cache::write`] into this stream.
+    pub fn write(
+        &mut self,
+        cache: &'r Cache,
+        cells: &[u32],
+        layers: Layers,
+        k: &TensorRef,
+        v: &TensorRef,
+    ) -> Result<()> {
+        write_raw(cache, self.raw(), cells, layers, k, v)
+    }
+
+    /// Records [`Cache::compact`]; metadata changes when the submission is accepted.
+    pub fn compact(&mut self, cache: &'r Cache, threshold: f32, max_moves: u32) -> Result<u32> {
+        compact_raw(cache, self.raw(), threshold, max_moves)
+    }
+
+    /// Records [`Cache::apply_shifts`].
+    pub fn apply_shifts(&mut self, cache: &'r Cache) -> Result<()> {
+        // SAFETY: the cache is borrowed by this recording; the stream is exclusive.
+        check(unsafe { sys::kvrt_cache_apply_shifts(cache.raw, self.raw()) })
+    }
+
+    /// Records [`Cache::attention`]; `out` must be a buffer.
+    pub fn attention(
+        &mut self,
+        cache: &'r Cache,
+        layer: u32,
+        queries: &Batch,
+        q: &TensorRef,
+        out: &mut OutputRef,
+        params: &AttentionParams,
+    ) -> Result<()> {
+        no_host_output(out)?;
+        attention_raw(cache, self.raw(), layer, queries, q, out, params)
+    }
+}

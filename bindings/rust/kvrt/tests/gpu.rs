@@ -1,0 +1,355 @@
+//! Store, attend, shift and transfer on the device, checked against an f64
+//! reference (f16 storage tolerance). Validation is on (KVRT_VALIDATION=1).
+
+mod common;
+
+use common::*;
+use kvrt::{
+    AttentionParams, Batch, CacheDesc, ElementType, KvArray, Layers, Layout, OutputRef, StaticLayoutDesc,
+    StreamDesc, TensorRef,
+};
+use std::time::Duration;
+
+const H: usize = 4; // query heads
+const KV: usize = 2; // KV heads
+const D: usize = 16; // head dim
+
+fn close(a: &[f32], b: &[f32], tol: f32) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= tol, "element {i}: {x} vs {y}");
+    }
+}
+
+#[test]
+fn store_attend_matches_reference() {
+    let ctx = context();
+    let mut cache = ctx
+        .create_cache(&CacheDesc::new(2, H as u32, KV as u32, D as u32, 64))
+        .unwrap();
+    let n = 7;
+    let positions: Vec<i32> = (0..n as i32).collect();
+    let batch = Batch::for_seq(0, &positions);
+    // Both layers at once: layer-major blocks.
+    let k = values(1, 2 * n * KV * D);
+    let v = values(2, 2 * n * KV * D);
+    let cells = cache
+        .store(
+            &batch,
+            Layers::All,
+            &TensorRef::host_f32(&k),
+            &TensorRef::host_f32(&v),
+        )
+        .unwrap();
+    assert_eq!(cells.len(), n);
+    assert_eq!(cache.info().unwrap().used, n as u32);
+    assert_eq!(cache.seq_pos_max(0).unwrap(), Some(n as i32 - 1));
+    assert_eq!(cache.seq_pos_min(1).unwrap(), None);
+
+    for layer in 0..2u32 {
+        let off = layer as usize * n * KV * D;
+        let kl: Vec<f32> = k[off..off + n * KV * D].iter().map(|&x| f16_round(x)).collect();
+        let vl: Vec<f32> = v[off..off + n * KV * D].iter().map(|&x| f16_round(x)).collect();
+        let mut kr = vec![0f32; n * KV * D];
+        let mut vr = vec![0f32; n * KV * D];
+        cache.read(layer, &cells, Some(&mut kr), Some(&mut vr)).unwrap();
+        close(&kr, &kl, 1e-6);
+        close(&vr, &vl, 1e-6);
+
+        let q = values(3 + u64::from(layer), H * D);
+        let mut out = vec![0f32; H * D];
+        let last = [n as i32 - 1];
+        cache
+            .attention(
+                layer,
+                &Batch::for_seq(0, &last),
+                &TensorRef::host_f32(&q),
+                &mut OutputRef::host_f32(&mut out),
+                &AttentionParams::default(),
+            )
+            .unwrap();
+        close(&out, &reference(&q, &kl, &vl, H, KV, D), 2e-3);
+    }
+    assert_eq!(ctx.stats().unwrap().validation_errors, 0);
+}
+
+#[test]
+fn recorded_attention_into_buffer() {
+    let ctx = context();
+    let mut cache = ctx
+        .create_cache(&CacheDesc::new(1, H as u32, KV as u32, D as u32, 32))
+        .unwrap();
+    let positions = [0, 1, 2, 3];
+    let k = values(5, 4 * KV * D);
+    let v = values(6, 4 * KV * D);
+    let q = values(7, H * D);
+    let out_buf = ctx.create_buffer((H * D * 4) as u64).unwrap();
+    let mut stream = ctx
+        .create_stream(&StreamDesc {
+            timestamps: true,
+            ..Default::default()
+        })
+        .unwrap();
+    {
+        let mut rec = stream.begin().unwrap();
+        let batch = Batch::for_seq(0, &positions);
+        rec.store(
+            &cache,
+            &batch,
+            Layers::One(0),
+            &TensorRef::host_f32(&k),
+            &TensorRef::host_f32(&v),
+        )
+        .unwrap();
+        rec.attention(
+            &cache,
+            0,
+            &Batch::for_seq(0, &positions[3..]),
+            &TensorRef::host_f32(&q),
+            &mut OutputRef::buffer(&out_buf, ElementType::F32),
+            &AttentionParams::default(),
+        )
+        .unwrap();
+        rec.submit().unwrap();
+    }
+    stream.wait(Duration::from_secs(60)).unwrap();
+    let timings = stream.timings().unwrap();
+    assert!(!timings.is_empty());
+    let out: Vec<f32> = out_buf.download_vec(0, H * D).unwrap();
+    let kr: Vec<f32> = k.iter().map(|&x| f16_round(x)).collect();
+    let vr: Vec<f32> = v.iter().map(|&x| f16_round(x)).collect();
+    close(&out, &reference(&q, &kr, &vr, H, KV, D), 2e-3);
+    assert_eq!(cache.info().unwrap().used, 4);
+    cache.clear().unwrap();
+    assert_eq!(cache.info().unwrap().used, 0);
+}
+
+#[test]
+fn dropped_recording_rolls_back() {
+    let ctx = context();
+    let cache = ctx.create_cache(&CacheDesc::new(1, 1, 1, 8, 32)).unwrap();
+    let mut stream = ctx.create_stream(&StreamDesc::default()).unwrap();
+    let data = vec![1f32; 8];
+    {
+        let mut rec = stream.begin().unwrap();
+        let p = [0];
+        rec.store(
+            &cache,
+            &Batch::for_seq(0, &p),
+            Layers::One(0),
+            &TensorRef::host_f32(&data),
+            &TensorRef::host_f32(&data),
+        )
+        .unwrap();
+        assert_eq!(cache.info().unwrap().used, 1);
+        // Dropped without submitting.
+    }
+    assert_eq!(cache.info().unwrap().used, 0);
+    // The stream works again.
+    let buf = ctx.create_buffer(16).unwrap();
+    let mut rec = stream.begin().unwrap();
+    rec.fill(&buf, 0, 16, 0x3f80_0000).unwrap();
+    rec.submit().unwrap();
+    stream.wait(Duration::from_secs(60)).unwrap();
+    assert_eq!(buf.download_vec::<f32>(0, 4).unwrap(), vec![1.0; 4]);
+}
+
+#[test]
+fn shift_rotates_keys() {
+    let ctx = context();
+    let d = 8;
+    let mut cache = ctx.create_cache(&CacheDesc::new(1, 1, 1, d as u32, 32)).unwrap();
+    let n = 5;
+    let positions: Vec<i32> = (0..n as i32).collect();
+    let raw = values(11, n * d);
+    let mut k = raw.clone();
+    for t in 0..n {
+        rope(&mut k[t * d..(t + 1) * d], t as i32);
+    }
+    let v = values(12, n * d);
+    let cells = cache
+        .store(
+            &Batch::for_seq(0, &positions),
+            Layers::One(0),
+            &TensorRef::host_f32(&k),
+            &TensorRef::host_f32(&v),
+        )
+        .unwrap();
+    let delta = 3;
+    cache.seq_add(0, 0, -1, delta).unwrap();
+    assert_eq!(cache.info().unwrap().pending_shifts, n as u32);
+    cache.apply_shifts().unwrap();
+    assert_eq!(cache.seq_pos_max(0).unwrap(), Some(n as i32 - 1 + delta));
+    let mut kr = vec![0f32; n * d];
+    cache.read(0, &cells, Some(&mut kr), None).unwrap();
+    let mut expect = raw.clone();
+    for t in 0..n {
+        rope(&mut expect[t * d..(t + 1) * d], t as i32 + delta);
+    }
+    close(&kr, &expect, 5e-3);
+
+    // Context shift: keep 1, discard 2 of the 5 positions.
+    let n_past = cache.context_shift(0, 1, 2).unwrap();
+    // Positions 3..=7 after the shift: nothing below n_keep + n_discard = 3 is
+    // dropped, and 3..=7 move left by 2.
+    assert_eq!(n_past, 6);
+    assert_eq!(cache.seq_pos_min(0).unwrap(), Some(1));
+}
+
+#[test]
+fn static_window_and_transfer() {
+    let ctx = context();
+    let d = 8u32;
+    let mut desc = CacheDesc::new(1, 1, 1, d, 0);
+    desc.layout = Layout::Static;
+    desc.static_layout = Some(StaticLayoutDesc {
+        seq_len: 5,
+        reserve: 0.0,
+    });
+    let mut stat = ctx.create_cache(&desc).unwrap();
+    let positions = [0, 1, 2];
+    let k = values(21, 3 * d as usize);
+    let v = values(22, 3 * d as usize);
+    stat.store(
+        &Batch::for_seq(0, &positions),
+        Layers::One(0),
+        &TensorRef::host_f32(&k),
+        &TensorRef::host_f32(&v),
+    )
+    .unwrap();
+    {
+        let w = stat.static_window(0, 0, 0, KvArray::K).unwrap();
+        assert_eq!(w.rows, 4);
+        assert_eq!(w.n_valid, 3);
+        assert_eq!((w.pos_first, w.pos_last), (0, 2));
+        assert_eq!(w.element_type, Some(ElementType::F16));
+        let mut rows = vec![0u16; (w.bytes / 2) as usize];
+        w.buffer.download(w.offset, &mut rows).unwrap();
+        assert_eq!(rows.len(), 4 * d as usize);
+    }
+    let mut mask = [0f32; 5];
+    stat.static_mask(0, &mut mask).unwrap();
+    assert_eq!(mask[0], f32::NEG_INFINITY);
+    assert_eq!(&mask[1..], &[0.0; 4]);
+    assert_eq!(stat.static_stats(None).unwrap().rows_appended, 3);
+    assert!(matches!(
+        stat.seq_add(0, 0, -1, 1),
+        Err(kvrt::Error::Unsupported(_))
+    ));
+
+    // Static to cells, bit for bit.
+    let mut cells = ctx.create_cache(&CacheDesc::new(1, 1, 1, d, 16)).unwrap();
+    assert_eq!(stat.seq_transfer(0, &mut cells, 2).unwrap(), 3);
+    assert_eq!(cells.seq_pos_max(2).unwrap(), Some(2));
+    assert_eq!(cells.seq_transfer_within(2, 3).unwrap(), 3);
+}
+
+#[test]
+fn raw_read_and_write_back() {
+    let ctx = context();
+    let mut desc = CacheDesc::new(1, 1, 1, 32, 8);
+    desc.type_k = ElementType::Q8_0;
+    desc.type_v = ElementType::Q8_0;
+    let mut cache = ctx.create_cache(&desc).unwrap();
+    let k = values(31, 2 * 32);
+    let cells = cache
+        .store(
+            &Batch::for_seq(0, &[0, 1]),
+            Layers::One(0),
+            &TensorRef::host_f32(&k),
+            &TensorRef::host_f32(&k),
+        )
+        .unwrap();
+    let info = cache.info().unwrap();
+    assert_eq!(info.k_row_bytes, 34);
+    let mut raw = vec![0u8; 2 * 34];
+    cache.read_raw(0, KvArray::K, &cells, &mut raw).unwrap();
+    let placed = cache.place(&Batch::for_seq(1, &[0, 1])).unwrap();
+    let kq = TensorRef::host(&raw, ElementType::Q8_0);
+    cache.write(&placed, Layers::One(0), &kq, &kq).unwrap();
+    let mut again = vec![0u8; 2 * 34];
+    cache.read_raw(0, KvArray::K, &placed, &mut again).unwrap();
+    assert_eq!(raw, again);
+    cache.seq_rm(0, -1, -1).unwrap();
+    assert!(cache.compact(0.0, 0).unwrap() <= 2);
+}
+
+#[test]
+fn memory_update_read() {
+    use kvrt::experimental::{MemoryBatch, MemoryDesc, MemoryInit};
+    let ctx = context();
+    let desc = MemoryDesc {
+        n_layers: 1,
+        n_heads: 1,
+        n_slots: 4,
+        key_dim: 8,
+        keys: MemoryInit::Seed(7),
+        ..Default::default()
+    };
+    assert!(desc.estimate().unwrap().device_bytes > 0);
+    let mut mem = ctx.create_memory(&desc).unwrap();
+    let wq = values(41, 8);
+    let wv = values(42, 8);
+    let mut out = vec![0f32; 8];
+    let mut b = MemoryBatch::new(1, Layers::One(0));
+    b.wq = Some(TensorRef::host_f32(&wq));
+    b.wv = Some(TensorRef::host_f32(&wv));
+    b.q = Some(TensorRef::host_f32(&wq));
+    b.out = Some(OutputRef::host_f32(&mut out));
+    mem.update_read(&mut b).unwrap();
+    assert!(out.iter().any(|&x| x != 0.0));
+    assert_eq!(mem.state(0, 0).unwrap().len(), 4 * 8);
+    mem.seq_rm(0).unwrap();
+    assert!(mem.state(0, 0).unwrap().iter().all(|&x| x == 0.0));
+}
+
+#[test]
+fn objects_move_between_threads() {
+    let ctx = context();
+    let cache = ctx.create_cache(&CacheDesc::new(1, 1, 1, 8, 8)).unwrap();
+    let buf = std::sync::Arc::new(ctx.create_buffer(64).unwrap());
+    let b2 = buf.clone();
+    let c2 = ctx.clone();
+    let t = std::thread::spawn(move || {
+        let mut cache = cache;
+        cache.clear().unwrap();
+        b2.upload(0, &[1u32; 4]).unwrap();
+        c2.stats().unwrap().device_bytes
+    });
+    let mut back = [0u32; 4];
+    let bytes = t.join().unwrap();
+    buf.download(0, &mut back).unwrap();
+    assert_eq!(back, [1; 4]);
+    assert!(bytes > 0);
+}
+
+#[test]
+fn devices_and_pipeline_cache() {
+    let devices = kvrt::enumerate_devices().unwrap();
+    assert!(!devices.is_empty());
+    let ctx = context();
+    let info = ctx.device_info().unwrap();
+    assert!(!info.name.is_empty());
+    let data = ctx.pipeline_cache().unwrap();
+    let again = kvrt::Context::builder().pipeline_cache(data).build().unwrap();
+    assert_eq!(again.device_info().unwrap().name, info.name);
+    assert!(kvrt::version_string().starts_with("0."));
+}
+
+#[test]
+fn log_callback_receives_and_survives_panics() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s = seen.clone();
+    let ctx = kvrt::Context::builder()
+        .log_callback(kvrt::LogLevel::Debug, move |_, _| {
+            s.fetch_add(1, Ordering::SeqCst);
+            panic!("a panic in the log callback must not cross into C");
+        })
+        .build()
+        .unwrap();
+    let _ = ctx.create_buffer(16).unwrap();
+    drop(ctx);
+    assert!(seen.load(Ordering::SeqCst) > 0);
+}
