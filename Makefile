@@ -1,8 +1,10 @@
 # kvrt: the two commands of the README, and a few more.
 #
 #   make demo    set up, build, run `kvrt demo` on the default device
-#   make test    set up, build, run every test (GPU tests with validation on,
-#                unit tests also under ASan+UBSan)
+#   make test    set up, build, run every test (GPU tests with validation on),
+#                then the unit and GPU tests again under ASan+UBSan (test-asan),
+#                and the threaded GPU test under ThreadSanitizer (test-tsan),
+#                and the Rust binding's tests, clippy and rustfmt (test-rust)
 #   make build   set up and build only
 #   make bench   set up, build, run the standard benchmark set
 #   make abi-baseline
@@ -14,10 +16,11 @@
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all setup build test unit-asan demo bench abi-baseline clean
+.PHONY: all setup build test test-asan unit-asan test-tsan test-rust demo bench abi-baseline clean
 
 all: build
 
@@ -30,18 +33,69 @@ $(BUILD)/build.ninja: | setup
 build: setup $(BUILD)/build.ninja
 	@cmake --build $(BUILD) -j $(JOBS)
 
-$(ASAN_BUILD)/build.ninja: | setup
-	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVRT_UNIT_TESTS_ONLY=ON \
-	  -DKVRT_BUILD_TOOLS=OFF \
-	  "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
-	  "-DCMAKE_C_FLAGS=-fsanitize=address,undefined -fno-sanitize-recover=all" >/dev/null
+# The sanitizer build: the library, the unit tests and the GPU tests (nothing
+# else: KVRT_TESTS_ONLY), with -O1 so that the tests' CPU references stay
+# quick under instrumentation. Reconfigured when this Makefile changes.
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+$(ASAN_BUILD)/build.ninja: Makefile | setup
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVRT_UNIT_TESTS_ONLY=OFF -DKVRT_TESTS_ONLY=ON \
+	  -DKVRT_BUILD_TOOLS=OFF -DKVRT_BUILD_EXAMPLES=OFF \
+	  "-DCMAKE_CXX_FLAGS=$(ASAN_FLAGS)" "-DCMAKE_C_FLAGS=$(ASAN_FLAGS)" >/dev/null
 
-# The unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
-unit-asan: setup $(ASAN_BUILD)/build.ninja
+# How the sanitized tests run: all of them, the GPU tests with validation on
+# as in the normal build (about 2 minutes on 2 cores; the slowest test, an
+# attention accuracy sweep, about 30 s, so each gets 300 s). Any ASan or UBSan
+# report fails its test. The Vulkan loader, lavapipe (and its LLVM) and the
+# validation layer are not instrumented and keep allocations until exit:
+# tests/gpu/sanitizer_support.cpp keeps them loaded so LeakSanitizer can name
+# them, and tests/lsan.supp suppresses those libraries, and only them.
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
+
+# The unit and GPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-asan: setup $(ASAN_BUILD)/build.ninja
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	@cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
+	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure --timeout 300 -j $(JOBS)
 
-test: build unit-asan
+# The former name of test-asan.
+unit-asan: test-asan
+
+# The ThreadSanitizer build: the library and tests/gpu/test_threads.cpp only
+# (KVRT_THREAD_TESTS_ONLY), so it stays quick to build.
+TSAN_FLAGS := -O1 -g -fsanitize=thread
+$(TSAN_BUILD)/build.ninja: Makefile | setup
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVRT_THREAD_TESTS_ONLY=ON \
+	  -DKVRT_BUILD_TOOLS=OFF -DKVRT_BUILD_EXAMPLES=OFF \
+	  "-DCMAKE_CXX_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_C_FLAGS=$(TSAN_FLAGS)" >/dev/null
+
+# Threads sharing one context, under ThreadSanitizer with the validation layer
+# on. Any report stops and fails it (halt_on_error). tests/tsan.supp silences
+# only reports inside the Vulkan loader, lavapipe and the validation layer,
+# each entry with its reason; none in kvrt.
+TSAN_ENV := KVRT_VALIDATION=1 \
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp"
+
+test-tsan: setup $(TSAN_BUILD)/build.ninja
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target kvrt_thread_tests
+	@$(TSAN_ENV) $(TSAN_BUILD)/bin/kvrt_thread_tests
+
+# The Rust binding (bindings/rust): installs the library built in $(BUILD) to
+# a private prefix, then runs rustfmt, clippy and every test (validation on in
+# the GPU tests) and the example against it, found through pkg-config.
+RUST_DIR    := bindings/rust
+RUST_PREFIX := $(CURDIR)/$(BUILD)/prefix
+RUST_ENV    := KVRT_VALIDATION=1 PKG_CONFIG_PATH=$(RUST_PREFIX)/lib/pkgconfig LD_LIBRARY_PATH=$(RUST_PREFIX)/lib \
+  CARGO_TARGET_DIR=$(CURDIR)/$(RUST_DIR)/target
+
+test-rust: build
+	@cmake --install $(BUILD) --prefix $(RUST_PREFIX) >/dev/null
+	@cd $(RUST_DIR) && $(RUST_ENV) cargo fmt --all --check
+	@cd $(RUST_DIR) && $(RUST_ENV) cargo clippy --workspace --all-targets --locked -- -D warnings
+	@cd $(RUST_DIR) && $(RUST_ENV) cargo test --workspace --locked
+	@cd $(RUST_DIR) && $(RUST_ENV) cargo run --locked -q -p kvrt --example attention
+
+test: build test-asan test-tsan test-rust
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 demo: build
@@ -54,4 +108,4 @@ abi-baseline: setup $(BUILD)/build.ninja
 	@cmake --build $(BUILD) --target abi-baseline
 
 clean:
-	@rm -rf $(BUILD) $(ASAN_BUILD)
+	@rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -54,13 +54,57 @@
  *
  * Threading
  * ---------
- * Like Vulkan, objects are externally synchronized per handle: two threads may
- * call kvrt at the same time as long as they do not use the same handle (or a
- * handle and an object created from it, such as a buffer and its context)
- * concurrently, unless a function's comment says "Thread-safety: Safe".
- * kvrt_result_string, kvrt_last_error_message, kvrt_version and
- * kvrt_version_string are always safe. Submissions from different streams of
- * one context are serialized internally on the context's queue.
+ * Like Vulkan, objects are externally synchronized per handle: two threads
+ * may call kvrt at the same time as long as no handle is used by both calls
+ * (a call uses every handle it takes, such as the cache, the stream and the
+ * buffers of its tensors), unless a function's comment says
+ * "Thread-safety: Safe". What the objects of one context share (its queue and
+ * submission tracking, deferred releases, compiled kernels, staging memory,
+ * counters, the list of its objects) is locked inside kvrt, so in detail:
+ *
+ * - Objects of one context may be used on different threads at the same
+ *   time: for example, each thread with its own stream and cache (or
+ *   memory), or with synchronous calls (stream NULL). Submissions of
+ *   different streams are serialized internally on the context's queue; a
+ *   thread waiting for the device (kvrt_stream_wait, a synchronous call,
+ *   an upload or download) holds up no other thread's submissions.
+ * - The context handle: the functions that create objects from it or read
+ *   it are Safe, with one another and with calls on its objects:
+ *   kvrt_buffer_create, kvrt_buffer_import_vulkan, kvrt_stream_create,
+ *   kvrt_cache_create, kvrt_memory_create, kvrt_context_get_device_info,
+ *   kvrt_context_get_stats, kvrt_context_get_pipeline_cache and the
+ *   *_estimate_size functions. kvrt_context_destroy needs every other call
+ *   on the context and on its objects to have returned.
+ * - A destroy function needs only the object it destroys; other objects of
+ *   the context may be in use on other threads meanwhile.
+ * - Buffers are only read by kvrt's calls, except kvrt_buffer_destroy: any
+ *   number of threads may pass the same buffer to other calls at once (as a
+ *   tensor, an output, a kvrt_cmd_fill or kvrt_cmd_copy operand, to
+ *   kvrt_buffer_upload or _download). The order in which their GPU work and
+ *   copies touch its bytes is the application's to arrange, as in Vulkan.
+ *   kvrt_buffer_destroy must not overlap another call that takes the buffer.
+ * - Caches and memories are used by one thread at a time
+ *   (kvrt_cache_seq_transfer uses both of its caches).
+ * - A stream's open recording ties the stream to the caches and memories it
+ *   recorded work for: until the recording is submitted or dropped, a call
+ *   on the stream (kvrt_stream_submit, kvrt_stream_end_vulkan and
+ *   kvrt_stream_destroy roll back their metadata if the recording is
+ *   dropped) must not overlap a call on those caches and memories other
+ *   than their destruction. Recording a cache's work from the thread that
+ *   uses the cache keeps to this.
+ * - Destroying a buffer, cache or memory that another thread's open
+ *   recording uses makes that recording unsubmittable (kvrt_stream_submit
+ *   fails with KVRT_ERROR_INVALID_STATE and drops it), as on one thread.
+ * - kvrt_result_string, kvrt_last_error_message, kvrt_version,
+ *   kvrt_version_string and the other functions marked Safe may be called
+ *   from any thread at any time.
+ * - The log callback is called from any thread that calls into the context
+ *   (and from the driver's threads), also from several at once, sometimes
+ *   with kvrt's own locks held (it must not call back into kvrt).
+ * - An imported context calls the application's lock_queue and unlock_queue
+ *   (kvrt_vulkan_import_desc) from whichever thread submits, with kvrt's own
+ *   locks held: while holding its queue lock, the application must not call
+ *   kvrt functions on that context.
  *
  * Log messages reach the application only through the callback it gives at
  * context creation; the library itself never writes to stdout or stderr.
@@ -420,18 +464,21 @@ KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* c
 KVRT_API kvrt_result kvrt_context_create(const kvrt_context_desc* desc, kvrt_context* out_context);
 
 /* Waits for all work of the context (up to its wait timeout), then destroys it
- * together with every buffer and stream created from it; their handles become
- * invalid. NULL is a no-op. Thread-safety: Unsafe. */
+ * together with every buffer, stream, cache and memory created from it; their
+ * handles become invalid. NULL is a no-op. Thread-safety: Unsafe (on the
+ * context and every object created from it: no other call on them may run). */
 KVRT_API void kvrt_context_destroy(kvrt_context context);
 
 /* Describes the context's device. Fails with KVRT_ERROR_INVALID_HANDLE or
  * KVRT_ERROR_INVALID_ARGUMENT (NULL `info`, a wrong `info->type` or an unknown
- * struct chained on it). Thread-safety: Unsafe. */
+ * struct chained on it). Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_context_get_device_info(kvrt_context context, kvrt_device_info* info);
 
-/* Reads the context's counters. Fails with KVRT_ERROR_INVALID_HANDLE, or
- * KVRT_ERROR_INVALID_ARGUMENT for a NULL `stats`, a wrong `stats->type` or an
- * unknown struct chained on it. Thread-safety: Unsafe. */
+/* Reads the context's counters. While other threads allocate or submit, each
+ * counter is read on its own (current, not one snapshot of all). Fails with
+ * KVRT_ERROR_INVALID_HANDLE, or KVRT_ERROR_INVALID_ARGUMENT for a NULL
+ * `stats`, a wrong `stats->type` or an unknown struct chained on it.
+ * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_context_get_stats(kvrt_context context, kvrt_context_stats* stats);
 
 /* The context's pipeline cache: everything the device compiled for the
@@ -441,7 +488,8 @@ KVRT_API kvrt_result kvrt_context_get_stats(kvrt_context context, kvrt_context_s
  * fails with KVRT_ERROR_INVALID_ARGUMENT ("buffer too small") when the data
  * did not fit (call again with the size a NULL query gives). Fails with
  * KVRT_ERROR_INVALID_HANDLE, KVRT_ERROR_INVALID_ARGUMENT for a NULL `size`,
- * or KVRT_ERROR_OUT_OF_HOST_MEMORY. Thread-safety: Unsafe. */
+ * or KVRT_ERROR_OUT_OF_HOST_MEMORY. Thread-safety: Safe (kernels that other
+ * threads compile meanwhile may or may not be included). */
 KVRT_API kvrt_result kvrt_context_get_pipeline_cache(kvrt_context context, void* data, uint64_t* size);
 
 /* ========================================================================== */
@@ -466,8 +514,7 @@ typedef struct kvrt_buffer_desc {
  * bad context; KVRT_ERROR_INVALID_ARGUMENT for NULL arguments, a wrong
  * desc->type or bad chain, size 0 or nonzero flags;
  * KVRT_ERROR_OUT_OF_DEVICE_MEMORY when the device cannot hold it (nothing
- * stays allocated); KVRT_ERROR_OUT_OF_HOST_MEMORY. Thread-safety: Unsafe (on
- * the context). */
+ * stays allocated); KVRT_ERROR_OUT_OF_HOST_MEMORY. Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_desc* desc,
                                         kvrt_buffer* out_buffer);
 
@@ -475,11 +522,13 @@ KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_
  * work completes. A stream that recorded commands on the buffer and has not
  * submitted them yet can no longer be submitted. NULL is a no-op, and so is a
  * buffer owned by a cache (kvrt_static_window.buffer; logged as a warning).
- * Thread-safety: Unsafe (on the buffer and its context). */
+ * Thread-safety: Unsafe (on the buffer: no other call that takes it may run;
+ * other objects of the context may be in use on other threads). */
 KVRT_API void kvrt_buffer_destroy(kvrt_buffer buffer);
 
 /* The buffer's size in bytes. Fails with KVRT_ERROR_INVALID_HANDLE, or
- * KVRT_ERROR_INVALID_ARGUMENT for a NULL `out_size`. Thread-safety: Unsafe. */
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL `out_size`. Thread-safety: Safe,
+ * except against kvrt_buffer_destroy of the buffer. */
 KVRT_API kvrt_result kvrt_buffer_get_size(kvrt_buffer buffer, uint64_t* out_size);
 
 /* Copies `size` bytes from host memory into the buffer at `offset`. First waits
@@ -489,13 +538,15 @@ KVRT_API kvrt_result kvrt_buffer_get_size(kvrt_buffer buffer, uint64_t* out_size
  * KVRT_ERROR_INVALID_HANDLE for a bad buffer, KVRT_ERROR_TIMEOUT or a device
  * error while waiting or copying; on failure the buffer is unchanged unless
  * the error is a device error.
- * Thread-safety: Unsafe (on the buffer and its context). */
+ * Thread-safety: Safe, except against kvrt_buffer_destroy of the buffer (the
+ * order of what concurrent calls do to its bytes is the application's; see
+ * "Threading"). */
 KVRT_API kvrt_result kvrt_buffer_upload(kvrt_buffer buffer, uint64_t offset, const void* data,
                                         uint64_t size);
 
 /* Copies `size` bytes of the buffer at `offset` into host memory, after waiting
  * for submitted work that uses the buffer. Same errors as kvrt_buffer_upload.
- * Thread-safety: Unsafe (on the buffer and its context). */
+ * Thread-safety: Safe, except against kvrt_buffer_destroy of the buffer. */
 KVRT_API kvrt_result kvrt_buffer_download(kvrt_buffer buffer, uint64_t offset, void* data,
                                           uint64_t size);
 
@@ -544,18 +595,20 @@ typedef struct kvrt_timing {
  * bad chain or unknown flags; KVRT_ERROR_UNSUPPORTED for timestamps on a
  * queue without them; KVRT_ERROR_OUT_OF_HOST_MEMORY or
  * _OUT_OF_DEVICE_MEMORY. `desc` may be NULL for all defaults.
- * Thread-safety: Unsafe (on the context). */
+ * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_stream_create(kvrt_context context, const kvrt_stream_desc* desc,
                                         kvrt_stream* out_stream);
 
 /* Destroys a stream; submitted work finishes on its own and its resources are
- * released afterwards. NULL is a no-op. Thread-safety: Unsafe. */
+ * released afterwards. A recording still open is dropped and rolled back.
+ * NULL is a no-op. Thread-safety: Unsafe (on the stream, and on the caches
+ * and memories its open recording uses; see "Threading"). */
 KVRT_API void kvrt_stream_destroy(kvrt_stream stream);
 
 /* Starts recording. Fails with KVRT_ERROR_INVALID_HANDLE, or
  * KVRT_ERROR_INVALID_STATE if the stream is already recording, or submitted
  * and not yet waited for; KVRT_ERROR_DEVICE_LOST after a lost device.
- * Thread-safety: Unsafe. */
+ * Thread-safety: Unsafe (on the stream). */
 KVRT_API kvrt_result kvrt_stream_begin(kvrt_stream stream);
 
 /* Ends recording and submits. Fails with KVRT_ERROR_INVALID_HANDLE;
@@ -564,15 +617,17 @@ KVRT_API kvrt_result kvrt_stream_begin(kvrt_stream stream);
  * unsubmittable (the recording is then dropped, what it changed is rolled
  * back, and the stream is idle again); KVRT_ERROR_OUT_OF_HOST_MEMORY,
  * _OUT_OF_DEVICE_MEMORY or _DEVICE_LOST from the submission (the same
- * rollback). Thread-safety: Unsafe (on the stream; submissions of a context
- * are serialized internally). */
+ * rollback). Thread-safety: Unsafe (on the stream, and on the caches and
+ * memories its recording uses; submissions of a context's streams are
+ * serialized internally). */
 KVRT_API kvrt_result kvrt_stream_submit(kvrt_stream stream);
 
 /* Waits up to `timeout_ns` nanoseconds for the last submission. Returns
  * KVRT_SUCCESS when it completed (also when nothing was submitted),
  * KVRT_ERROR_TIMEOUT when it did not complete in time (wait again later), or
  * KVRT_ERROR_DEVICE_LOST; KVRT_ERROR_INVALID_HANDLE for a bad stream. A
- * timeout of 0 polls. Thread-safety: Unsafe. */
+ * timeout of 0 polls. Thread-safety: Unsafe (on the stream; other threads
+ * keep submitting while it waits). */
 KVRT_API kvrt_result kvrt_stream_wait(kvrt_stream stream, uint64_t timeout_ns);
 
 /* After a successful wait on a stream created with KVRT_STREAM_TIMESTAMPS,
@@ -582,7 +637,7 @@ KVRT_API kvrt_result kvrt_stream_wait(kvrt_stream stream, uint64_t timeout_ns);
  * with KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_ARGUMENT for a NULL
  * `count` or an entry with a wrong type; KVRT_ERROR_INVALID_STATE for a
  * stream without timestamps or whose last submission was not waited for.
- * Thread-safety: Unsafe. */
+ * Thread-safety: Unsafe (on the stream). */
 KVRT_API kvrt_result kvrt_stream_get_timings(kvrt_stream stream, kvrt_timing* timings,
                                              uint32_t* count);
 
@@ -873,12 +928,13 @@ KVRT_API kvrt_result kvrt_cache_estimate_size(kvrt_context context, const kvrt_c
  * KVRT_ERROR_UNSUPPORTED for a static layout whose region exceeds the
  * device's binding limit; KVRT_ERROR_OUT_OF_DEVICE_MEMORY or
  * _OUT_OF_HOST_MEMORY when it does not fit (nothing stays allocated).
- * Thread-safety: Unsafe (on the context). */
+ * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_cache_create(kvrt_context context, const kvrt_cache_desc* desc,
                                        kvrt_cache* out_cache);
 
 /* Destroys a cache; memory still used by submitted work is released when it
- * completes. NULL is a no-op. Thread-safety: Unsafe. */
+ * completes. NULL is a no-op. Thread-safety: Unsafe (on the cache and the
+ * buffers of its static windows). */
 KVRT_API void kvrt_cache_destroy(kvrt_cache cache);
 
 /* Reads the cache's occupancy. Fails with KVRT_ERROR_INVALID_HANDLE, or
@@ -1399,13 +1455,13 @@ KVRT_API kvrt_result kvrt_memory_estimate_size(kvrt_context context, const kvrt_
  * working memory exceed the largest binding a memory uses (the context's, at
  * most 128 MiB; lower chunk_tokens); KVRT_ERROR_OUT_OF_DEVICE_MEMORY or
  * _OUT_OF_HOST_MEMORY when it does not fit. Nothing stays allocated on
- * failure. Thread-safety: Unsafe (on the context). */
+ * failure. Thread-safety: Safe (the initial-data buffer is only read). */
 KVRT_API kvrt_result kvrt_memory_create(kvrt_context context, const kvrt_memory_desc* desc,
                                         kvrt_memory* out_memory);
 
 /* Destroys a memory; device memory still used by submitted work is released
  * when that work completes, and recordings that use it can no longer be
- * submitted. NULL is a no-op. Thread-safety: Unsafe. */
+ * submitted. NULL is a no-op. Thread-safety: Unsafe (on the memory). */
 KVRT_API void kvrt_memory_destroy(kvrt_memory memory);
 
 /* Updates the state of the batch's sequences with `wq` and `wv` (`q` and `out`

@@ -77,7 +77,7 @@ KVRT_API kvrt_result kvrt_context_import(const kvrt_context_desc* desc,
  * window lies whole in the returned VkBuffer (*out_contiguous_bytes >=
  * window.bytes), so a graph binds (*out_buffer, *out_offset) directly; the
  * VkBuffer lives as long as the cache.
- * Thread-safety: Unsafe (on the buffer). */
+ * Thread-safety: Safe, except against kvrt_buffer_destroy of the buffer. */
 KVRT_API kvrt_result kvrt_buffer_get_vulkan(kvrt_buffer buffer, uint64_t offset,
                                             VkBuffer* out_buffer, VkDeviceSize* out_offset,
                                             VkDeviceSize* out_contiguous_bytes);
@@ -90,8 +90,7 @@ KVRT_API kvrt_result kvrt_buffer_get_vulkan(kvrt_buffer buffer, uint64_t offset,
  * of minStorageBufferOffsetAlignment, `size` a multiple of 4 no larger than the
  * largest storage binding. kvrt never frees the VkBuffer; the application keeps
  * it alive until work that uses it completed and the kvrt buffer is destroyed.
- * Fails with KVRT_ERROR_INVALID_ARGUMENT otherwise. Thread-safety: Unsafe (on
- * the context). */
+ * Fails with KVRT_ERROR_INVALID_ARGUMENT otherwise. Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_buffer_import_vulkan(kvrt_context context, VkBuffer buffer, VkDeviceSize offset,
                                                VkDeviceSize size, kvrt_buffer* out_buffer);
 
@@ -141,7 +140,8 @@ typedef struct kvrt_vulkan_submit_desc {
  * before this call. A semaphore wait that is never satisfied leaves the
  * stream's work pending: kvrt_stream_wait times out and the context's
  * destruction waits up to its wait timeout.
- * Thread-safety: Unsafe (on the stream). */
+ * Thread-safety: Unsafe (on the stream, and on the caches and memories its
+ * recording uses; see kvrt.h, "Threading"). */
 KVRT_API kvrt_result kvrt_stream_submit_vulkan(kvrt_stream stream, const kvrt_vulkan_submit_desc* desc);
 
 /* How kvrt learns that the application's submission of a command buffer it
@@ -201,7 +201,10 @@ KVRT_API kvrt_result kvrt_stream_begin_vulkan(kvrt_stream stream, VkCommandBuffe
  * semaphore and fence, or a semaphore with value 0;
  * KVRT_ERROR_UNSUPPORTED for a semaphore without timeline semaphores enabled
  * (the recording is dropped). Experimental. Thread-safety: Unsafe (on the
- * stream and the command buffer). */
+ * stream, the command buffer, and the caches and memories the recording
+ * uses; see kvrt.h, "Threading"). kvrt touches the semaphore or fence from
+ * other threads (their waits on buffers the recording uses) only under its
+ * own lock, never after kvrt_stream_wait on the stream succeeded. */
 KVRT_API kvrt_result kvrt_stream_end_vulkan(kvrt_stream stream, const kvrt_vulkan_completion* completion);
 
 #ifdef __cplusplus

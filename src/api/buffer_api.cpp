@@ -55,6 +55,11 @@ KVRT_API kvrt_result kvrt_buffer_import_vulkan(kvrt_context context, VkBuffer bu
         if (!out_buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_buffer is NULL");
         *out_buffer = nullptr;
         KVRT_TRY(check_context(context, "context"));
+        // The range's end must be an address of the VkBuffer: offset + size may not wrap.
+        uint64_t end = 0;
+        if (!checked_add(offset, size, &end))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "offset %llu + size %llu wraps around 64 bits",
+                        static_cast<unsigned long long>(offset), static_cast<unsigned long long>(size));
         auto handle = std::make_unique<kvrt_buffer_T>();
         handle->owner = context;
         std::unique_ptr<vk::Buffer> buf;

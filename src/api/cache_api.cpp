@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "api/handles.hpp"
+#include "core/raw_enum.hpp"
 #include "kv/geometry.hpp"
 
 using namespace kvrt;
@@ -355,10 +356,12 @@ KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq,
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_STATIC_WINDOW));
-        if (array != KVRT_KV_ARRAY_K && array != KVRT_KV_ARRAY_V)
+        // Any int may arrive as `array`: compared as an integer.
+        const int32_t a = raw_enum(array);
+        if (a != KVRT_KV_ARRAY_K && a != KVRT_KV_ARRAY_V)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "array must be KVRT_KV_ARRAY_K or KVRT_KV_ARRAY_V (got %d)",
-                        static_cast<int>(array));
-        const cache::Array arr = array == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V;
+                        static_cast<int>(a));
+        const cache::Array arr = a == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V;
         cache::Cache::WindowView w;
         KVRT_TRY(cache->cache->static_window(seq, layer, kv_head, arr, &w));
         // One handle per (layer, K|V) buffer, made on first use and kept
@@ -394,6 +397,8 @@ KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, k
                                                 uint64_t out_bytes) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        // Checked as the caller passed it before it is used as a kvrt_type.
+        KVRT_TRY(kv::check_type("element_type", element_type));
         return cache->cache->static_mask(seq, element_type, out, out_bytes);
     });
 }

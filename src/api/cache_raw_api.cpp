@@ -2,6 +2,7 @@
 #include "kvrt/kvrt.h"
 
 #include "api/handles.hpp"
+#include "core/raw_enum.hpp"
 
 using namespace kvrt;
 using namespace kvrt::api;
@@ -13,11 +14,13 @@ KVRT_API kvrt_result kvrt_cache_read_raw(kvrt_cache cache, int32_t layer, kvrt_k
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
         KVRT_TRY(check_context(cache->owner, "the cache's context"));
-        if (array != KVRT_KV_ARRAY_K && array != KVRT_KV_ARRAY_V)
+        // Any int may arrive as `array`: compared as an integer.
+        const int32_t a = raw_enum(array);
+        if (a != KVRT_KV_ARRAY_K && a != KVRT_KV_ARRAY_V)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "array %d is not KVRT_KV_ARRAY_K or KVRT_KV_ARRAY_V",
-                        static_cast<int>(array));
-        return cache->cache->read_raw(layer, array == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V, n_cells,
-                                      cells, out, out_bytes);
+                        static_cast<int>(a));
+        return cache->cache->read_raw(layer, a == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V, n_cells, cells,
+                                      out, out_bytes);
     });
 }
 

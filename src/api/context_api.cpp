@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "api/handles.hpp"
+#include "core/raw_enum.hpp"
 
 using namespace kvrt;
 using namespace kvrt::api;
@@ -18,6 +19,10 @@ Result read_context_desc(const kvrt_context_desc* desc, vk::ContextOptions* out,
     const void* found[1] = {};
     KVRT_TRY(check_optional_struct("desc", desc, KVRT_STRUCT_TYPE_CONTEXT_DESC, {KVRT_STRUCT_TYPE_PIPELINE_CACHE_DESC},
                                    found));
+    // The log level as the caller stored it, checked before it is read as the enum.
+    if (desc && (raw_enum(desc->log_level) < KVRT_LOG_LEVEL_DEFAULT || raw_enum(desc->log_level) > KVRT_LOG_LEVEL_NONE))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->log_level %d is not a kvrt_log_level",
+                    static_cast<int>(raw_enum(desc->log_level)));
     const auto* cache = static_cast<const kvrt_pipeline_cache_desc*>(found[0]);
     if (cache && cache->size > 0 && !cache->data)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_pipeline_cache_desc.data is NULL with size %llu",

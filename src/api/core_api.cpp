@@ -2,6 +2,7 @@
 #include "kvrt/kvrt.h"
 
 #include "api/handles.hpp"
+#include "core/raw_enum.hpp"
 #include "core/result.hpp"
 #include "kv/geometry.hpp"
 
@@ -11,7 +12,8 @@
 extern "C" {
 
 KVRT_API const char* kvrt_result_string(kvrt_result result) {
-    switch (result) {
+    // Any int may arrive here: switch on it as an integer.
+    switch (kvrt::raw_enum(result)) {
         case KVRT_SUCCESS: return "KVRT_SUCCESS: success";
         case KVRT_ERROR_INVALID_ARGUMENT: return "KVRT_ERROR_INVALID_ARGUMENT: an argument is invalid";
         case KVRT_ERROR_INVALID_HANDLE: return "KVRT_ERROR_INVALID_HANDLE: a handle is NULL, destroyed or of another kind";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 
 namespace kvrt::api {
@@ -10,8 +11,8 @@ namespace {
 
 // Function-local statics: constructed on first use, so handle checks work
 // during static initialization of an application too.
-std::mutex& registry_mutex() {
-    static std::mutex m;
+std::shared_mutex& registry_mutex() {
+    static std::shared_mutex m;
     return m;
 }
 
@@ -23,17 +24,17 @@ std::unordered_map<const void*, Kind>& registry() {
 }  // namespace
 
 void register_handle(const void* handle, Kind kind) {
-    std::lock_guard<std::mutex> lock(registry_mutex());
+    std::unique_lock<std::shared_mutex> lock(registry_mutex());
     registry()[handle] = kind;
 }
 
 void unregister_handle(const void* handle) {
-    std::lock_guard<std::mutex> lock(registry_mutex());
+    std::unique_lock<std::shared_mutex> lock(registry_mutex());
     registry().erase(handle);
 }
 
 bool is_live(const void* handle, Kind kind) {
-    std::lock_guard<std::mutex> lock(registry_mutex());
+    std::shared_lock<std::shared_mutex> lock(registry_mutex());
     auto it = registry().find(handle);
     return it != registry().end() && it->second == kind;
 }
@@ -49,16 +50,28 @@ const char* kind_name(Kind kind) {
     return "kvrt handle";
 }
 
+void ChildList::add(void* handle, void (*destroy)(void*)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_.push_back({handle, destroy});
+}
+
 void ChildList::remove(void* handle) {
-    entries.erase(std::remove_if(entries.begin(), entries.end(), [handle](const Entry& e) { return e.handle == handle; }),
-                  entries.end());
+    std::lock_guard<std::mutex> lock(mutex_);
+    entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [handle](const Entry& e) { return e.handle == handle; }),
+                   entries_.end());
 }
 
 void ChildList::destroy_all() {
-    // Newest first: later objects may depend on earlier ones.
-    while (!entries.empty()) {
-        const Entry e = entries.back();
-        entries.pop_back();
+    // Newest first: later objects may depend on earlier ones. The lock is
+    // not held while a child is destroyed.
+    for (;;) {
+        Entry e;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (entries_.empty()) return;
+            e = entries_.back();
+            entries_.pop_back();
+        }
         e.destroy(e.handle);
     }
 }

@@ -1,12 +1,14 @@
 // Public handles and their validation. Every handle the library gives out is
 // registered with its kind; an entry point accepts a handle only if it is
 // registered with the expected kind, so NULL, destroyed, foreign and mixed-up
-// handles are reported instead of dereferenced.
+// handles are reported instead of dereferenced. The registry is shared by all
+// threads and contexts (a reader-writer lock: checks run in parallel).
 #pragma once
 
-#include <memory>
-#include <new>
 #include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
 #include <vector>
 
 #include "cache/cache.hpp"
@@ -27,16 +29,22 @@ bool is_live(const void* handle, Kind kind);
 const char* kind_name(Kind kind);
 
 // Registers `child` as an object owned by `owner`; destroying the owner destroys
-// its children first. The destroy callback must unregister the child.
+// its children first. The destroy callback must unregister the child. Children
+// of one context are created and destroyed on any threads: add and remove
+// lock the list (a leaf lock). destroy_all runs when nothing else uses the
+// context (kvrt_context_destroy).
 struct ChildList {
     struct Entry {
         void* handle;
         void (*destroy)(void*);
     };
-    std::vector<Entry> entries;
-    void add(void* handle, void (*destroy)(void*)) { entries.push_back({handle, destroy}); }
+    void add(void* handle, void (*destroy)(void*));
     void remove(void* handle);
     void destroy_all();
+
+private:
+    std::mutex mutex_;
+    std::vector<Entry> entries_;
 };
 
 }  // namespace kvrt::api

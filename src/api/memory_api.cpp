@@ -1,5 +1,5 @@
 // Fixed-capacity memory (kvrt_memory_*): argument and handle checks, then
-// kvrt::ops::Memory.
+// kvrt::memory::Memory.
 #include "kvrt/kvrt.h"
 
 #include <cstdint>
@@ -8,12 +8,13 @@
 
 #include "api/handles.hpp"
 #include "core/checked.hpp"
+#include "core/raw_enum.hpp"
 #include "kv/geometry.hpp"
-#include "ops/memory.hpp"
+#include "memory/memory.hpp"
 
 struct kvrt_memory_T {
     kvrt_context_T* owner = nullptr;
-    std::unique_ptr<kvrt::ops::Memory> memory;
+    std::unique_ptr<kvrt::memory::Memory> memory;
 };
 
 using namespace kvrt;
@@ -28,7 +29,7 @@ void destroy_memory(void* h) {
 }
 
 // F32 or F16 (UNDEFINED and every other type refused); `f16` says which.
-Result read_type(kvrt_type type, const char* name, bool* f16) {
+Result read_type(const kvrt_type& type, const char* name, bool* f16) {
     KVRT_TRY(kv::check_type(name, type, {KVRT_TYPE_F32, KVRT_TYPE_F16}));
     *f16 = type == KVRT_TYPE_F16;
     return KVRT_SUCCESS;
@@ -36,41 +37,42 @@ Result read_type(kvrt_type type, const char* name, bool* f16) {
 
 // The structural checks of an initial-data description (no handles); NULL
 // means all zero.
-Result read_init(const kvrt_memory_init* in, const char* name, ops::MemoryInit* out) {
-    *out = ops::MemoryInit{};
+Result read_init(const kvrt_memory_init* in, const char* name, memory::MemoryInit* out) {
+    *out = memory::MemoryInit{};
     if (!in) return KVRT_SUCCESS;
     KVRT_TRY(check_struct(name, in, KVRT_STRUCT_TYPE_MEMORY_INIT));
     char what[48];
     std::snprintf(what, sizeof what, "%s->element_type", name);
     KVRT_TRY(read_type(in->element_type, what, &out->f16));
-    switch (in->source) {
-        case KVRT_MEMORY_SOURCE_ZERO: out->source = ops::MemorySource::Zero; break;
+    // The source as the caller stored it: any int, checked before use.
+    switch (raw_enum(in->source)) {
+        case KVRT_MEMORY_SOURCE_ZERO: out->source = memory::MemorySource::Zero; break;
         case KVRT_MEMORY_SOURCE_HOST:
             if (!in->host) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: source HOST with host NULL", name);
-            out->source = ops::MemorySource::Host;
+            out->source = memory::MemorySource::Host;
             out->host = in->host;
             break;
         case KVRT_MEMORY_SOURCE_BUFFER:
             if (!in->buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: source BUFFER with buffer NULL", name);
             if (in->offset % 4) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: offset is not a multiple of 4", name);
-            out->source = ops::MemorySource::Buffer;
+            out->source = memory::MemorySource::Buffer;
             out->offset = in->offset;
             break;
         case KVRT_MEMORY_SOURCE_SEED:
-            out->source = ops::MemorySource::Seed;
+            out->source = memory::MemorySource::Seed;
             out->seed = in->seed;
             break;
         default:
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: unknown source %d", name, static_cast<int>(in->source));
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: unknown source %d", name, static_cast<int>(raw_enum(in->source)));
     }
     return KVRT_SUCCESS;
 }
 
 // Everything kvrt_memory_estimate_size and kvrt_memory_create check without a
 // buffer handle.
-Result read_desc(const kvrt_memory_desc* desc, ops::Memory::Params* out) {
+Result read_desc(const kvrt_memory_desc* desc, memory::Memory::Params* out) {
     KVRT_TRY(check_struct("desc", desc, KVRT_STRUCT_TYPE_MEMORY_DESC));
-    ops::MemoryGeometry& geo = out->geo;
+    kv::MemoryGeometry& geo = out->geo;
     const struct {
         uint32_t value;
         const char* name;
@@ -84,22 +86,22 @@ Result read_desc(const kvrt_memory_desc* desc, ops::Memory::Params* out) {
     geo.e = desc->key_dim;
     geo.d = desc->value_dim ? desc->value_dim : desc->key_dim;
     geo.max_seqs = desc->max_seqs ? desc->max_seqs : 1;
-    if (desc->chunk_tokens > ops::kMemoryMaxChunk)
+    if (desc->chunk_tokens > kv::kMemoryMaxChunk)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->chunk_tokens %u is above %u", desc->chunk_tokens,
-                    ops::kMemoryMaxChunk);
-    geo.chunk = desc->chunk_tokens ? desc->chunk_tokens : ops::kMemoryMaxChunk;
+                    kv::kMemoryMaxChunk);
+    geo.chunk = desc->chunk_tokens ? desc->chunk_tokens : kv::kMemoryMaxChunk;
     KVRT_TRY(read_type(desc->state_type, "desc->state_type", &geo.state_f16));
     KVRT_TRY(read_init(desc->keys, "desc->keys", &out->keys));
     KVRT_TRY(read_init(desc->values, "desc->values", &out->values));
-    geo.has_init = out->values.source != ops::MemorySource::Zero;
+    geo.has_init = out->values.source != memory::MemorySource::Zero;
     if (desc->label) out->label = desc->label;
     return KVRT_SUCCESS;
 }
 
 // The buffer of an initial-data description: live, of `ctx`, range inside.
 Result resolve_init_buffer(kvrt_context_T* ctx, const kvrt_memory_init* in, const char* name, uint64_t values,
-                           ops::MemoryInit* out) {
-    if (out->source != ops::MemorySource::Buffer) return KVRT_SUCCESS;
+                           memory::MemoryInit* out) {
+    if (out->source != memory::MemorySource::Buffer) return KVRT_SUCCESS;
     KVRT_TRY(check_handle(in->buffer, Kind::Buffer, name));
     if (in->buffer->owner != ctx)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the buffer belongs to another context", name);
@@ -137,7 +139,7 @@ Result resolve_buffer(kvrt_memory_T* m, kvrt_buffer_T* b, const char* name, cons
 // The strides of a memory's tensor: 0 or exactly the packed ones (heads of
 // `dim` values back to back, tokens back to back, layers back to back).
 Result check_packed(const char* name, uint64_t head_stride, uint64_t row_stride, uint64_t layer_stride,
-                    const ops::MemoryGeometry& geo, uint32_t n_tokens, uint32_t dim, bool f16) {
+                    const kv::MemoryGeometry& geo, uint32_t n_tokens, uint32_t dim, bool f16) {
     const uint64_t head = uint64_t{dim} * (f16 ? 2 : 4);
     const uint64_t row = head * geo.n_heads;
     const uint64_t layer = row * n_tokens;
@@ -155,8 +157,8 @@ Result check_packed(const char* name, uint64_t head_stride, uint64_t row_stride,
 // One input of a batch: NULL (missing; the memory reports it when needed) or
 // a checked kvrt_tensor_ref.
 Result resolve_input(kvrt_memory_T* m, const kvrt_tensor_ref* ref, const char* name, uint32_t n_tokens, uint32_t dim,
-                     ops::MemoryData* out) {
-    *out = ops::MemoryData{};
+                     memory::MemoryData* out) {
+    *out = memory::MemoryData{};
     if (!ref) return KVRT_SUCCESS;
     KVRT_TRY(check_struct(name, ref, KVRT_STRUCT_TYPE_TENSOR_REF));
     char what[48];
@@ -175,8 +177,8 @@ Result resolve_input(kvrt_memory_T* m, const kvrt_tensor_ref* ref, const char* n
     return KVRT_SUCCESS;
 }
 
-Result resolve_output(kvrt_memory_T* m, const kvrt_output_ref* ref, uint32_t n_tokens, ops::MemoryData* out) {
-    *out = ops::MemoryData{};
+Result resolve_output(kvrt_memory_T* m, const kvrt_output_ref* ref, uint32_t n_tokens, memory::MemoryData* out) {
+    *out = memory::MemoryData{};
     if (!ref) return KVRT_SUCCESS;
     KVRT_TRY(check_struct("out", ref, KVRT_STRUCT_TYPE_OUTPUT_REF));
     KVRT_TRY(read_type(ref->element_type, "out->element_type", &out->f16));
@@ -194,30 +196,30 @@ Result resolve_output(kvrt_memory_T* m, const kvrt_output_ref* ref, uint32_t n_t
 
 // The batch and the tensors the operation uses (the others are ignored, not
 // even read).
-Result resolve_batch(kvrt_memory_T* m, const kvrt_memory_batch* in, ops::MemoryOp op, ops::MemoryBatch* out) {
+Result resolve_batch(kvrt_memory_T* m, const kvrt_memory_batch* in, memory::MemoryOp op, memory::MemoryBatch* out) {
     KVRT_TRY(check_struct("batch", in, KVRT_STRUCT_TYPE_MEMORY_BATCH));
     out->n_tokens = in->n_tokens;
     out->seq_ids = in->seq_ids;
     out->layer = in->layer;
     out->scale = in->scale;
-    const ops::MemoryGeometry& geo = m->memory->geometry();
-    if (op != ops::MemoryOp::Read) {
+    const kv::MemoryGeometry& geo = m->memory->geometry();
+    if (op != memory::MemoryOp::Read) {
         KVRT_TRY(resolve_input(m, in->wq, "wq", in->n_tokens, geo.e, &out->wq));
         KVRT_TRY(resolve_input(m, in->wv, "wv", in->n_tokens, geo.d, &out->wv));
     }
-    if (op != ops::MemoryOp::Update) {
+    if (op != memory::MemoryOp::Update) {
         KVRT_TRY(resolve_input(m, in->q, "q", in->n_tokens, geo.e, &out->q));
         KVRT_TRY(resolve_output(m, in->out, in->n_tokens, &out->out));
     }
     return KVRT_SUCCESS;
 }
 
-kvrt_result run(kvrt_memory memory, kvrt_stream stream, const kvrt_memory_batch* batch, ops::MemoryOp op) {
+kvrt_result run(kvrt_memory memory, kvrt_stream stream, const kvrt_memory_batch* batch, memory::MemoryOp op) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_memory(memory));
         vk::Stream* s = nullptr;
         KVRT_TRY(resolve_stream(memory, stream, &s));
-        ops::MemoryBatch b;
+        memory::MemoryBatch b;
         KVRT_TRY(resolve_batch(memory, batch, op, &b));
         return memory->memory->run(s, op, b);
     });
@@ -238,14 +240,14 @@ KVRT_API kvrt_result kvrt_memory_estimate_size(kvrt_context context, const kvrt_
                                                kvrt_memory_estimate* out) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_MEMORY_ESTIMATE));
-        uint64_t cap = ops::kMemoryPieceCap;
+        uint64_t cap = kv::kMemoryPieceCap;
         if (context) {
             KVRT_TRY(check_handle(context, Kind::Context, "context"));
-            cap = ops::Memory::piece_cap(*context->ctx);
+            cap = memory::Memory::piece_cap(*context->ctx);
         }
-        ops::Memory::Params params;
+        memory::Memory::Params params;
         KVRT_TRY(read_desc(desc, &params));
-        ops::MemoryLayout layout;
+        memory::MemoryLayout layout;
         KVRT_TRY(layout.compute(params.geo, cap));
         // One slot of one sequence: every layer's groups (MemoryLayout::state_offset).
         uint64_t per_seq = 0;
@@ -263,9 +265,9 @@ KVRT_API kvrt_result kvrt_memory_create(kvrt_context context, const kvrt_memory_
         if (!out_memory) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_memory is NULL");
         *out_memory = nullptr;
         KVRT_TRY(check_context(context, "context"));
-        ops::Memory::Params params;
+        memory::Memory::Params params;
         KVRT_TRY(read_desc(desc, &params));
-        const ops::MemoryGeometry& geo = params.geo;
+        const kv::MemoryGeometry& geo = params.geo;
         uint64_t per_dim = 0;  // values of the initial data per element of a row
         if (!checked_mul(static_cast<uint64_t>(geo.n_layers) * geo.n_heads, geo.m, &per_dim))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "the memory's sizes overflow 64 bits");
@@ -276,7 +278,7 @@ KVRT_API kvrt_result kvrt_memory_create(kvrt_context context, const kvrt_memory_
         KVRT_TRY(resolve_init_buffer(context, desc->values, "desc->values", value_values, &params.values));
         auto handle = std::make_unique<kvrt_memory_T>();
         handle->owner = context;
-        KVRT_TRY(ops::Memory::create(*context->ctx, params, &handle->memory));
+        KVRT_TRY(memory::Memory::create(*context->ctx, params, &handle->memory));
         context->children.add(handle.get(), &destroy_memory);
         register_handle(handle.get(), Kind::Memory);
         *out_memory = handle.release();
@@ -293,16 +295,16 @@ KVRT_API void kvrt_memory_destroy(kvrt_memory memory) {
 }
 
 KVRT_API kvrt_result kvrt_memory_update(kvrt_memory memory, kvrt_stream stream, const kvrt_memory_batch* batch) {
-    return run(memory, stream, batch, ops::MemoryOp::Update);
+    return run(memory, stream, batch, memory::MemoryOp::Update);
 }
 
 KVRT_API kvrt_result kvrt_memory_read(kvrt_memory memory, kvrt_stream stream, const kvrt_memory_batch* batch) {
-    return run(memory, stream, batch, ops::MemoryOp::Read);
+    return run(memory, stream, batch, memory::MemoryOp::Read);
 }
 
 KVRT_API kvrt_result kvrt_memory_update_read(kvrt_memory memory, kvrt_stream stream,
                                              const kvrt_memory_batch* batch) {
-    return run(memory, stream, batch, ops::MemoryOp::UpdateRead);
+    return run(memory, stream, batch, memory::MemoryOp::UpdateRead);
 }
 
 KVRT_API kvrt_result kvrt_memory_seq_rm(kvrt_memory memory, kvrt_stream stream, int32_t seq) {
@@ -330,7 +332,7 @@ KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int3
     return guarded([&]() -> Result {
         KVRT_TRY(check_memory(memory));
         KVRT_TRY(check_seq(memory, seq, false, "seq"));
-        const ops::MemoryGeometry& geo = memory->memory->geometry();
+        const kv::MemoryGeometry& geo = memory->memory->geometry();
         if (layer < 0 || static_cast<uint32_t>(layer) >= geo.n_layers)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is outside 0..%u", layer, geo.n_layers - 1);
         if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");

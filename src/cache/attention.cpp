@@ -8,6 +8,7 @@
 #include "cache/strides.hpp"
 #include "core/checked.hpp"
 #include "ops/attention.hpp"
+#include "ops/tuning.hpp"
 
 namespace kvrt::cache {
 
@@ -15,20 +16,12 @@ namespace {
 
 uint64_t elem_size(kvrt_type t) { return t == KVRT_TYPE_F16 ? 2 : 4; }
 
-// How many partial results each row gets: enough lane groups in flight to fill
-// the device, without splits so small that merging dominates.
-uint32_t choose_splits(const vk::Context& ctx, uint32_t n_cells, uint32_t n_tiles) {
-    const bool cpu = ctx.info().props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    const uint32_t target_groups = cpu ? 64 : 1024;
-    const uint32_t min_cells = cpu ? 128 : 64;
-    uint32_t splits = (target_groups + n_tiles - 1) / n_tiles;
-    splits = std::min(splits, std::max<uint32_t>(1, n_cells / min_cells));
-    // llvmpipe (lavapipe) ends any loop of an invocation after 65535 total
-    // back-edges (its guard against endless loops), silently. The kernel's
-    // inner loops are unrolled, so only its cell loop counts: keep every
-    // split at or below 32768 cells.
-    splits = std::max(splits, (n_cells + 32767) / 32768);
-    return std::max<uint32_t>(1, std::min<uint32_t>(splits, 4096));
+// How many partial results each row gets (ops/tuning.hpp).
+uint32_t choose_splits(const ops::Tuning& t, uint32_t n_cells, uint32_t n_tiles) {
+    uint32_t splits = (t.attn_target_groups + n_tiles - 1) / n_tiles;
+    splits = std::min(splits, std::max<uint32_t>(1, n_cells / t.attn_min_split_cells));
+    splits = std::max(splits, (n_cells + t.attn_max_split_cells - 1) / t.attn_max_split_cells);
+    return std::max<uint32_t>(1, std::min<uint32_t>(splits, t.attn_max_splits));
 }
 
 }  // namespace
@@ -99,39 +92,31 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
     }
 
     if (stream) {
-        KVRT_TRY(stream->require_recording());
-        // Pending shifts go first, into the same stream.
-        std::vector<std::pair<uint32_t, int32_t>> saved;
-        KVRT_TRY(shifts_before(*stream, false, &saved));
+        // Pending shifts go first, into the same stream, as a call of their
+        // own: they stay recorded even if the attention fails to record.
+        KVRT_TRY(apply_shifts(stream));
         return record_attention(*stream, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off,
                                 o.row, o.head, out.type, params);
     }
 
     // Synchronous: host output goes through scratch memory of the stream,
     // packed, and is scattered into the caller's rows once it succeeded.
-    KVRT_TRY(begin_own());
-    Result r = KVRT_SUCCESS;
+    vk::Transaction tx(this, nullptr, own_);
+    KVRT_TRY(tx.begin());
     uint64_t row = o.row, head = o.head;
     if (out.host) {
         head = o.head_bytes;
         row = head * geo_.n_heads;
-        r = own_->scratch(row * n_queries, &out_use);
+        KVRT_TRY(tx.stream().scratch(row * n_queries, &out_use));
         off = out_use.offset;
         out_use.offset = 0;
         out_use.size = 0;
         out_use.write = true;
     }
-    std::vector<std::pair<uint32_t, int32_t>> saved;
-    if (r == KVRT_SUCCESS) r = shifts_before(*own_, true, &saved);
-    if (r == KVRT_SUCCESS)
-        r = record_attention(*own_, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off, row,
-                             head, out.type, params);
-    if (r == KVRT_SUCCESS) r = finish_own();
-    if (r != KVRT_SUCCESS) {
-        own_->abort();
-        restore_shifts(saved);
-        return r;
-    }
+    KVRT_TRY(record_shifts(tx));
+    KVRT_TRY(record_attention(tx.stream(), static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use,
+                              off, row, head, out.type, params));
+    KVRT_TRY(tx.finish());
     if (out.host) {
         std::vector<uint8_t> packed(static_cast<size_t>(row * n_queries));
         KVRT_TRY(const_cast<vk::Buffer*>(out_use.buffer)->download(off, packed.data(), packed.size()));
@@ -204,15 +189,9 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     shape.k_head_bytes = arena_->head_stride(Array::K);
     shape.v_head_bytes = arena_->head_stride(Array::V);
     shape.seq_words = 2 * wpc;
-    const auto& dev = ctx_.info();
-    const uint32_t need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
-    // On CPU drivers (lavapipe) a subgroup is the SIMD lanes of one core, where
-    // cross-lane shuffles cost more than they save: one invocation per row
-    // tile streams whole rows faster there (measured 2-3x on lavapipe).
-    const bool cpu = dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    shape.portable = ctx_.options().portable_kernels || cpu || (dev.subgroup_ops & need) != need ||
-                     dev.subgroup_size < 2;
-    shape.subgroup_size = dev.subgroup_size;
+    const ops::Tuning tuning = ops::Tuning::of(ctx_);
+    shape.portable = tuning.attn_portable;
+    shape.subgroup_size = tuning.subgroup_size;
     std::vector<float> thetas;
     if (deferred_) {
         shape.deferred = true;
@@ -224,9 +203,9 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     }
 
     const uint32_t group = geo_.n_heads / geo_.n_kv_heads;
-    const uint32_t r = std::min<uint32_t>(8, n_queries * group);
+    const uint32_t r = std::min<uint32_t>(tuning.attn_tile_rows, n_queries * group);
     const uint32_t n_tiles = geo_.n_kv_heads * ((n_queries * group + r - 1) / r);
-    const uint32_t total_splits = choose_splits(ctx_, static_cast<uint32_t>(cells.size()), n_tiles);
+    const uint32_t total_splits = choose_splits(tuning, static_cast<uint32_t>(cells.size()), n_tiles);
     uint32_t splits_total = 0;
     for (ops::AttnSegment& seg : segments) {
         seg.splits = std::max<uint32_t>(

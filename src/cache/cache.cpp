@@ -80,26 +80,6 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
 Cache::~Cache() {
     // Undo hooks in streams must not outlive the cache.
     for (vk::Stream* s : ctx_.streams()) s->forget_owner(this);
-    own_.reset();
-    arena_.reset();
-}
-
-Result Cache::begin_own() {
-    if (!own_) KVRT_TRY(vk::Stream::create(ctx_, false, 0, "kvrt cache", &own_));
-    if (own_pending_) {
-        // A previous synchronous call timed out; its work must end first.
-        KVRT_TRY(own_->wait(ctx_.options().wait_timeout_ns));
-        own_pending_ = false;
-    }
-    return own_->begin();
-}
-
-Result Cache::finish_own() {
-    KVRT_TRY(own_->submit());
-    own_pending_ = true;
-    KVRT_TRY(own_->wait(ctx_.options().wait_timeout_ns));
-    own_pending_ = false;
-    return KVRT_SUCCESS;
 }
 
 // check_source, check_write, record_array and record_writes (the store data
@@ -114,25 +94,13 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
     KVRT_TRY(table_.plan(tokens, n, &batch->placement));
     if (n == 0) return KVRT_SUCCESS;
 
-    vk::Stream* s = stream;
-    if (!s) {
-        KVRT_TRY(begin_own());
-        s = own_.get();
-    }
-    if (const Result r = table_.apply(batch->placement); r != KVRT_SUCCESS) {
-        if (!stream) own_->abort();
-        return r;
-    }
+    vk::Transaction tx(this, stream, own_);
+    KVRT_TRY(tx.begin());
+    KVRT_TRY(table_.apply(batch->placement));
     batch->remember(table_);
-    if (stream) stream->on_abort(this, [this, batch]() { batch->give_back(table_); });
-
-    Result r = record_writes(*s, n, batch->placement.cells().data(), layer, k, v);
-    if (r == KVRT_SUCCESS && !stream) r = finish_own();
-    if (r != KVRT_SUCCESS) {
-        if (!stream) own_->abort();
-        batch->give_back(table_);  // idempotent: a second call finds nothing applied
-        return r;
-    }
+    tx.on_undo([this, batch]() { batch->give_back(table_); });
+    KVRT_TRY(record_writes(tx.stream(), n, batch->placement.cells().data(), layer, k, v));
+    KVRT_TRY(tx.finish());
     if (out_cells) std::copy(batch->placement.cells().begin(), batch->placement.cells().end(), out_cells);
     return KVRT_SUCCESS;
 }
@@ -161,15 +129,10 @@ Result Cache::write(vk::Stream* stream, uint32_t n, const uint32_t* cells, int32
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "cell %u is empty; place tokens first", sorted[i]);
         if (i && sorted[i] == sorted[i - 1]) return fail(KVRT_ERROR_INVALID_ARGUMENT, "cell %u repeats", sorted[i]);
     }
-    if (stream) {
-        KVRT_TRY(stream->require_recording());
-        return record_writes(*stream, n, cells, layer, k, v);
-    }
-    KVRT_TRY(begin_own());
-    Result r = record_writes(*own_, n, cells, layer, k, v);
-    if (r == KVRT_SUCCESS) r = finish_own();
-    if (r != KVRT_SUCCESS) own_->abort();
-    return r;
+    vk::Transaction tx(this, stream, own_);
+    KVRT_TRY(tx.begin());
+    KVRT_TRY(record_writes(tx.stream(), n, cells, layer, k, v));
+    return tx.finish();
 }
 
 Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_out, float* v_out) {
@@ -206,19 +169,13 @@ Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_ou
                     groups[at.piece].push_back({static_cast<uint32_t>((at.offset + h * head_stride) / 4),
                                                 static_cast<uint32_t>((i * g.stride + h * g.head_bytes) / 4)});
             }
-            KVRT_TRY(begin_own());
-            Result r = KVRT_SUCCESS;
+            vk::Transaction tx(this, nullptr, own_);
+            KVRT_TRY(tx.begin());
             const RowLocation any = arena_->locate(array, static_cast<uint32_t>(layer), 0);
-            for (const auto& [piece, rows] : groups) {
-                if (r != KVRT_SUCCESS) break;
-                r = ops::record_copy_rows(*own_, {any.buffer, piece, copy_bytes}, {tmp.get(), 0, copy_bytes}, copy_bytes,
-                                          rows);
-            }
-            if (r == KVRT_SUCCESS) r = finish_own();
-            if (r != KVRT_SUCCESS) {
-                own_->abort();
-                return r;
-            }
+            for (const auto& [piece, rows] : groups)
+                KVRT_TRY(ops::record_copy_rows(tx.stream(), {any.buffer, piece, copy_bytes}, {tmp.get(), 0, copy_bytes},
+                                               copy_bytes, rows));
+            KVRT_TRY(tx.finish());
             KVRT_TRY(tmp->download(0, host.data(), count * g.stride));
             const size_t elems = size_t{geo_.n_kv_heads} * g.head_dim;
             for (uint32_t i = 0; i < count; ++i)
@@ -238,11 +195,9 @@ Result Cache::compact(vk::Stream* stream, double threshold, uint32_t max_moves, 
     KVRT_TRY(kv::plan_compaction(table_, threshold, max_moves ? max_moves : UINT32_MAX, moves.get()));
     if (moves->empty()) return KVRT_SUCCESS;
 
-    vk::Stream* s = stream;
-    if (!s) {
-        KVRT_TRY(begin_own());
-        s = own_.get();
-    }
+    vk::Transaction tx(this, stream, own_);
+    KVRT_TRY(tx.begin());
+    vk::Stream* s = &tx.stream();
     s->begin_op("compact");
     Result r = KVRT_SUCCESS;
     for (uint32_t l = 0; l < geo_.n_layers && r == KVRT_SUCCESS; ++l) {
@@ -265,26 +220,21 @@ Result Cache::compact(vk::Stream* stream, double threshold, uint32_t max_moves, 
         }
     }
     s->end_op();
-    if (r == KVRT_SUCCESS && !stream) r = finish_own();
-    if (r != KVRT_SUCCESS) {
-        // Rows were copied only into free cells (or not at all): nothing to undo.
-        if (!stream) own_->abort();
-        return r;
-    }
+    // Rows were copied only into free cells (or not at all): nothing to undo.
+    KVRT_TRY(r);
+    KVRT_TRY(tx.finish());
     // The metadata follows the data: at once for a synchronous call (the copy
     // completed); for a stream, now, so that later operations recorded in it
     // see the new cells, with an undo that moves cells back if the recording
-    // never reaches the device.
+    // never reaches the device (registered after commit: for the stream only).
     KVRT_TRY(table_.apply_moves(*moves));
-    if (stream) {
-        stream->on_abort(this, [this, moves]() {
-            for (auto it = moves->rbegin(); it != moves->rend(); ++it) {
-                if (table_.cell_is_empty(it->dst_cell) || !table_.cell_is_empty(it->src_cell)) continue;
-                const kv::CellMove back{it->dst_cell, it->src_cell};
-                (void)table_.apply_moves(&back, 1);
-            }
-        });
-    }
+    tx.on_undo([this, moves]() {
+        for (auto it = moves->rbegin(); it != moves->rend(); ++it) {
+            if (table_.cell_is_empty(it->dst_cell) || !table_.cell_is_empty(it->src_cell)) continue;
+            const kv::CellMove back{it->dst_cell, it->src_cell};
+            (void)table_.apply_moves(&back, 1);
+        }
+    });
     if (out_moved) *out_moved = static_cast<uint32_t>(moves->size());
     return KVRT_SUCCESS;
 }

@@ -12,6 +12,7 @@
 #include "kv/rope.hpp"
 #include "kv/static_window.hpp"
 #include "vk/stream.hpp"
+#include "vk/transaction.hpp"
 
 namespace kvrt::cache {
 
@@ -117,7 +118,7 @@ public:
                      const int32_t* seq_ids, const Source& q, const Output& out, const kvrt_attention_params& params);
 
 private:
-    explicit Cache(vk::Context& ctx) : ctx_(ctx) {}
+    explicit Cache(vk::Context& ctx) : ctx_(ctx), own_(ctx, "kvrt cache", vk::PrivateStream::AfterFailure::Wait) {}
 
     // Checks everything about a write before anything changes.
     Result check_source(const char* what, const Source& s, uint32_t n, int32_t layer,
@@ -133,18 +134,9 @@ private:
                             uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
                             kvrt_type out_type, const kvrt_attention_params& params);
 
-    // Records the pending shifts into `s` and clears them; `saved` gets the
-    // cleared (cell, delta) pairs for an undo.
-    Result record_shifts(vk::Stream& s, std::vector<std::pair<uint32_t, int32_t>>* saved);
-    void restore_shifts(const std::vector<std::pair<uint32_t, int32_t>>& saved);
-    // Records pending shifts ahead of other work in `s`: for a caller's stream
-    // with an undo hook; for the cache's own stream the caller restores on
-    // failure through `saved`.
-    Result shifts_before(vk::Stream& s, bool own, std::vector<std::pair<uint32_t, int32_t>>* saved);
-
-    // The cache's own stream for synchronous calls.
-    Result begin_own();
-    Result finish_own();
+    // Records the pending shifts into the transaction's stream and clears
+    // them, with an undo that restores them.
+    Result record_shifts(vk::Transaction& tx);
 
     // Static layout: appends `n` tokens to their sequences' windows and, with
     // k and v, writes their rows (kvrt_cache_store / kvrt_cache_place).
@@ -173,8 +165,7 @@ private:
     std::vector<uint32_t> windows_;
     kv::Rope rope_math_;
     bool deferred_ = false;
-    std::unique_ptr<vk::Stream> own_;
-    bool own_pending_ = false;
+    vk::PrivateStream own_;  // for synchronous calls
     // Static layout: the arena (also arena_) and each sequence's window.
     const StaticArena* static_arena_ = nullptr;
     kv::StaticGeometry static_geo_;

@@ -2,15 +2,16 @@
 // discard-and-re-evaluate alternative.
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "cache/cache.hpp"
 #include "ops/rope.hpp"
 
 namespace kvrt::cache {
 
-Result Cache::record_shifts(vk::Stream& s, std::vector<std::pair<uint32_t, int32_t>>* saved) {
-    saved->clear();
+Result Cache::record_shifts(vk::Transaction& tx) {
     if (!table_.has_pending_shift()) return KVRT_SUCCESS;
+    vk::Stream& s = tx.stream();
     if (deferred_) {
         // K is stored unrotated and attention rotates by the current position:
         // the deltas mean nothing to the data.
@@ -22,6 +23,7 @@ Result Cache::record_shifts(vk::Stream& s, std::vector<std::pair<uint32_t, int32
     std::map<int32_t, uint32_t> table_of;
     std::vector<float> tables, one;
     std::map<size_t, std::vector<ops::ShiftCell>> by_piece;
+    auto saved = std::make_shared<std::vector<std::pair<uint32_t, int32_t>>>();  // the cleared (cell, delta) pairs
     const int32_t* deltas = table_.deltas();
     for (uint32_t c = 0; c < table_.used_end(); ++c) {
         if (deltas[c] == 0 || table_.cell_is_empty(c)) continue;
@@ -51,42 +53,21 @@ Result Cache::record_shifts(vk::Stream& s, std::vector<std::pair<uint32_t, int32
         }
     }
     s.end_op();
-    if (r != KVRT_SUCCESS) {
-        saved->clear();
-        return r;
-    }
+    KVRT_TRY(r);
     table_.clear_pending_shifts();
-    return KVRT_SUCCESS;
-}
-
-void Cache::restore_shifts(const std::vector<std::pair<uint32_t, int32_t>>& saved) {
-    for (const auto& [cell, delta] : saved) table_.restore_pending_shift(cell, delta);
-}
-
-Result Cache::shifts_before(vk::Stream& s, bool own, std::vector<std::pair<uint32_t, int32_t>>* saved) {
-    KVRT_TRY(record_shifts(s, saved));
-    if (!own && !saved->empty()) {
-        auto undo = std::make_shared<std::vector<std::pair<uint32_t, int32_t>>>(*saved);
-        s.on_abort(this, [this, undo]() { restore_shifts(*undo); });
-    }
+    if (!saved->empty())
+        tx.on_undo([this, saved]() {
+            for (const auto& [cell, delta] : *saved) table_.restore_pending_shift(cell, delta);
+        });
     return KVRT_SUCCESS;
 }
 
 Result Cache::apply_shifts(vk::Stream* stream) {
-    std::vector<std::pair<uint32_t, int32_t>> saved;
-    if (stream) {
-        KVRT_TRY(stream->require_recording());
-        return shifts_before(*stream, false, &saved);
-    }
-    if (!table_.has_pending_shift()) return KVRT_SUCCESS;
-    KVRT_TRY(begin_own());
-    Result r = record_shifts(*own_, &saved);
-    if (r == KVRT_SUCCESS) r = finish_own();
-    if (r != KVRT_SUCCESS) {
-        own_->abort();
-        restore_shifts(saved);
-    }
-    return r;
+    if (!stream && !table_.has_pending_shift()) return KVRT_SUCCESS;
+    vk::Transaction tx(this, stream, own_);
+    KVRT_TRY(tx.begin());
+    KVRT_TRY(record_shifts(tx));
+    return tx.finish();
 }
 
 namespace {

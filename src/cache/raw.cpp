@@ -51,18 +51,12 @@ Result Cache::read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* c
                 groups[at.piece].push_back({static_cast<uint32_t>((at.offset + h * head_stride) / 4),
                                             static_cast<uint32_t>((i * padded_row + h * g.head_bytes) / 4)});
         }
-        KVRT_TRY(begin_own());
-        Result r = KVRT_SUCCESS;
-        for (const auto& [piece, rows] : groups) {
-            r = ops::record_copy_rows(*own_, {any.buffer, piece, copy_bytes}, {tmp.get(), 0, copy_bytes}, copy_bytes,
-                                      rows);
-            if (r != KVRT_SUCCESS) break;
-        }
-        if (r == KVRT_SUCCESS) r = finish_own();
-        if (r != KVRT_SUCCESS) {
-            own_->abort();
-            return r;
-        }
+        vk::Transaction tx(this, nullptr, own_);
+        KVRT_TRY(tx.begin());
+        for (const auto& [piece, rows] : groups)
+            KVRT_TRY(ops::record_copy_rows(tx.stream(), {any.buffer, piece, copy_bytes}, {tmp.get(), 0, copy_bytes},
+                                           copy_bytes, rows));
+        KVRT_TRY(tx.finish());
         KVRT_TRY(tmp->download(0, host.data(), count * padded_row));
         for (uint32_t i = 0; i < count; ++i)
             std::memcpy(to + (uint64_t{first} + i) * row_bytes, host.data() + i * padded_row,

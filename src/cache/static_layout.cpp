@@ -14,16 +14,9 @@
 
 #include "cache/cache.hpp"
 #include "ops/rows.hpp"
+#include "ops/tuning.hpp"
 
 namespace kvrt::cache {
-
-namespace {
-
-// Rows of a slide's copy go in chunks of about this many bytes, so that the
-// copy spreads over many workgroups (the row kernel gives each row one).
-constexpr uint64_t kSlideChunkBytes = 64 * 1024;
-
-}  // namespace
 
 Result Cache::snapshot(int32_t seq, SeqSnapshot* out) const {
     out->seq = seq;
@@ -64,11 +57,12 @@ void Cache::restore(const std::vector<SeqSnapshot>& snaps) {
 
 Result Cache::record_slide(vk::Stream& s, uint32_t seq, const kv::StaticSlide& slide) {
     if (!slide.needed || slide.rows == 0) return KVRT_SUCCESS;
+    const uint64_t chunk_bytes = ops::Tuning::of(ctx_).slide_chunk_bytes;
     for (Array array : {Array::K, Array::V}) {
         const kv::RowGeometry& g = arena_->rows(array);
         const uint64_t block = uint64_t{slide.rows} * g.head_bytes;
         // Chunks of whole rows; the last chunk of each head's block may be shorter.
-        const uint64_t chunk = std::min(block, std::max<uint64_t>(1, kSlideChunkBytes / g.head_bytes) * g.head_bytes);
+        const uint64_t chunk = std::min(block, std::max<uint64_t>(1, chunk_bytes / g.head_bytes) * g.head_bytes);
         const uint64_t n_full = block / chunk, tail = block % chunk;
         vk::BufferUse scratch{};
         if (slide.overlapping) {
@@ -171,9 +165,9 @@ Result Cache::static_append(vk::Stream* stream, const kv::Token* tokens, uint32_
 
     // Metadata: drop the rows that leave the window, move the survivors of a
     // slide, place the new tokens. Undone by restore() on failure.
-    const auto undo = [this, snaps]() { restore(snaps); };
-    Result r = KVRT_SUCCESS;
-    for (size_t i = 0; i < order.size() && r == KVRT_SUCCESS; ++i) {
+    vk::Transaction tx(this, stream, own_);
+    tx.on_undo([this, snaps]() { restore(snaps); });
+    for (size_t i = 0; i < order.size(); ++i) {
         const int32_t seq = order[i];
         const kv::StaticWindow& before = seq_windows_[static_cast<size_t>(seq)];
         const uint32_t added = static_cast<uint32_t>(of_seq[seq].size());
@@ -181,63 +175,43 @@ Result Cache::static_append(vk::Stream* stream, const kv::Token* tokens, uint32_
         if (keep < before.n_valid()) {
             const uint32_t first_kept_row = before.start() + W - keep;
             const int32_t from = keep == 0 ? -1 : table_.cell_pos(static_cast<uint32_t>(seq) * Rr + first_kept_row);
-            r = table_.seq_rm(seq, -1, from);
+            KVRT_TRY(table_.seq_rm(seq, -1, from));
         }
         const kv::StaticSlide& slide = appends[i].slide;
-        if (r == KVRT_SUCCESS && slide.needed && slide.rows > 0 && slide.src_row != slide.dst_row) {
+        if (slide.needed && slide.rows > 0 && slide.src_row != slide.dst_row) {
             std::vector<kv::CellMove> moves(slide.rows);
             for (uint32_t j = 0; j < slide.rows; ++j)
                 moves[j] = kv::CellMove{static_cast<uint32_t>(seq) * Rr + slide.src_row + j,
                                         static_cast<uint32_t>(seq) * Rr + slide.dst_row + j};
-            r = table_.apply_moves(moves);
+            KVRT_TRY(table_.apply_moves(moves));
         }
     }
     kv::Placement placement;
-    if (r == KVRT_SUCCESS) r = table_.plan(tokens, n, &placement, cells.data());
-    if (r == KVRT_SUCCESS) r = table_.apply(placement);
-    if (r != KVRT_SUCCESS) {
-        undo();
-        return r;
-    }
+    KVRT_TRY(table_.plan(tokens, n, &placement, cells.data()));
+    KVRT_TRY(table_.apply(placement));
     for (size_t i = 0; i < order.size(); ++i) seq_windows_[static_cast<size_t>(order[i])] = windows[i];
 
-    // Device work: the slides, then the rows.
+    // Device work: the slides, then the rows. A slide copy may be recorded
+    // before a failure: it must not run once the windows are restored. A
+    // timeout means the work was submitted: it completes later, and the
+    // windows must describe what it leaves.
     bool device_work = with_data;
     for (const kv::StaticAppend& a : appends) device_work = device_work || (a.slide.needed && a.slide.rows > 0);
     if (device_work) {
-        vk::Stream* s = stream;
-        bool began = false;
-        if (!s) {
-            r = begin_own();
-            began = r == KVRT_SUCCESS;
-            s = own_.get();
-        }
-        if (r == KVRT_SUCCESS) {
-            s->begin_op("static append");
-            for (size_t i = 0; i < order.size() && r == KVRT_SUCCESS; ++i)
-                r = record_slide(*s, static_cast<uint32_t>(order[i]), appends[i].slide);
-            s->end_op();
-        }
-        if (r == KVRT_SUCCESS && with_data) r = record_writes(*s, n, cells.data(), layer, *k, *v);
-        if (stream) {
-            if (r == KVRT_SUCCESS) stream->on_abort(this, undo);
-            // A slide copy may be recorded already: it must not run once the
-            // windows are restored below.
-            else stream->mark_broken("a static-layout append failed while recording");
-        } else if (r == KVRT_SUCCESS) {
-            r = finish_own();
-            // A timeout means the work was submitted: it completes later, and
-            // the windows must describe what it leaves.
-            if (r == KVRT_ERROR_TIMEOUT) return r;
-            if (r != KVRT_SUCCESS) own_->abort();
-        } else if (began) {
-            own_->abort();
-        }
-        if (r != KVRT_SUCCESS) {
-            undo();
-            return r;
-        }
+        tx.break_on_failure("a static-layout append failed while recording");
+        tx.keep_on_timeout();
+        KVRT_TRY(tx.begin());
+        vk::Stream& s = tx.stream();
+        s.begin_op("static append");
+        Result r = KVRT_SUCCESS;
+        for (size_t i = 0; i < order.size() && r == KVRT_SUCCESS; ++i)
+            r = record_slide(s, static_cast<uint32_t>(order[i]), appends[i].slide);
+        s.end_op();
+        KVRT_TRY(r);
+        if (with_data) KVRT_TRY(record_writes(s, n, cells.data(), layer, *k, *v));
+        KVRT_TRY(tx.submit());
     }
+    tx.commit();
     if (out_cells) std::copy(cells.begin(), cells.end(), out_cells);
     return KVRT_SUCCESS;
 }
@@ -406,15 +380,15 @@ Result Cache::transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32
     } else {
         KVRT_TRY(place(tokens.data(), n, dst_cells.data()));
     }
-    Result r = begin_own();
+    vk::Transaction tx(this, nullptr, own_);
+    Result r = tx.begin();
     if (r == KVRT_SUCCESS) {
-        own_->begin_op("transfer");
-        r = record_copy_cells(*own_, src, src_cells, dst_cells);
-        own_->end_op();
+        tx.stream().begin_op("transfer");
+        r = record_copy_cells(tx.stream(), src, src_cells, dst_cells);
+        tx.stream().end_op();
     }
-    if (r == KVRT_SUCCESS) r = finish_own();
+    if (r == KVRT_SUCCESS) r = tx.finish();
     if (r != KVRT_SUCCESS) {
-        if (r != KVRT_ERROR_TIMEOUT) own_->abort();
         const std::string message = last_error_message();
         (void)table_.seq_rm(dst_seq, -1, -1);
         if (is_static()) seq_windows_[static_cast<size_t>(dst_seq)].reset();

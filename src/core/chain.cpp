@@ -1,5 +1,7 @@
 #include "core/chain.hpp"
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -41,16 +43,27 @@ const char* struct_type_name(kvrt_struct_type type) {
 
 namespace {
 
-StructHeader read_header(const void* s) {
-    StructHeader h;
+// The head of a caller's struct with `type` as the raw integer: a caller may
+// have stored any int there, and only values in the enum's range may be
+// loaded as kvrt_struct_type.
+struct RawHeader {
+    int32_t type;
+    const void* next;
+};
+static_assert(sizeof(RawHeader) == sizeof(StructHeader) && offsetof(RawHeader, next) == offsetof(StructHeader, next),
+              "RawHeader mirrors StructHeader");
+
+RawHeader read_header(const void* s) {
+    RawHeader h;
     std::memcpy(&h, s, sizeof h);
     return h;
 }
 
 // "kvrt_rope_desc (type 19)", "KVRT_STRUCT_TYPE_UNDEFINED (0)" or "an
 // unknown struct type 12345".
-void describe(kvrt_struct_type type, char* out, size_t size) {
-    const char* name = struct_type_name(type);
+void describe(int32_t type, char* out, size_t size) {
+    // Non-negative values lie in kvrt_struct_type's range (0..0x7FFFFFFF).
+    const char* name = type > 0 ? struct_type_name(static_cast<kvrt_struct_type>(type)) : nullptr;
     if (type == KVRT_STRUCT_TYPE_UNDEFINED)
         std::snprintf(out, size, "KVRT_STRUCT_TYPE_UNDEFINED (0)");
     else if (name)
@@ -72,13 +85,13 @@ Result check_chain(const char* owner, const void* next, std::initializer_list<kv
         if (depth == kMaxChain)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s.next: the chain is longer than %d structs (a loop?)", owner,
                         kMaxChain);
-        const StructHeader h = read_header(s);
+        const RawHeader h = read_header(s);
         char what[96];
         describe(h.type, what, sizeof what);
         size_t at = n;
         size_t i = 0;
         for (kvrt_struct_type t : allowed) {
-            if (t == h.type) at = i;
+            if (static_cast<int32_t>(t) == h.type) at = i;
             ++i;
         }
         if (at == n) {
@@ -103,8 +116,8 @@ Result check_struct(const char* name, const void* s, kvrt_struct_type expected,
                     std::initializer_list<kvrt_struct_type> allowed, const void** found) {
     const char* want = struct_type_name(expected);
     if (!s) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-    const StructHeader h = read_header(s);
-    if (h.type != expected) {
+    const RawHeader h = read_header(s);
+    if (h.type != static_cast<int32_t>(expected)) {
         char what[96];
         describe(h.type, what, sizeof what);
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s.type is %s, expected %s (type %d): initialize it with its _INIT macro",

@@ -9,6 +9,7 @@
 
 #include "core/chain.hpp"
 #include "core/checked.hpp"
+#include "core/raw_enum.hpp"
 
 namespace kvrt::kv {
 
@@ -27,11 +28,13 @@ char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + '
 
 }  // namespace
 
-const TypeInfo* type_info(kvrt_type type) {
+const TypeInfo* type_info_raw(int32_t raw) {
     for (const TypeInfo& t : kTypes)
-        if (t.type == type) return &t;
+        if (static_cast<int32_t>(t.type) == raw) return &t;
     return nullptr;
 }
+
+const TypeInfo* type_info(const kvrt_type& type) { return type_info_raw(raw_enum(type)); }
 
 bool type_size(kvrt_type type, TypeSize* out) {
     const TypeInfo* t = type_info(type);
@@ -42,7 +45,7 @@ bool type_size(kvrt_type type, TypeSize* out) {
 
 const char* type_name(kvrt_type type) {
     if (const TypeInfo* t = type_info(type)) return t->name;
-    return type == KVRT_TYPE_UNDEFINED ? "undefined" : "unknown";
+    return raw_enum(type) == KVRT_TYPE_UNDEFINED ? "undefined" : "unknown";
 }
 
 bool parse_type(const char* name, kvrt_type* out) {
@@ -58,14 +61,16 @@ bool parse_type(const char* name, kvrt_type* out) {
     return false;
 }
 
-Result check_type(const char* what, kvrt_type type, std::initializer_list<kvrt_type> allowed) {
-    if (type == KVRT_TYPE_UNDEFINED)
+Result check_type(const char* what, const kvrt_type& type_ref, std::initializer_list<kvrt_type> allowed) {
+    const int32_t raw = raw_enum(type_ref);
+    if (raw == KVRT_TYPE_UNDEFINED)
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
                     "%s is KVRT_TYPE_UNDEFINED; element types have no default (start from the struct's _INIT macro, "
                     "which sets the usual type)",
                     what);
-    if (!type_info(type))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: %d is not a kvrt_type", what, static_cast<int>(type));
+    const TypeInfo* info = type_info_raw(raw);
+    if (!info) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: %d is not a kvrt_type", what, static_cast<int>(raw));
+    const kvrt_type type = info->type;
     if (allowed.size() == 0) return KVRT_SUCCESS;
     std::string list;
     for (kvrt_type t : allowed) {
@@ -151,15 +156,16 @@ Result static_scales(const char* what, kvrt_type type, const kvrt_static_scales_
 // The chained kvrt_rope_desc (or the defaults), checked, with n_rot resolved.
 Result resolve_rope(const kvrt_rope_desc* given, uint32_t head_dim_k, kvrt_rope_desc* out) {
     kvrt_rope_desc r = KVRT_ROPE_DESC_INIT;
-    if (given) r = *given;
+    if (given) std::memcpy(&r, given, sizeof r);
     r.next = nullptr;
+    // The mode as the caller stored it: checked before it is read as the enum.
+    const int32_t mode = raw_enum(r.mode);
+    if (mode != KVRT_ROPE_NORMAL && mode != KVRT_ROPE_NEOX)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_rope_desc.mode %d is not a kvrt_rope_mode", static_cast<int>(mode));
     if (r.n_rot == 0) r.n_rot = head_dim_k;
     if (r.n_rot > head_dim_k || r.n_rot % 2 != 0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_rope_desc.n_rot %u must be even and at most head_dim_k %u",
                     r.n_rot, head_dim_k);
-    if (r.mode != KVRT_ROPE_NORMAL && r.mode != KVRT_ROPE_NEOX)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_rope_desc.mode %d is not a kvrt_rope_mode",
-                    static_cast<int>(r.mode));
     if (r.ext_factor != 0.0f && r.n_ctx_orig == 0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "YaRN (kvrt_rope_desc.ext_factor != 0) needs n_ctx_orig");
     if (!(r.freq_base >= 0.0f) || !(r.freq_scale >= 0.0f) || !std::isfinite(r.freq_base) ||
@@ -230,9 +236,11 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
         const kvrt_static_scales_desc* scales;
     } chain{static_cast<const kvrt_rope_desc*>(found[0]), static_cast<const kvrt_static_layout_desc*>(found[1]),
             static_cast<const kvrt_static_scales_desc*>(found[2])};
-    if (d.layout != KVRT_LAYOUT_DEFAULT && d.layout != KVRT_LAYOUT_CELLS && d.layout != KVRT_LAYOUT_STATIC)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->layout %d is not a kvrt_layout", static_cast<int>(d.layout));
-    const bool is_static = d.layout == KVRT_LAYOUT_STATIC;
+    // Enum fields as the caller stored them: checked before they are read as enums.
+    const int32_t layout = raw_enum(d.layout);
+    if (layout != KVRT_LAYOUT_DEFAULT && layout != KVRT_LAYOUT_CELLS && layout != KVRT_LAYOUT_STATIC)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->layout %d is not a kvrt_layout", static_cast<int>(layout));
+    const bool is_static = layout == KVRT_LAYOUT_STATIC;
     if (is_static && !chain.layout)
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
                     "KVRT_LAYOUT_STATIC needs a kvrt_static_layout_desc (seq_len, reserve) in kvrt_cache_desc.next");

@@ -27,9 +27,12 @@ struct TypeInfo {
     uint32_t block_bytes;
 };
 
-// The table's row of `type`, or nullptr for KVRT_TYPE_UNDEFINED and unknown
-// values.
-const TypeInfo* type_info(kvrt_type type);
+// The table's row of the type whose raw value is `raw` (a kvrt_type as the
+// caller passed it), or nullptr for KVRT_TYPE_UNDEFINED and unknown values.
+const TypeInfo* type_info_raw(int32_t raw);
+// The same for a kvrt_type held by the library or by a caller: read as its
+// raw integer, so values outside the enum are no undefined behaviour.
+const TypeInfo* type_info(const kvrt_type& type);
 
 // KVRT_TYPE_F32/F16/Q8_0/Q4_0/U8_STATIC/U16_STATIC; false for anything else.
 bool type_size(kvrt_type type, TypeSize* out);
@@ -43,8 +46,11 @@ bool parse_type(const char* name, kvrt_type* out);
 
 // Checks an element type where one is required: KVRT_TYPE_UNDEFINED, values
 // outside the table and types not in `allowed` (when it is not empty) fail
-// with KVRT_ERROR_INVALID_ARGUMENT and a message naming `what`.
-Result check_type(const char* what, kvrt_type type, std::initializer_list<kvrt_type> allowed = {});
+// with KVRT_ERROR_INVALID_ARGUMENT and a message naming `what`. `type` is
+// the caller's field or argument itself: it is read as a raw integer, so any
+// value a C caller stored there is safe to check; after success it may be
+// used as a kvrt_type.
+Result check_type(const char* what, const kvrt_type& type, std::initializer_list<kvrt_type> allowed = {});
 
 // The per-tensor quantization of a static-scale type (KVRT_TYPE_U8_STATIC,
 // KVRT_TYPE_U16_STATIC): value = scale * (q - zero_point), and a value x is

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kv/geometry.hpp"
+#include "ops/tuning.hpp"
 #include "vk/buffer.hpp"
 
 namespace kvrt::ops {
@@ -64,7 +65,8 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         return fail(KVRT_ERROR_INTERNAL, "attention over a static-scale K or V without its scale");
     const uint32_t group = shape.n_heads / shape.n_kv_heads;
     const uint32_t rows_per_kv = shape.n_queries * group;
-    const uint32_t R = std::min<uint32_t>(8, pow2_at_least(rows_per_kv));
+    const Tuning tuning = Tuning::of(stream.context());
+    const uint32_t R = std::min<uint32_t>(tuning.attn_tile_rows, pow2_at_least(rows_per_kv));
     const uint32_t tiles_per_kv = (rows_per_kv + R - 1) / R;
     const uint32_t n_tiles = tiles_per_kv * shape.n_kv_heads;
     // Lane groups: enough lanes to cover the head's octets, at most a subgroup.
@@ -72,7 +74,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     uint32_t lg = 1;
     if (!shape.portable)
         while (lg * 2 <= std::min(shape.subgroup_size, octets)) lg *= 2;
-    const uint32_t wg = std::max<uint32_t>(64, shape.portable ? 64 : shape.subgroup_size);
+    const uint32_t wg = tuning.attn_workgroup;
     uint32_t splits_total = 0;
     for (const AttnSegment& s : segments) splits_total += s.splits;
     if (splits_total == 0) splits_total = 1;  // no cells: one empty partial per row
@@ -126,7 +128,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         &attn));
     KVRT_TRY(stream.context().pipelines().get(
         {shape.out_type == KVRT_TYPE_F16 ? "attn_merge_f16" : "attn_merge_f32", 3, uint32_t{sizeof(MergePush)},
-         {64, shape.head_dim_v}},
+         {tuning.attn_merge_workgroup, shape.head_dim_v}},
         &merge));
 
     // Uploads and scratch sit at offsets inside their (whole-bound) pieces.

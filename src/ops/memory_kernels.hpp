@@ -1,13 +1,15 @@
 // The kernels of the fixed-capacity memory (shaders/memory_*.comp): push
-// constant mirrors, pipeline selection, and one recording function per kernel.
-// Callers pass whole buffer pieces (BufferUse) and offsets in the units each
-// shader documents; nothing here knows about sequences or slots.
+// constant mirrors, pipeline selection, and the recording of one chunk's
+// kernels (memory_update.cpp). Callers pass whole buffer pieces (BufferUse)
+// and offsets in the units each shader documents; nothing here knows about
+// sequences or slots (memory/memory.hpp does).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "core/result.hpp"
+#include "kv/memory_layout.hpp"
 #include "vk/pipeline.hpp"
 #include "vk/stream.hpp"
 
@@ -135,22 +137,62 @@ struct Pipelines {
     uint32_t intra_rows = 0;  // INTRA_T
     uint32_t update_m = 0;    // UPD_M
     uint32_t update_dg = 0;   // UPD_DG
+    uint32_t max_groups = 0;  // workgroups of one dispatch, at most
 };
-
-// The variant for a context: "wide" (64-bit loads, 32-row tiles) on CPU
-// implementations with shaderInt64, portable everywhere else and whenever the
-// context asks for portable kernels.
-bool use_wide(const vk::Context& ctx);
 
 Result get_pipelines(vk::Context& ctx, bool state_f16, Pipelines* out);
 
+// One input of a chunk (wq, wv or q rows), ready to bind.
+struct Input {
+    vk::BufferUse use;
+    uint32_t base = 0;  // element index of row 0 (head 0) in the bound piece
+    bool gathered = false;
+    bool f16 = false;
+};
+
+// A state binding: a whole piece, and the offset of the group's block and the
+// distance between heads in 8-element units of the state precision.
+struct StateBinding {
+    vk::BufferUse use;
+    uint32_t off = 0;
+    uint32_t head_stride = 0;
+};
+
+// Everything the kernels of one chunk bind for one group of heads.
+struct GroupArgs {
+    bool updates = false, reads = false;
+    uint32_t group = 0;            // index of the group of heads
+    uint32_t tokens = 0, rows = 0; // the chunk's tokens and padded rows
+    const Input* wq = nullptr;     // updates
+    const Input* wv = nullptr;     // updates
+    const Input* q = nullptr;      // reads
+    vk::BufferUse idx;             // the chunk's batch rows (gathered inputs)
+    uint32_t idx_base = 0;
+    vk::BufferUse keys;            // the piece holding the group's keys block
+    uint64_t keys_in = 0;          // byte offset of that block in the piece
+    StateBinding src, dst;
+    bool src_zero = false;         // the source state is all zero
+    vk::BufferUse work;            // the whole working memory, written
+    vk::BufferUse stage;           // the staged reads, written
+    float scale = 0.0f;            // 0: 1/sqrt(key size)
+};
+
+// Records pack, scores, softmax, update and (for reads) intra and read.
+Result record_group(vk::Stream& s, const Pipelines& pipes, const kv::MemoryLayout& l, const GroupArgs& a);
+
+// Records memory_out: the chunk's staged reads into `dst` at word `dst_base`,
+// rows scattered to their batch rows.
+Result record_out(vk::Stream& s, const Pipelines& pipes, const vk::BufferUse& stage, const vk::BufferUse& dst,
+                  uint32_t dst_base, uint32_t tokens, uint32_t row_words, bool f16, const vk::BufferUse& idx,
+                  uint32_t idx_base);
+
 // Records one dispatch of `pipeline` over `items` invocations (rounded up to
 // workgroups) for `heads` heads.
-Result dispatch(vk::Stream& stream, const vk::Pipeline& pipeline, const vk::BufferUse* uses, uint32_t n_uses,
-                const void* push, uint64_t items, uint32_t heads);
+Result dispatch(vk::Stream& stream, const Pipelines& pipes, const vk::Pipeline& pipeline, const vk::BufferUse* uses,
+                uint32_t n_uses, const void* push, uint64_t items, uint32_t heads);
 
 // Softmax: one workgroup per row.
-Result dispatch_rows(vk::Stream& stream, const vk::Pipeline& pipeline, const vk::BufferUse* uses, uint32_t n_uses,
-                     const void* push, uint32_t rows, uint32_t heads);
+Result dispatch_rows(vk::Stream& stream, const Pipelines& pipes, const vk::Pipeline& pipeline,
+                     const vk::BufferUse* uses, uint32_t n_uses, const void* push, uint32_t rows, uint32_t heads);
 
 }  // namespace kvrt::ops::memory_kernels

@@ -5,13 +5,12 @@
 #include <string>
 
 #include "kv/geometry.hpp"
+#include "ops/tuning.hpp"
 #include "vk/buffer.hpp"
 
 namespace kvrt::ops {
 
 namespace {
-
-constexpr uint32_t kWorkgroup = 64;
 
 // Mirrors `Push` in shaders/rope_shift.comp.
 struct ShiftPush {
@@ -41,6 +40,8 @@ Result record_shift(vk::Stream& stream, const ShiftShape& shape, const vk::Buffe
     // Without its scale a static-scale K would be rewritten as zeros.
     if (kv::is_static_scale(shape.k_type) && !(scale.scale > 0.0f && scale.inv > 0.0f))
         return fail(KVRT_ERROR_INTERNAL, "RoPE shift of %s K without its scale", kv::type_name(shape.k_type));
+    const Tuning t = Tuning::of(stream.context());
+    const uint32_t wg = t.shift_workgroup;
     // F32 and F16 with whole word pairs: the streaming kernel.
     const bool f16 = shape.k_type == KVRT_TYPE_F16;
     if ((shape.k_type == KVRT_TYPE_F32 || f16) && (!f16 || !shape.neox || shape.n_rot % 4 == 0)) {
@@ -53,7 +54,7 @@ Result record_shift(vk::Stream& stream, const ShiftShape& shape, const vk::Buffe
                                                          : "rope_shift_fast_f32",
                                                    3,
                                                    uint32_t{sizeof(FastPush)},
-                                                   {kWorkgroup, shape.head_dim, shape.n_rot, shape.neox ? 1u : 0u}},
+                                                   {wg, shape.head_dim, shape.n_rot, shape.neox ? 1u : 0u}},
                                                   &pipeline));
         vk::BufferUse list{};
         KVRT_TRY(stream.upload(cells.data(), cells.size() * sizeof(ShiftCell), &list));
@@ -61,19 +62,17 @@ Result record_shift(vk::Stream& stream, const ShiftShape& shape, const vk::Buffe
         const uint32_t units = shape.n_kv_heads * (vec4 ? (shape.neox ? shape.n_rot / 16 : shape.n_rot / 8)
                                                    : f16 && shape.neox ? shape.n_rot / 4
                                                                        : shape.n_rot / 2);
-        // Cells per workgroup: 16 measured best on lavapipe (13-16 ms for a
-        // 4096-cell F16 layer against 20 ms with 128 and 26 ms with 4).
-        const uint32_t per_chunk = 16;
+        const uint32_t per_chunk = t.shift_cells_per_group;
         const FastPush push{static_cast<uint32_t>(cells.size()), shape.n_kv_heads,
                             static_cast<uint32_t>(list.offset / sizeof(ShiftCell)), table_offset, per_chunk};
         const uint32_t chunks = static_cast<uint32_t>((cells.size() + per_chunk - 1) / per_chunk);
         if (chunks > 65535) return fail(KVRT_ERROR_INTERNAL, "too many cells for one shift dispatch");
-        return stream.dispatch(*pipeline, uses, 3, &push, (units + kWorkgroup - 1) / kWorkgroup, chunks);
+        return stream.dispatch(*pipeline, uses, 3, &push, (units + wg - 1) / wg, chunks);
     }
     const std::string shader = std::string("rope_shift_") + kv::type_name(shape.k_type);
     const vk::Pipeline* pipeline = nullptr;
     KVRT_TRY(stream.context().pipelines().get(
-        {shader, 3, uint32_t{sizeof(ShiftPush)}, {kWorkgroup, shape.head_dim, shape.n_rot, shape.neox ? 1u : 0u}},
+        {shader, 3, uint32_t{sizeof(ShiftPush)}, {wg, shape.head_dim, shape.n_rot, shape.neox ? 1u : 0u}},
         &pipeline));
     vk::BufferUse list{};
     KVRT_TRY(stream.upload(cells.data(), cells.size() * sizeof(ShiftCell), &list));
@@ -86,7 +85,7 @@ Result record_shift(vk::Stream& stream, const ShiftShape& shape, const vk::Buffe
                          scale.scale,
                          scale.inv,
                          scale.zero_point};
-    const uint32_t groups = static_cast<uint32_t>(std::min<size_t>((cells.size() + kWorkgroup - 1) / kWorkgroup, 4096));
+    const uint32_t groups = static_cast<uint32_t>(std::min<size_t>((cells.size() + wg - 1) / wg, t.shift_max_groups));
     return stream.dispatch(*pipeline, uses, 3, &push, groups);
 }
 

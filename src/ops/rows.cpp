@@ -6,15 +6,13 @@
 
 #include "core/checked.hpp"
 #include "kv/geometry.hpp"
+#include "ops/tuning.hpp"
 #include "vk/buffer.hpp"
 #include "vk/stream.hpp"
 
 namespace kvrt::ops {
 
 namespace {
-
-constexpr uint32_t kWorkgroup = 64;
-constexpr uint32_t kMaxGroups = 8192;
 
 // Mirrors `Push` in shaders/store.comp.
 struct StorePush {
@@ -92,8 +90,9 @@ Result record_store(vk::Stream& stream, kvrt_type src_type, kvrt_type dst_type, 
         std::string("store_") + kv::type_name(src_type) + "_" + kv::type_name(dst_type);
     // A workgroup writes one row: size it to the row's units (quantized rows
     // have few, large units), between 8 and 64 invocations.
-    uint32_t wg = 8;
-    while (wg < kWorkgroup && wg < units) wg *= 2;
+    const Tuning t = Tuning::of(stream.context());
+    uint32_t wg = t.store_min_workgroup;
+    while (wg < t.rows_workgroup && wg < units) wg *= 2;
     const vk::Pipeline* pipeline = nullptr;
     KVRT_TRY(stream.context().pipelines().get({shader, 3, uint32_t{sizeof(StorePush)}, {wg}}, &pipeline));
     vk::BufferUse list{};
@@ -116,7 +115,8 @@ Result record_store(vk::Stream& stream, kvrt_type src_type, kvrt_type dst_type, 
                          scale.zero_point,
                          head_dim,
                          head_elems};
-    return stream.dispatch(*pipeline, uses, 3, &push, static_cast<uint32_t>(std::min<size_t>(rows.size(), kMaxGroups)));
+    return stream.dispatch(*pipeline, uses, 3, &push,
+                           static_cast<uint32_t>(std::min<size_t>(rows.size(), t.rows_max_groups)));
 }
 
 Result record_store_raw(vk::Stream& stream, uint32_t heads, uint32_t head_bytes, uint32_t src_head_stride,
@@ -124,8 +124,9 @@ Result record_store_raw(vk::Stream& stream, uint32_t heads, uint32_t head_bytes,
     if (rows.empty()) return KVRT_SUCCESS;
     if (heads == 0 || head_bytes == 0) return fail(KVRT_ERROR_INTERNAL, "raw store of empty rows");
     const uint32_t words = (heads * head_bytes + 3) / 4;
-    uint32_t wg = 8;
-    while (wg < kWorkgroup && wg < words) wg *= 2;
+    const Tuning t = Tuning::of(stream.context());
+    uint32_t wg = t.store_min_workgroup;
+    while (wg < t.rows_workgroup && wg < words) wg *= 2;
     const vk::Pipeline* pipeline = nullptr;
     KVRT_TRY(stream.context().pipelines().get({"store_raw", 3, uint32_t{sizeof(StoreRawPush)}, {wg}}, &pipeline));
     vk::BufferUse list{};
@@ -138,7 +139,8 @@ Result record_store_raw(vk::Stream& stream, uint32_t heads, uint32_t head_bytes,
     const vk::BufferUse uses[3] = {from, span(dst, rows, false, true), list};
     const StoreRawPush push{static_cast<uint32_t>(rows.size()), heads, head_bytes, src_head_stride,
                             static_cast<uint32_t>(list.offset / sizeof(RowPair))};
-    return stream.dispatch(*pipeline, uses, 3, &push, static_cast<uint32_t>(std::min<size_t>(rows.size(), kMaxGroups)));
+    return stream.dispatch(*pipeline, uses, 3, &push,
+                           static_cast<uint32_t>(std::min<size_t>(rows.size(), t.rows_max_groups)));
 }
 
 Result record_copy_rows(vk::Stream& stream, const PieceRef& src, const PieceRef& dst, uint64_t row_bytes,
@@ -149,15 +151,17 @@ Result record_copy_rows(vk::Stream& stream, const PieceRef& src, const PieceRef&
     const uint32_t row_words = static_cast<uint32_t>(row_bytes / 4);
     bool vec4 = row_words % 4 == 0;
     for (size_t i = 0; i < rows.size() && vec4; ++i) vec4 = rows[i].src_word % 4 == 0 && rows[i].dst_word % 4 == 0;
+    const Tuning t = Tuning::of(stream.context());
     const vk::Pipeline* pipeline = nullptr;
     KVRT_TRY(stream.context().pipelines().get(
-        {vec4 ? "copy_rows_vec4" : "copy_rows", 3, uint32_t{sizeof(CopyRowsPush)}, {kWorkgroup}}, &pipeline));
+        {vec4 ? "copy_rows_vec4" : "copy_rows", 3, uint32_t{sizeof(CopyRowsPush)}, {t.rows_workgroup}}, &pipeline));
     vk::BufferUse list{};
     KVRT_TRY(stream.upload(rows.data(), rows.size() * sizeof(RowPair), &list));
     const vk::BufferUse uses[3] = {span(src, rows, true, false), span(dst, rows, false, true), list};
     const CopyRowsPush push{static_cast<uint32_t>(rows.size()), row_words,
                             static_cast<uint32_t>(list.offset / sizeof(RowPair))};
-    return stream.dispatch(*pipeline, uses, 3, &push, static_cast<uint32_t>(std::min<size_t>(rows.size(), kMaxGroups)));
+    return stream.dispatch(*pipeline, uses, 3, &push,
+                           static_cast<uint32_t>(std::min<size_t>(rows.size(), t.rows_max_groups)));
 }
 
 Result record_gather_span(vk::Stream& stream, const vk::Buffer& buffer, uint64_t offset, uint64_t size,

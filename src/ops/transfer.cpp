@@ -3,15 +3,13 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "ops/tuning.hpp"
 #include "vk/buffer.hpp"
 #include "vk/stream.hpp"
 
 namespace kvrt::ops {
 
 namespace {
-
-constexpr uint32_t kWorkgroup = 128;     // the smallest maxComputeWorkGroupInvocations
-constexpr uint32_t kMaxGroups = 4096;    // grid-stride beyond this
 
 // Mirrors `Push` in shaders/fill.comp.
 struct FillPush {
@@ -33,8 +31,9 @@ static_assert(sizeof(CopyPush) == 12, "CopyPush layout");
 static_assert(offsetof(CopyPush, src_offset_words) == 0 && offsetof(CopyPush, dst_offset_words) == 4 &&
                   offsetof(CopyPush, count_words) == 8, "CopyPush offsets");
 
-uint32_t groups_for(uint64_t words) {
-    return static_cast<uint32_t>(std::min<uint64_t>((words + kWorkgroup - 1) / kWorkgroup, kMaxGroups));
+uint32_t groups_for(const Tuning& t, uint64_t words) {
+    return static_cast<uint32_t>(
+        std::min<uint64_t>((words + t.transfer_workgroup - 1) / t.transfer_workgroup, t.transfer_max_groups));
 }
 
 }  // namespace
@@ -43,7 +42,9 @@ Result record_fill(vk::Stream& stream, const vk::Buffer& buffer, uint64_t offset
                    uint32_t value) {
     KVRT_TRY(stream.require_recording());
     const vk::Pipeline* pipeline = nullptr;
-    KVRT_TRY(stream.context().pipelines().get({"fill_u32", 1, uint32_t{sizeof(FillPush)}, {kWorkgroup}}, &pipeline));
+    const Tuning t = Tuning::of(stream.context());
+    KVRT_TRY(stream.context().pipelines().get({"fill_u32", 1, uint32_t{sizeof(FillPush)}, {t.transfer_workgroup}},
+                                              &pipeline));
     stream.begin_op("fill");
     Result r = KVRT_SUCCESS;
     while (size > 0 && r == KVRT_SUCCESS) {
@@ -53,7 +54,7 @@ Result record_fill(vk::Stream& stream, const vk::Buffer& buffer, uint64_t offset
         const uint64_t n = std::min(size, buffer.piece(piece).size - in);
         const vk::BufferUse use{&buffer, piece, in, n, true};
         const FillPush push{static_cast<uint32_t>(in / 4), static_cast<uint32_t>(n / 4), value};
-        r = stream.dispatch(*pipeline, &use, 1, &push, groups_for(n / 4));
+        r = stream.dispatch(*pipeline, &use, 1, &push, groups_for(t, n / 4));
         offset += n;
         size -= n;
     }
@@ -65,7 +66,9 @@ Result record_copy(vk::Stream& stream, const vk::Buffer& src, uint64_t src_offse
                    uint64_t dst_offset, uint64_t size) {
     KVRT_TRY(stream.require_recording());
     const vk::Pipeline* pipeline = nullptr;
-    KVRT_TRY(stream.context().pipelines().get({"copy_u32", 2, uint32_t{sizeof(CopyPush)}, {kWorkgroup}}, &pipeline));
+    const Tuning t = Tuning::of(stream.context());
+    KVRT_TRY(stream.context().pipelines().get({"copy_u32", 2, uint32_t{sizeof(CopyPush)}, {t.transfer_workgroup}},
+                                              &pipeline));
     stream.begin_op("copy");
     Result r = KVRT_SUCCESS;
     // Each dispatch covers a span that lies in one piece of src and one of dst.
@@ -77,7 +80,7 @@ Result record_copy(vk::Stream& stream, const vk::Buffer& src, uint64_t src_offse
         const uint64_t n = std::min({size, src.piece(sp).size - si, dst.piece(dp).size - di});
         const vk::BufferUse uses[2] = {{&src, sp, si, n, false}, {&dst, dp, di, n, true}};
         const CopyPush push{static_cast<uint32_t>(si / 4), static_cast<uint32_t>(di / 4), static_cast<uint32_t>(n / 4)};
-        r = stream.dispatch(*pipeline, uses, 2, &push, groups_for(n / 4));
+        r = stream.dispatch(*pipeline, uses, 2, &push, groups_for(t, n / 4));
         src_offset += n;
         dst_offset += n;
         size -= n;

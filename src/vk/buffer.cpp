@@ -190,7 +190,7 @@ Buffer::~Buffer() {
     if (wrapped_) {
         // The application owns the VkBuffer; only make sure no recording still
         // names it and that submitted work finished before it may go.
-        for (Stream* s : ctx.streams()) s->forget_buffer(this);
+        for (Stream* s : ctx.streams()) s->forget_buffer(this, nullptr);
         return;
     }
     std::vector<Piece> pieces = std::move(pieces_);
@@ -198,12 +198,15 @@ Buffer::~Buffer() {
     // recording commands that name this buffer (until it drops the recording).
     auto token = std::make_shared<ReleaseToken>();
     token->release = [&ctx, pieces]() { release(ctx, pieces); };
-    for (Stream* s : ctx.streams())
-        if (s->forget_buffer(this)) s->hold(token);
-    ctx.release_after(last_use_, [token]() mutable { token.reset(); });
+    // A stream that submits a recording naming this buffer does so under its
+    // own lock: here it is either still recording (and is told so), or its
+    // mark_used() happened before and last_use() below includes it.
+    for (Stream* s : ctx.streams()) s->forget_buffer(this, token);
+    ctx.release_after(last_use(), [token]() mutable { token.reset(); });
 }
 
 void Buffer::mark_used(Serial s, bool external) {
+    std::lock_guard<std::mutex> lock(uses_mutex_);
     last_use_ = std::max(last_use_, s);
     if (!external) {
         last_own_use_ = std::max(last_own_use_, s);
@@ -218,9 +221,26 @@ void Buffer::mark_used(Serial s, bool external) {
 Result Buffer::wait_idle() {
     // Only the submissions that use this buffer: an application's command
     // buffer that is not submitted yet must not hold up unrelated buffers.
-    KVRT_TRY(ctx_.wait(last_own_use_));
-    for (Serial e : external_uses_) KVRT_TRY(ctx_.wait(e));
-    external_uses_.clear();
+    // The waits run unlocked (another thread's stream may mark the buffer
+    // used meanwhile: that work is not what this call orders against).
+    Serial own = 0;
+    std::vector<Serial> external;
+    {
+        std::lock_guard<std::mutex> lock(uses_mutex_);
+        own = last_own_use_;
+        external = external_uses_;
+    }
+    KVRT_TRY(ctx_.wait(own));
+    for (Serial e : external) KVRT_TRY(ctx_.wait(e));
+    if (!external.empty()) {
+        std::lock_guard<std::mutex> lock(uses_mutex_);
+        external_uses_.erase(std::remove_if(external_uses_.begin(), external_uses_.end(),
+                                            [&](Serial e) {
+                                                return std::find(external.begin(), external.end(), e) !=
+                                                       external.end();
+                                            }),
+                             external_uses_.end());
+    }
     return KVRT_SUCCESS;
 }
 
@@ -272,15 +292,16 @@ Result Buffer::download(uint64_t offset, void* data, uint64_t size) {
 
 Result Buffer::staged_copy(uint64_t offset, uint64_t size, bool to_device, void* host) {
     auto* h = static_cast<uint8_t*>(host);
-    while (size > 0) {
-        const uint64_t chunk = std::min(size, kStagingChunk);
-        VkBuffer staging = VK_NULL_HANDLE;
-        void* mapped = nullptr;
-        bool coherent = true;
-        KVRT_TRY(ctx_.staging(kStagingChunk, &staging, &mapped, &coherent));
+    Context::Staging staging;
+    KVRT_TRY(ctx_.take_staging(kStagingChunk, &staging));
+    Result r = KVRT_SUCCESS;
+    bool idle = true;
+    while (size > 0 && r == KVRT_SUCCESS) {
+        const uint64_t chunk = std::min(size, staging.size);
         if (to_device) {
-            std::memcpy(mapped, h, static_cast<size_t>(chunk));
-            if (!coherent) KVRT_TRY(ctx_.sync_staging(true));
+            std::memcpy(staging.mapped, h, static_cast<size_t>(chunk));
+            if (!staging.coherent) r = ctx_.sync_staging(staging, true);
+            if (r != KVRT_SUCCESS) break;
         }
         // vkCmdCopyBuffer regions: the chunk may straddle pieces.
         std::vector<std::pair<size_t, VkBufferCopy>> regions;
@@ -297,21 +318,27 @@ Result Buffer::staged_copy(uint64_t offset, uint64_t size, bool to_device, void*
             regions.emplace_back(pi, c);
             done += n;
         }
-        KVRT_TRY(ctx_.run_now([&](VkCommandBuffer cb) {
+        r = ctx_.run_now([&](VkCommandBuffer cb) {
             for (const auto& [pi, c] : regions) {
-                if (to_device) ctx_.fn().vkCmdCopyBuffer(cb, staging, pieces_[pi].buffer, 1, &c);
-                else ctx_.fn().vkCmdCopyBuffer(cb, pieces_[pi].buffer, staging, 1, &c);
+                if (to_device) ctx_.fn().vkCmdCopyBuffer(cb, staging.buffer, pieces_[pi].buffer, 1, &c);
+                else ctx_.fn().vkCmdCopyBuffer(cb, pieces_[pi].buffer, staging.buffer, 1, &c);
             }
-        }));
+        });
+        if (r != KVRT_SUCCESS) {
+            idle = false;  // the copy may have been submitted and still run
+            break;
+        }
         if (!to_device) {
-            if (!coherent) KVRT_TRY(ctx_.sync_staging(false));
-            std::memcpy(h, mapped, static_cast<size_t>(chunk));
+            if (!staging.coherent) r = ctx_.sync_staging(staging, false);
+            if (r != KVRT_SUCCESS) break;
+            std::memcpy(h, staging.mapped, static_cast<size_t>(chunk));
         }
         h += chunk;
         offset += chunk;
         size -= chunk;
     }
-    return KVRT_SUCCESS;
+    ctx_.give_staging(staging, idle);
+    return r;
 }
 
 }  // namespace kvrt::vk

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "core/result.hpp"
@@ -66,9 +67,13 @@ public:
     Result flush_mapped();
 
     // The last submission that uses this buffer.
-    Serial last_use() const { return last_use_; }
+    Serial last_use() const {
+        std::lock_guard<std::mutex> lock(uses_mutex_);
+        return last_use_;
+    }
     // Records a submission that uses the buffer: one of kvrt's own, or an
-    // application's (`external`, kvrt_stream_end_vulkan).
+    // application's (`external`, kvrt_stream_end_vulkan). Any thread: the
+    // streams of several threads may read one buffer.
     void mark_used(Serial s, bool external);
     // Waits (with the context's timeout) for the submissions that use it.
     Result wait_idle();
@@ -86,6 +91,9 @@ private:
     std::vector<Piece> pieces_;
     bool coherent_ = true;
     bool wrapped_ = false;
+    // Submissions that use the buffer, under uses_mutex_ (lock order:
+    // context.hpp).
+    mutable std::mutex uses_mutex_;
     Serial last_use_ = 0;      // newest of all uses
     Serial last_own_use_ = 0;  // newest of kvrt's own: settles the older own ones
     std::vector<Serial> external_uses_;  // an application's, which complete in any order

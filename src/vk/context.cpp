@@ -415,12 +415,16 @@ Context::~Context() {
                       "context destroyed while work is still running; its Vulkan objects are leaked");
             return;
         }
-        retire();
+        std::vector<std::function<void()>> ready;
+        {
+            std::lock_guard<std::mutex> lock(timeline_mutex_);
+            retire_locked(&ready);
+        }
+        for (auto& r : ready) r();
         pipelines_.reset();
-        if (staging_buffer_) dfn_.vkDestroyBuffer(device_, staging_buffer_, nullptr);
-        if (staging_memory_) dfn_.vkFreeMemory(device_, staging_memory_, nullptr);
-        for (VkFence f : free_fences_) dfn_.vkDestroyFence(device_, f, nullptr);
-        for (const auto& f : in_flight_) dfn_.vkDestroyFence(device_, f.fence, nullptr);
+        for (const Staging& st : staging_pool_) destroy_staging(st);
+        for (const Fence& f : fences_)
+            if (f.handle) dfn_.vkDestroyFence(device_, f.handle, nullptr);
         if (oneoff_pool_) dfn_.vkDestroyCommandPool(device_, oneoff_pool_, nullptr);
         if (!imported_) dfn_.vkDestroyDevice(device_, nullptr);
     }
@@ -482,29 +486,38 @@ void Context::set_name(VkObjectType type, uint64_t handle, const char* name) con
 Result Context::check(VkResult r, const char* what) {
     if (r == VK_SUCCESS) return KVRT_SUCCESS;
     if (r == VK_ERROR_DEVICE_LOST) {
-        lost_ = true;
+        lost_.store(true, std::memory_order_release);
         log().log(KVRT_LOG_LEVEL_ERROR, "device lost in %s", what);
     }
     return vk_fail(r, what);
 }
 
-void Context::add_stream(Stream* s) { streams_.push_back(s); }
+void Context::add_stream(Stream* s) {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    streams_.push_back(s);
+}
 
 void Context::remove_stream(Stream* s) {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
     streams_.erase(std::remove(streams_.begin(), streams_.end(), s), streams_.end());
 }
 
 void Context::track_device_bytes(int64_t delta) {
-    device_bytes_ += delta;
-    peak_device_bytes_ = std::max(peak_device_bytes_, device_bytes_);
+    const int64_t now = device_bytes_.fetch_add(delta, std::memory_order_relaxed) + delta;
+    int64_t peak = peak_device_bytes_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_device_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
 }
 
 void Context::fill_stats(kvrt_context_stats* out) const {
+    // Each counter is read on its own: consistent one by one, not as a set
+    // while other threads allocate.
     out->validation_errors = validation_errors_.load();
     out->validation_warnings = validation_warnings_.load();
-    out->device_bytes = static_cast<uint64_t>(device_bytes_);
-    out->peak_device_bytes = static_cast<uint64_t>(peak_device_bytes_);
-    out->submissions = submissions_;
+    const int64_t bytes = device_bytes_.load(std::memory_order_relaxed);
+    out->device_bytes = static_cast<uint64_t>(bytes);
+    out->peak_device_bytes = static_cast<uint64_t>(std::max(bytes, peak_device_bytes_.load(std::memory_order_relaxed)));
+    out->submissions = submissions_.load(std::memory_order_relaxed);
 }
 
 }  // namespace kvrt::vk

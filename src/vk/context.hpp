@@ -1,5 +1,27 @@
 // A kvrt context: one Vulkan device and queue (created or imported), the
 // submission timeline, deferred releases, staging and the pipeline cache.
+//
+// Threading (kvrt.h, "Threading"): the objects of one context (buffers,
+// streams, caches, memories) may be used from different threads at once,
+// each by one thread at a time. What they share is locked here, each part
+// under its own mutex. Lock order: a thread that holds one of these takes
+// only those further down the list.
+//   1. streams_mutex_       the registry of streams (Context::streams())
+//   2. Stream::mutex_       what other threads touch of a stream's recording
+//   3. Buffer::uses_mutex_  a buffer's submissions
+//   4. timeline_mutex_      submissions in flight, fences, serials, deferred
+//                           releases; the queue itself (vkQueueSubmit)
+//   5. the application's queue lock (kvrt_vulkan_import_desc.lock_queue)
+// Leaves, never held while another lock is taken: oneoff_mutex_,
+// staging_mutex_, PipelineCache's mutex, the handle registry's.
+// No lock is held while waiting for the device: fence waits happen with
+// timeline_mutex_ released, so other threads keep submitting. Deferred
+// releases run after timeline_mutex_ is released and take only leaf locks;
+// they free memory directly (Buffer's ReleaseToken), never through
+// ~Buffer, which walks the stream registry (lock 1). Undo actions of a
+// recording run under Stream::mutex_ and touch only their owner's metadata.
+// Immutable after creation, so read without a lock: the device, its
+// functions, info, options and limits.
 #pragma once
 
 #include <atomic>
@@ -122,11 +144,12 @@ public:
 
     // Maps a VkResult; marks the context lost on VK_ERROR_DEVICE_LOST.
     Result check(VkResult r, const char* what);
-    bool lost() const { return lost_; }
+    bool lost() const { return lost_.load(std::memory_order_acquire); }
 
     // --- Submission timeline ---------------------------------------------
     // Submits one command buffer, waiting on and signalling the semaphores of
-    // `sync` (may be NULL); returns its serial.
+    // `sync` (may be NULL); returns its serial. Serials follow the queue's
+    // order also when several threads submit.
     Result submit(VkCommandBuffer cb, Serial* out_serial, const SubmitSync* sync = nullptr);
     // Registers an application's submission that completes as `completion`
     // says (kvrt_stream_end_vulkan); returns its serial. kvrt polls the
@@ -134,8 +157,12 @@ public:
     Serial add_external(const ExternalCompletion& completion);
     // Waits until submission `serial` completed: KVRT_ERROR_TIMEOUT after
     // `timeout_ns`. For one of kvrt's own submissions this also covers every
-    // earlier one of kvrt's own, not an application's.
-    Result wait(Serial serial, uint64_t timeout_ns);
+    // earlier one of kvrt's own, not an application's. An application's
+    // semaphore or fence is touched only under the timeline lock (it may be
+    // destroyed as soon as the stream's wait succeeded), so it is polled,
+    // except by `owner`, the wait of the stream that handed the recording
+    // over (kvrt_stream_wait), during which the application keeps it alive.
+    Result wait(Serial serial, uint64_t timeout_ns, bool owner = false);
     // Waits with the context's own timeout.
     Result wait(Serial serial) { return wait(serial, options_.wait_timeout_ns); }
     // Non-blocking: has submission `serial` completed? Also retires finished
@@ -143,10 +170,13 @@ public:
     bool is_done(Serial serial);
     // Waits for every submission (used before destruction).
     Result wait_all(uint64_t timeout_ns);
-    Serial last_submitted() const { return next_serial_ - 1; }
+    // The newest serial given out so far.
+    Serial last_submitted();
 
     // Runs `release` once `serial` and every submission before it completed
-    // (immediately if they have).
+    // (immediately if they have), on whichever thread notices it, after
+    // timeline_mutex_ is released (the caller may hold a stream's or a
+    // buffer's lock): a release may take only leaf locks.
     void release_after(Serial serial, std::function<void()> release);
 
     // Records a one-off command buffer with `record`, submits it and waits.
@@ -155,18 +185,46 @@ public:
     // --- Shared services --------------------------------------------------
     PipelineCache& pipelines() { return *pipelines_; }
 
-    // Staging buffer of at least `size` bytes (grown on demand, kept).
-    Result staging(uint64_t size, VkBuffer* out_buffer, void** out_mapped, bool* out_coherent);
+    // A host-visible buffer for one staged copy (taken from the context's
+    // pool, so threads copying at once each get their own).
+    struct Staging {
+        VkBuffer buffer = VK_NULL_HANDLE;
+        VkDeviceMemory memory = VK_NULL_HANDLE;
+        void* mapped = nullptr;
+        uint64_t size = 0;
+        uint64_t bytes = 0;  // device memory it holds
+        bool coherent = true;
+    };
+    // Takes a staging buffer of at least `size` bytes.
+    Result take_staging(uint64_t size, Staging* out);
+    // Gives it back. `idle`: no submitted copy may still use it; otherwise it
+    // is destroyed once every submission so far completed.
+    void give_staging(const Staging& s, bool idle);
     // For non-coherent staging memory: flush host writes (`to_device`) or
     // invalidate before host reads.
-    Result sync_staging(bool to_device);
+    Result sync_staging(const Staging& s, bool to_device);
 
-    // Streams register themselves so buffer destruction can reach them.
+    // The streams of the context, locked for as long as the returned list
+    // lives (a range-for over streams() holds the lock for the loop): buffer,
+    // cache and memory destruction reach every stream through it. The loop
+    // body may call the streams' own functions, but nothing that creates or
+    // destroys a stream.
+    class StreamList {
+    public:
+        StreamList(std::mutex& m, const std::vector<Stream*>& v) : lock_(m), v_(v) {}
+        std::vector<Stream*>::const_iterator begin() const { return v_.begin(); }
+        std::vector<Stream*>::const_iterator end() const { return v_.end(); }
+
+    private:
+        std::unique_lock<std::mutex> lock_;
+        const std::vector<Stream*>& v_;
+    };
+    StreamList streams() { return StreamList(streams_mutex_, streams_); }
     void add_stream(Stream* s);
     void remove_stream(Stream* s);
-    const std::vector<Stream*>& streams() const { return streams_; }
 
-    // Device-memory accounting and counters for kvrt_context_get_stats.
+    // Device-memory accounting and counters for kvrt_context_get_stats
+    // (atomics: any thread, no lock).
     void track_device_bytes(int64_t delta);
     void fill_stats(kvrt_context_stats* out) const;
     uint64_t validation_errors() const { return validation_errors_.load(); }
@@ -175,9 +233,6 @@ private:
     Context() = default;
     Result init_common(const kvrt_pipeline_cache_desc* pipeline_cache);
     Result create_device(size_t device_index, const std::vector<PhysicalDeviceInfo>& devices);
-    void retire();
-    void lock_queue();
-    void unlock_queue();
 
     static VkBool32 VKAPI_PTR debug_callback(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
                                              VkDebugUtilsMessageTypeFlagsEXT types,
@@ -199,51 +254,72 @@ private:
     uint64_t max_binding_ = 0;
     bool imported_ = false;
     bool debug_utils_ = false;
-    bool lost_ = false;
+    std::atomic<bool> lost_{false};
 
     // Imported contexts may share the queue with the app.
     void (*app_lock_queue_)(void*) = nullptr;
     void (*app_unlock_queue_)(void*) = nullptr;
     void* app_queue_user_ = nullptr;
-    std::mutex queue_mutex_;
 
+    // --- The timeline: everything below up to completed_ is guarded by
+    // timeline_mutex_ (queue.cpp). Functions named *_locked expect it held.
+    using Releases = std::vector<std::function<void()>>;
+    std::mutex timeline_mutex_;
+    // One of kvrt's fences. A fence is reset and reused only when no thread
+    // waits on it: a waiter that finds it retired meanwhile recycles it.
+    struct Fence {
+        VkFence handle = VK_NULL_HANDLE;
+        uint32_t waiters = 0;   // threads in vkWaitForFences on it
+        bool retired = false;   // its submission is done; recycle when no waiter
+    };
     // In-flight submissions, oldest first; an entry leaves when it and all
     // before it completed (the watermark completed_).
     struct InFlight {
         Serial serial = 0;
-        VkFence fence = VK_NULL_HANDLE;  // kvrt's own; recycled once done
+        Fence* fence = nullptr;          // kvrt's own
         bool external = false;
         ExternalCompletion completion;   // the application's, while not done
         bool done = false;
     };
-    InFlight* find_in_flight(Serial serial);
+    InFlight* find_in_flight_locked(Serial serial);
     // Polls one entry (and, for an own fence, marks earlier own ones done).
-    void poll(InFlight& f);
-    void mark_done(InFlight& f);
-    void mark_own_done_through(Serial serial);
+    void poll_locked(InFlight& f);
+    void mark_done_locked(InFlight& f);
+    void mark_own_done_through_locked(Serial serial);
+    void recycle_locked(Fence* fence);
+    // Polls what is in flight, advances the watermark and moves the releases
+    // it allows into `ready` (run them after unlocking).
+    void retire_locked(Releases* ready);
+    Result wait_external_locked(std::unique_lock<std::mutex>& lock, Serial serial, uint64_t timeout_ns,
+                                bool owner, Releases* ready);
     std::deque<InFlight> in_flight_;
-    std::vector<VkFence> free_fences_;
+    std::deque<Fence> fences_;          // every fence made (stable addresses)
+    std::vector<Fence*> free_fences_;   // unsignalled, ready for a submission
     struct Pending {
         Serial serial;
         std::function<void()> release;
     };
     std::deque<Pending> releases_;
     Serial next_serial_ = 1;
-    Serial completed_ = 0;
+    // Written under timeline_mutex_; read without it for the fast paths.
+    std::atomic<Serial> completed_{0};
 
+    // One-off command buffers (run_now) come from one pool: oneoff_mutex_
+    // guards it (allocation, recording, freeing).
+    std::mutex oneoff_mutex_;
     VkCommandPool oneoff_pool_ = VK_NULL_HANDLE;
-    VkBuffer staging_buffer_ = VK_NULL_HANDLE;
-    VkDeviceMemory staging_memory_ = VK_NULL_HANDLE;
-    void* staging_mapped_ = nullptr;
-    uint64_t staging_size_ = 0;
-    bool staging_coherent_ = true;
+    // Idle staging buffers, under staging_mutex_.
+    std::mutex staging_mutex_;
+    std::vector<Staging> staging_pool_;
+    void destroy_staging(const Staging& s);
 
     std::unique_ptr<PipelineCache> pipelines_;
+    std::mutex streams_mutex_;
     std::vector<Stream*> streams_;
 
-    int64_t device_bytes_ = 0;
-    int64_t peak_device_bytes_ = 0;
-    uint64_t submissions_ = 0;
+    std::atomic<int64_t> device_bytes_{0};
+    std::atomic<int64_t> peak_device_bytes_{0};
+    std::atomic<uint64_t> submissions_{0};
     std::atomic<uint64_t> validation_errors_{0};
     std::atomic<uint64_t> validation_warnings_{0};
 };

@@ -113,22 +113,37 @@ Result PipelineCache::get_data(void* data, uint64_t* size) {
     return KVRT_SUCCESS;
 }
 
-PipelineCache::~PipelineCache() {
+void PipelineCache::destroy(const Pipeline& p) {
     const DeviceFns& fn = ctx_.fn();
     VkDevice dev = ctx_.device();
-    for (auto& [key, p] : pipelines_) {
-        fn.vkDestroyPipeline(dev, p.pipeline, nullptr);
-        fn.vkDestroyPipelineLayout(dev, p.layout, nullptr);
-        fn.vkDestroyDescriptorSetLayout(dev, p.set_layout, nullptr);
-    }
-    if (cache_) fn.vkDestroyPipelineCache(dev, cache_, nullptr);
+    fn.vkDestroyPipeline(dev, p.pipeline, nullptr);
+    fn.vkDestroyPipelineLayout(dev, p.layout, nullptr);
+    fn.vkDestroyDescriptorSetLayout(dev, p.set_layout, nullptr);
+}
+
+PipelineCache::~PipelineCache() {
+    for (auto& [key, p] : pipelines_) destroy(p);
+    if (cache_) ctx_.fn().vkDestroyPipelineCache(ctx_.device(), cache_, nullptr);
 }
 
 Result PipelineCache::get(const PipelineKey& key, const Pipeline** out) {
-    if (auto it = pipelines_.find(key); it != pipelines_.end()) {
-        *out = &it->second;
-        return KVRT_SUCCESS;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (auto it = pipelines_.find(key); it != pipelines_.end()) {
+            *out = &it->second;
+            return KVRT_SUCCESS;
+        }
     }
+    Pipeline p;
+    KVRT_TRY(create(key, &p));
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, inserted] = pipelines_.emplace(key, p);
+    if (!inserted) destroy(p);  // another thread made it meanwhile
+    *out = &it->second;
+    return KVRT_SUCCESS;
+}
+
+Result PipelineCache::create(const PipelineKey& key, Pipeline* out) {
     KVRT_FAULT_POINT("pipeline creation", KVRT_ERROR_OUT_OF_DEVICE_MEMORY);
     const spirv::ShaderBlob* blob = spirv::find_shader(key.shader.c_str());
     if (!blob) return fail(KVRT_ERROR_INTERNAL, "no embedded shader '%s'", key.shader.c_str());
@@ -216,9 +231,7 @@ Result PipelineCache::get(const PipelineKey& key, const Pipeline** out) {
         return r;
     }
     ctx_.set_name(VK_OBJECT_TYPE_PIPELINE, object_bits(p.pipeline), blob->name);
-    auto [it, inserted] = pipelines_.emplace(key, p);
-    (void)inserted;
-    *out = &it->second;
+    *out = p;
     return KVRT_SUCCESS;
 }
 

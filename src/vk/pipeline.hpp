@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,15 +58,27 @@ public:
     Result get_data(void* data, uint64_t* size);
 
     // The pipeline for `key`, created on first use. The pointer stays valid
-    // for the life of the context.
+    // for the life of the context. Any thread: the map is locked only to
+    // look up and insert, never while a pipeline compiles (two threads that
+    // want the same new pipeline may both compile it; one copy is kept).
     Result get(const PipelineKey& key, const Pipeline** out);
 
-    size_t size() const { return pipelines_.size(); }
+    size_t size() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return pipelines_.size();
+    }
 
 private:
+    Result create(const PipelineKey& key, Pipeline* out);
+    void destroy(const Pipeline& p);
+
     Context& ctx_;
+    // Internally synchronized by Vulkan (created without
+    // VK_PIPELINE_CACHE_CREATE_EXTERNALLY_SYNCHRONIZED_BIT), so pipelines
+    // compile through it on several threads at once.
     VkPipelineCache cache_ = VK_NULL_HANDLE;
-    std::map<PipelineKey, Pipeline> pipelines_;
+    mutable std::mutex mutex_;  // guards pipelines_; a leaf lock
+    std::map<PipelineKey, Pipeline> pipelines_;  // node-based: pointers stay valid
 };
 
 }  // namespace kvrt::vk

@@ -91,14 +91,28 @@ Result Stream::create(Context& ctx, bool timestamps, uint32_t max_timings, const
 }
 
 void Stream::forget_owner(const void* owner) {
+    std::lock_guard<std::mutex> lock(mutex_);
     aborts_.erase(std::remove_if(aborts_.begin(), aborts_.end(), [owner](const Abort& a) { return a.owner == owner; }),
                   aborts_.end());
 }
 
+void Stream::on_abort(const void* owner, std::function<void()> undo) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborts_.push_back({owner, std::move(undo)});
+}
+
 Stream::~Stream() {
-    // A recording that is never submitted is dropped: undo what it changed.
-    std::vector<Abort> aborts = std::move(aborts_);
-    for (auto it = aborts.rbegin(); it != aborts.rend(); ++it) it->undo();
+    {
+        // A recording that is never submitted is dropped: undo what it
+        // changed. Under the lock, so an owner destroyed on another thread
+        // meanwhile either removed its undos first or waits for them.
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::vector<Abort> aborts = std::move(aborts_);
+        aborts_.clear();
+        for (auto it = aborts.rbegin(); it != aborts.rend(); ++it) it->undo();
+        if (state_ == State::Recording) state_ = State::Idle;
+    }
+    // From here on no other thread reaches this stream.
     ctx_.remove_stream(this);
     Context& ctx = ctx_;
     VkCommandPool pool = pool_;
@@ -139,6 +153,7 @@ Result Stream::start_recording() {
         if (!ctx_.is_done(serial_))
             return fail(KVRT_ERROR_INVALID_STATE,
                         "the stream's last submission is still running; call kvrt_stream_wait first");
+        std::lock_guard<std::mutex> lock(mutex_);
         state_ = State::Idle;
     }
     const DeviceFns& fn = ctx_.fn();
@@ -165,9 +180,10 @@ Result Stream::start_recording() {
     ops_timed_ = 0;
     op_depth_ = 0;
     since_barrier_.clear();
+    wrote_ = false;
+    std::lock_guard<std::mutex> lock(mutex_);
     used_.clear();
     aborts_.clear();
-    wrote_ = false;
     broken_ = false;
     broken_why_.clear();
     state_ = State::Recording;
@@ -181,20 +197,30 @@ Result Stream::require_recording() const {
 }
 
 void Stream::mark_broken(const char* why) {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!broken_) {
         broken_ = true;
         broken_why_ = why;
     }
 }
 
-bool Stream::forget_buffer(const Buffer* buffer) {
-    if (state_ != State::Recording) return false;
-    if (std::find(used_.begin(), used_.end(), buffer) == used_.end()) return false;
-    mark_broken("a buffer used by the recorded commands was destroyed before submission");
-    return true;
+void Stream::forget_buffer(const Buffer* buffer, const std::shared_ptr<void>& release) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (state_ != State::Recording) return;
+    if (std::find(used_.begin(), used_.end(), buffer) == used_.end()) return;
+    if (!broken_) {
+        broken_ = true;
+        broken_why_ = "a buffer used by the recorded commands was destroyed before submission";
+    }
+    if (release) holds_.push_back(release);
 }
 
-void Stream::drop_recording() {
+void Stream::abort() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (state_ == State::Recording) drop_recording_locked();
+}
+
+void Stream::drop_recording_locked() {
     // Resetting the pool returns the command buffer to the initial state
     // without ending it (ending it would reference destroyed buffers). An
     // application's command buffer is the application's to reset.
@@ -208,15 +234,16 @@ void Stream::drop_recording() {
     external_ = false;
 }
 
-Result Stream::finish_recording() {
+Result Stream::finish_recording_locked() {
     if (broken_) {
-        drop_recording();
-        return fail(KVRT_ERROR_INVALID_STATE, "the recording was dropped: %s", broken_why_.c_str());
+        const std::string why = broken_why_;
+        drop_recording_locked();
+        return fail(KVRT_ERROR_INVALID_STATE, "the recording was dropped: %s", why.c_str());
     }
     for (size_t i = 0; i < upload_.chunks.size() && i <= upload_.cur; ++i) {
         const Result fr = upload_.chunks[i].buffer->flush_mapped();
         if (fr != KVRT_SUCCESS) {
-            drop_recording();
+            drop_recording_locked();
             return fr;
         }
     }
@@ -226,7 +253,7 @@ Result Stream::finish_recording() {
     return KVRT_SUCCESS;
 }
 
-void Stream::handed_over(Serial serial, bool external) {
+void Stream::handed_over_locked(Serial serial, bool external) {
     aborts_.clear();
     for (const Buffer* b : used_) const_cast<Buffer*>(b)->mark_used(serial, external);
     serial_ = serial;
@@ -245,19 +272,20 @@ Result Stream::submit(const SubmitSync* sync) {
         return fail(KVRT_ERROR_UNSUPPORTED,
                     "semaphore values need timeline semaphores, which are not enabled on the device; nothing was "
                     "submitted and the stream is still recording");
-    KVRT_TRY(finish_recording());
+    std::lock_guard<std::mutex> lock(mutex_);
+    KVRT_TRY(finish_recording_locked());
     Result r = ctx_.check(ctx_.fn().vkEndCommandBuffer(cb_), "vkEndCommandBuffer");
     if (r != KVRT_SUCCESS) {
-        drop_recording();
+        drop_recording_locked();
         return r;
     }
     Serial serial = 0;
     r = ctx_.submit(cb_, &serial, sync);
     if (r != KVRT_SUCCESS) {
-        drop_recording();
+        drop_recording_locked();
         return r;
     }
-    handed_over(serial, false);
+    handed_over_locked(serial, false);
     return KVRT_SUCCESS;
 }
 
@@ -265,25 +293,29 @@ Result Stream::end_external(const ExternalCompletion* completion) {
     if (state_ != State::Recording || !external_)
         return fail(KVRT_ERROR_INVALID_STATE,
                     "the stream is not recording into an application's command buffer (kvrt_stream_begin_vulkan)");
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!completion) {
-        drop_recording();
+        drop_recording_locked();
         return KVRT_SUCCESS;
     }
     if (completion->semaphore && !ctx_.timeline()) {
-        drop_recording();
+        drop_recording_locked();
         return fail(KVRT_ERROR_UNSUPPORTED,
                     "completion by a timeline semaphore, but timeline semaphores are not enabled on the device; "
                     "the recording was dropped (use a fence)");
     }
-    KVRT_TRY(finish_recording());
-    handed_over(ctx_.add_external(*completion), true);
+    KVRT_TRY(finish_recording_locked());
+    handed_over_locked(ctx_.add_external(*completion), true);
     return KVRT_SUCCESS;
 }
 
 Result Stream::wait(uint64_t timeout_ns) {
     if (state_ != State::Pending) return KVRT_SUCCESS;
-    KVRT_TRY(ctx_.wait(serial_, timeout_ns));
-    state_ = State::Idle;
+    KVRT_TRY(ctx_.wait(serial_, timeout_ns, /*owner=*/true));
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        state_ = State::Idle;
+    }
     if (queries_ && ops_timed_ > 0) {
         std::vector<uint64_t> stamps(2 * ops_timed_);
         KVRT_TRY(ctx_.check(ctx_.fn().vkGetQueryPoolResults(
@@ -359,7 +391,10 @@ void Stream::track(const BufferUse* uses, uint32_t n_uses) {
         const Buffer::Piece& p = u.buffer->piece(u.piece);
         since_barrier_.push_back({p.buffer, p.base + u.offset, u.size, u.write});
         wrote_ = wrote_ || u.write;
-        if (std::find(used_.begin(), used_.end(), u.buffer) == used_.end()) used_.push_back(u.buffer);
+        if (std::find(used_.begin(), used_.end(), u.buffer) == used_.end()) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            used_.push_back(u.buffer);
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,9 +61,7 @@ public:
 
     bool recording() const { return state_ == State::Recording; }
     // Drops the current recording (running its undos); a no-op when not recording.
-    void abort() {
-        if (state_ == State::Recording) drop_recording();
-    }
+    void abort();
     // Fails with KVRT_ERROR_INVALID_STATE unless recording; ops call it first.
     Result require_recording() const;
 
@@ -94,23 +93,22 @@ public:
     // recording's kernels (recycled by the next begin()).
     Result scratch(uint64_t size, BufferUse* out);
 
-    // Called when a buffer is destroyed: a recording that uses it can no
-    // longer be submitted. Returns true when the recording referenced it; the
-    // caller then hands the buffer's release over with hold(), so its memory
-    // outlives the command buffer that names it.
-    bool forget_buffer(const Buffer* buffer);
-    void hold(std::shared_ptr<void> release) { holds_.push_back(std::move(release)); }
+    // Called (from any thread) when a buffer is destroyed: a recording that
+    // uses it can no longer be submitted, and keeps `release` (the buffer's
+    // memory; may be null) until it is dropped, so the memory outlives the
+    // command buffer that names it.
+    void forget_buffer(const Buffer* buffer, const std::shared_ptr<void>& release);
 
     // Registers an undo for metadata of `owner` (a cache, a memory) that an op
     // changed while recording: run (newest first) if this recording is dropped
     // or its submission fails, discarded once the queue accepted it.
-    void on_abort(const void* owner, std::function<void()> undo) { aborts_.push_back({owner, std::move(undo)}); }
+    void on_abort(const void* owner, std::function<void()> undo);
 
     // Makes the current recording unsubmittable (submit drops it and fails
     // with KVRT_ERROR_INVALID_STATE, saying `why`): for an op that failed
     // after recording commands that must not run without their metadata.
     void mark_broken(const char* why);
-    // Drops the undos of an owner that is being destroyed.
+    // Drops the undos of an owner that is being destroyed (any thread).
     void forget_owner(const void* owner);
 
 private:
@@ -130,14 +128,22 @@ private:
     Result start_recording();
     // Flushes host writes of the recording and records its last barriers
     // (for the application's later work, for host reads); a broken recording
-    // or a failure drops it.
-    Result finish_recording();
-    // The recording was handed over as `serial`.
-    void handed_over(Serial serial, bool external);
-    void drop_recording();
+    // or a failure drops it. With mutex_ held.
+    Result finish_recording_locked();
+    // The recording was handed over as `serial`. With mutex_ held.
+    void handed_over_locked(Serial serial, bool external);
+    void drop_recording_locked();
     Result alloc_set(const Pipeline& pipeline, VkDescriptorSet* out);
 
     Context& ctx_;
+    // Threads other than the stream's own reach a stream only through
+    // Context::streams() (forget_buffer, forget_owner). mutex_ guards what
+    // they touch: state_ and used_ (written under it, read by the stream's
+    // own thread without it), broken_, broken_why_, holds_ and aborts_. A
+    // submission holds it from the last check of broken_ until the buffers
+    // are marked used, so a buffer destroyed meanwhile is either refused or
+    // released after the submission.
+    mutable std::mutex mutex_;
     State state_ = State::Idle;
     VkCommandPool pool_ = VK_NULL_HANDLE;
     VkCommandBuffer cb_ = VK_NULL_HANDLE;   // the stream's own

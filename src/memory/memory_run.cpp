@@ -1,25 +1,18 @@
-// The fixed-capacity memory: checking and recording batches of updates and
-// reads (see memory.hpp for the all-or-nothing scheme and memory_layout.hpp
-// for the working memory).
-//
-// Per chunk (up to `chunk` tokens of one sequence at one layer), for each group
-// of heads: memory_pack gathers wq, wv and q into padded rows; memory_scores
-// computes MK wq and MK q; memory_softmax turns them into the update weights
-// (transposed) and the read weights; memory_update adds WW^T WV to the state,
-// keeping the state at the start of each 64-token sub-chunk; memory_intra
-// computes the causal block P WW^T of each sub-chunk; memory_read combines
-// both. Then memory_out writes the chunk's reads for all heads.
+// The fixed-capacity memory: checking batches of updates and reads, and
+// splitting them into chunks (up to `chunk` tokens of one sequence at one
+// layer) whose kernels ops/memory_update.cpp records (see memory.hpp for the
+// all-or-nothing scheme and kv/memory_layout.hpp for the working memory).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
 
 #include "core/checked.hpp"
-#include "ops/memory.hpp"
+#include "memory/memory.hpp"
 
-namespace kvrt::ops {
+namespace kvrt::memory {
 
-namespace mk = memory_kernels;
+namespace mk = ops::memory_kernels;
 
 namespace {
 
@@ -103,7 +96,7 @@ Result Memory::check_batch(MemoryOp op, const MemoryBatch& b, bool sync) const {
 }
 
 Result Memory::ensure_host_out(uint64_t layer_bytes, uint32_t n_layers) {
-    const uint64_t stride = align_up(layer_bytes, kMemoryAlign);
+    const uint64_t stride = align_up(layer_bytes, kv::kMemoryAlign);
     const uint64_t need = stride * n_layers;
     if (host_out_ && host_out_->size() >= need && host_out_->piece_bytes() % stride == 0) {
         host_out_stride_ = stride;
@@ -136,27 +129,19 @@ Result Memory::run(vk::Stream* stream, MemoryOp op, const MemoryBatch& b) {
     }
 
     if (reads && b.out.host_out) KVRT_TRY(ensure_host_out(out_layer_bytes, n_layers));
-    vk::Stream* s = stream;
-    if (stream) KVRT_TRY(stream->require_recording());
-    else KVRT_TRY(begin_sync(&s));
-
-    Undo undo(*this, stream == nullptr);
-    KVRT_TRY(record(*s, op, b, runs));
-    if (stream) {
-        if (op != MemoryOp::Read) {
-            const std::vector<SeqLayer>& saved = undo.saved();
-            stream->on_abort(this, [this, saved]() { meta_ = saved; });
-        }
-        undo.commit();
-        return KVRT_SUCCESS;
-    }
-    KVRT_TRY(finish_sync());
-    if (reads && b.out.host_out) {
+    vk::Transaction tx(this, stream, sync_);
+    KVRT_TRY(tx.begin());
+    // Reads change no metadata.
+    if (op != MemoryOp::Read) undo_to_now(tx);
+    KVRT_TRY(record(tx.stream(), op, b, runs));
+    KVRT_TRY(tx.submit());
+    // Host outputs are part of the call: a failed download undoes it too.
+    if (!stream && reads && b.out.host_out) {
         auto* dst = static_cast<uint8_t*>(b.out.host_out);
         for (uint32_t l = 0; l < n_layers; ++l)
             KVRT_TRY(host_out_->download(l * host_out_stride_, dst + l * out_layer_bytes, out_layer_bytes));
     }
-    undo.commit();
+    tx.commit();
     return KVRT_SUCCESS;
 }
 
@@ -183,7 +168,7 @@ Result Memory::record(vk::Stream& s, MemoryOp op, const MemoryBatch& b, const st
                 c.layer_rel = lr;
                 c.seq = run.seq;
                 c.tokens = std::min(geo.chunk, n - k * geo.chunk);
-                c.rows = static_cast<uint32_t>(align_up(c.tokens, kMemoryRowPad));
+                c.rows = static_cast<uint32_t>(align_up(c.tokens, kv::kMemoryRowPad));
                 c.batch_rows = run.rows.data() + static_cast<size_t>(k) * geo.chunk;
                 c.src = src;
                 if (updates) {
@@ -241,86 +226,31 @@ Result Memory::record_chunk(vk::Stream& s, MemoryOp op, const MemoryBatch& b, co
         KVRT_TRY(prepare_input(s, b.wv, geo.d, b, c, &c.wv));
     }
     if (op != MemoryOp::Update) KVRT_TRY(prepare_input(s, b.q, geo.e, b, c, &c.q));
-    for (uint32_t g = 0; g < layout_.n_groups; ++g) KVRT_TRY(record_group(s, op, b, c, g));
+    mk::GroupArgs a;
+    a.updates = op != MemoryOp::Read;
+    a.reads = op != MemoryOp::Update;
+    a.tokens = c.tokens;
+    a.rows = c.rows;
+    a.wq = &c.wq;
+    a.wv = &c.wv;
+    a.q = &c.q;
+    a.idx = c.idx;
+    a.idx_base = c.idx_base;
+    a.src_zero = c.src.where == Where::Zero;
+    a.work = whole(*work_, 0, true);
+    a.stage = whole(*stage_, 0, true);
+    a.scale = b.scale;
+    for (uint32_t g = 0; g < layout_.n_groups; ++g) {
+        a.group = g;
+        size_t kp = 0;
+        keys_->locate(layout_.keys_offset(c.layer, g), &kp, &a.keys_in);
+        a.keys = whole(*keys_, kp, false);
+        a.src = bind_state(c.src, c.seq, c.layer, g, false);
+        a.dst = bind_state(c.dst, c.seq, c.layer, g, true);
+        KVRT_TRY(mk::record_group(s, pipes_, layout_, a));
+    }
     if (op != MemoryOp::Update) KVRT_TRY(record_out(s, b, c));
     return KVRT_SUCCESS;
-}
-
-Result Memory::record_group(vk::Stream& s, MemoryOp op, const MemoryBatch& b, const Chunk& c, uint32_t g) {
-    const MemoryLayout& l = layout_;
-    const MemoryGeometry& geo = l.geo;
-    const bool updates = op != MemoryOp::Read, reads = op != MemoryOp::Update;
-    const uint32_t heads = l.groups_heads(g), head0 = g * l.group;
-    const uint32_t R = pipes_.rows;
-    const auto g32 = [](uint64_t bytes) { return static_cast<uint32_t>(bytes / 32); };
-    const uint32_t head_work = g32(l.work_head);
-    const vk::BufferUse work_rw = whole(*work_, 0, true);
-    const uint32_t rows = c.rows, tiles = div_up(c.tokens, R);
-
-    // Gather the inputs (wq rows, then q rows, of X; WV).
-    const auto pack = [&](const InputRef& in, uint32_t dim, uint32_t dim_p, uint64_t dst_bytes) -> Result {
-        const mk::PackPush p{in.base, geo.n_heads * dim, head0, dim, dim_p / 8, c.tokens, rows,
-                             in.f16 ? 1u : 0u, in.gathered ? 1u : 0u, c.idx_base, g32(dst_bytes), head_work};
-        const vk::BufferUse uses[3] = {in.use, work_rw, c.idx};
-        return mk::dispatch(s, *pipes_.pack, uses, 3, &p, static_cast<uint64_t>(rows) * (dim_p / 8), heads);
-    };
-    if (updates) {
-        KVRT_TRY(pack(c.wq, geo.e, l.ep, l.w_x));
-        KVRT_TRY(pack(c.wv, geo.d, l.dp, l.w_wv));
-    }
-    if (reads) KVRT_TRY(pack(c.q, geo.e, l.ep, l.w_x + static_cast<uint64_t>(rows) * l.ep * 4));
-
-    // Scores of both halves.
-    size_t kp = 0;
-    uint64_t kin = 0;
-    keys_->locate(l.keys_offset(c.layer, g), &kp, &kin);
-    {
-        const mk::ScoresPush p{g32(l.w_x), g32(l.w_s), g32(kin), head_work, g32(l.keys_head), l.ep / 8, l.mp / 8,
-                               rows, updates ? tiles : 0u, reads ? tiles : 0u};
-        const vk::BufferUse uses[2] = {whole(*keys_, kp, false), work_rw};
-        const uint64_t items = static_cast<uint64_t>(div_up(l.mp / 8, pipes_.cols)) * (p.wq_tiles + p.q_tiles);
-        KVRT_TRY(mk::dispatch(s, *pipes_.scores, uses, 2, &p, items, heads));
-    }
-    // Softmax in place: WW (wq half) and P (q half).
-    {
-        const float scale = b.scale != 0.0f ? b.scale : 1.0f / std::sqrt(static_cast<float>(geo.e));
-        const uint32_t w_rows = updates ? c.tokens : 0u, q_rows = reads ? c.tokens : 0u;
-        const mk::SoftmaxPush p{g32(l.w_s), head_work, geo.m, l.mp / 8, rows, w_rows, q_rows, scale};
-        KVRT_TRY(mk::dispatch_rows(s, *pipes_.softmax, &work_rw, 1, &p, w_rows + q_rows, heads));
-    }
-    const uint32_t w_off = g32(l.w_s), p_off = g32(l.w_s + static_cast<uint64_t>(rows) * l.mp * 4);
-    // The state: updated into the destination, and/or kept per sub-chunk for the reads.
-    {
-        mk::UpdatePush p{};
-        vk::BufferUse src, dst;
-        bind_state(c.src, c.seq, c.layer, g, false, &src, &p.src_off, &p.src_head);
-        bind_state(c.dst, c.seq, c.layer, g, true, &dst, &p.dst_off, &p.dst_head);
-        p.head_work = head_work;
-        p.w_off = w_off;
-        p.wv_off = g32(l.w_wv);
-        p.snap_off = g32(l.w_snap);
-        p.m = geo.m;
-        p.m8 = l.mp / 8;
-        p.d8 = l.dp / 8;
-        p.upd = updates ? c.tokens : 0u;
-        p.n_snap = reads ? (updates ? div_up(c.tokens, kMemorySubchunk) : 1u) : 0u;
-        p.flags = (c.src.where == Where::Zero ? mk::kUpdateZeroSource : 0u) |
-                  (updates ? mk::kUpdateWriteState : 0u);
-        const vk::BufferUse uses[3] = {src, dst, work_rw};
-        const uint64_t items = static_cast<uint64_t>(div_up(p.d8, pipes_.update_dg)) * div_up(geo.m, pipes_.update_m);
-        KVRT_TRY(mk::dispatch(s, *pipes_.update, uses, 3, &p, items, heads));
-    }
-    if (!reads) return KVRT_SUCCESS;
-    if (updates) {
-        const mk::IntraPush p{p_off, w_off, g32(l.w_a), head_work, l.mp / 8, rows, c.tokens};
-        KVRT_TRY(mk::dispatch(s, *pipes_.intra, &work_rw, 1, &p,
-                              static_cast<uint64_t>(kMemorySubchunk / 8) * div_up(c.tokens, pipes_.intra_rows), heads));
-    }
-    const mk::ReadPush p{p_off, g32(l.w_snap), g32(l.w_a), g32(l.w_wv), head_work, l.mp / 8, l.dp / 8, geo.m, rows,
-                         c.tokens, updates ? 1u : 0u, geo.n_heads * geo.d, head0, geo.d};
-    const vk::BufferUse uses[2] = {whole(*work_, 0, false), whole(*stage_, 0, true)};
-    return mk::dispatch(s, *pipes_.read, uses, 2, &p, static_cast<uint64_t>(div_up(l.dp / 8, pipes_.cols)) * tiles,
-                        heads);
 }
 
 Result Memory::record_out(vk::Stream& s, const MemoryBatch& b, const Chunk& c) {
@@ -339,11 +269,8 @@ Result Memory::record_out(vk::Stream& s, const MemoryBatch& b, const Chunk& c) {
     size_t piece = 0;
     uint64_t in = 0;
     dst->locate(byte, &piece, &in);
-    const mk::OutPush p{c.tokens * row_words, row_words, b.out.f16 ? 1u : 0u, static_cast<uint32_t>(in / 4),
-                        c.idx_base};
-    const vk::BufferUse uses[3] = {whole(*stage_, 0, false), whole(*dst, piece, true), c.idx};
-    const uint64_t items = std::min<uint64_t>(p.words, 64ull * 4096);
-    return mk::dispatch(s, *pipes_.out, uses, 3, &p, items, 1);
+    return mk::record_out(s, pipes_, whole(*stage_, 0, false), whole(*dst, piece, true), static_cast<uint32_t>(in / 4),
+                          c.tokens, row_words, b.out.f16, c.idx, c.idx_base);
 }
 
-}  // namespace kvrt::ops
+}  // namespace kvrt::memory

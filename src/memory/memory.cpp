@@ -1,16 +1,18 @@
 // The fixed-capacity memory: creation, initial values, sequence operations
 // and state read-back. The recording of updates and reads is in
 // memory_run.cpp.
-#include "ops/memory.hpp"
+#include "memory/memory.hpp"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/checked.hpp"
-#include "ops/memory_half.hpp"
+#include "kv/memory_half.hpp"
 #include "ops/transfer.hpp"
 
-namespace kvrt::ops {
+namespace kvrt::memory {
+
+namespace memory_half = kv::memory_half;
 
 namespace {
 
@@ -52,16 +54,16 @@ Result read_init_layer(const MemoryInit& init, const MemoryGeometry& geo, uint32
 }  // namespace
 
 uint64_t Memory::piece_cap(const vk::Context& ctx) {
-    return std::min(kMemoryPieceCap, align_down(ctx.max_binding_bytes(), kMemoryAlign));
+    return std::min(kv::kMemoryPieceCap, align_down(ctx.max_binding_bytes(), kv::kMemoryAlign));
 }
 
 Result Memory::create(vk::Context& ctx, const Params& params, std::unique_ptr<Memory>* out) {
     MemoryLayout layout;
     KVRT_TRY(layout.compute(params.geo, piece_cap(ctx)));
-    std::unique_ptr<Memory> mem(new Memory(ctx, layout));
-    mem->label_ = params.label.empty() ? std::string("kvrt memory") : params.label;
+    const std::string label = params.label.empty() ? std::string("kvrt memory") : params.label;
+    std::unique_ptr<Memory> mem(new Memory(ctx, layout, label));
     const MemoryLayout& l = mem->layout_;
-    KVRT_TRY(memory_kernels::get_pipelines(ctx, params.geo.state_f16, &mem->pipes_));
+    KVRT_TRY(ops::memory_kernels::get_pipelines(ctx, params.geo.state_f16, &mem->pipes_));
     const std::string& name = mem->label_;
     KVRT_TRY(vk::Buffer::create(ctx, l.keys_bytes, l.keys_piece, (name + " keys").c_str(), &mem->keys_));
     KVRT_TRY(vk::Buffer::create(ctx, l.state_bytes, l.state_piece, (name + " state").c_str(), &mem->state_));
@@ -131,8 +133,8 @@ vk::BufferUse Memory::whole(const vk::Buffer& b, size_t piece, bool write) const
     return vk::BufferUse{&b, piece, 0, b.piece(piece).size, write};
 }
 
-void Memory::bind_state(const StateRef& ref, uint32_t seq, uint32_t layer, uint32_t g, bool write,
-                        vk::BufferUse* use, uint32_t* off, uint32_t* head_stride) const {
+ops::memory_kernels::StateBinding Memory::bind_state(const StateRef& ref, uint32_t seq, uint32_t layer, uint32_t g,
+                                                     bool write) const {
     const MemoryLayout& l = layout_;
     const uint64_t unit = l.geo.state_f16 ? 16 : 32;  // bytes of 8 state elements
     const vk::Buffer* buf = nullptr;
@@ -147,71 +149,36 @@ void Memory::bind_state(const StateRef& ref, uint32_t seq, uint32_t layer, uint3
             byte = l.init_offset(layer, g);
             break;
         case Where::Temp:
-            *use = whole(*work_, 0, write);
-            *off = static_cast<uint32_t>(l.w_temp / unit);
-            *head_stride = static_cast<uint32_t>(l.work_head / unit);
-            return;
+            return {whole(*work_, 0, write), static_cast<uint32_t>(l.w_temp / unit),
+                    static_cast<uint32_t>(l.work_head / unit)};
         case Where::Zero:
         case Where::None:
-            *use = whole(*work_, 0, write);
-            *off = 0;
-            *head_stride = 0;
-            return;
+            return {whole(*work_, 0, write), 0, 0};
     }
     size_t piece = 0;
     uint64_t in = 0;
     buf->locate(byte, &piece, &in);
-    *use = whole(*buf, piece, write);
-    *off = static_cast<uint32_t>(in / unit);
-    *head_stride = static_cast<uint32_t>(l.state_head / unit);
-}
-
-Result Memory::begin_sync(vk::Stream** out) {
-    Result r = KVRT_SUCCESS;
-    if (!sync_) r = vk::Stream::create(ctx_, false, 0, label_.c_str(), &sync_);
-    if (r == KVRT_SUCCESS) r = sync_->begin();
-    if (r != KVRT_SUCCESS) {
-        discard_sync();
-        return r;
-    }
-    *out = sync_.get();
-    return KVRT_SUCCESS;
-}
-
-Result Memory::finish_sync() {
-    Result r = sync_->submit();
-    if (r == KVRT_SUCCESS) r = sync_->wait(ctx_.options().wait_timeout_ns);
-    if (r != KVRT_SUCCESS) discard_sync();
-    return r;
-}
-
-void Memory::discard_sync() {
-    // A recording is dropped; a submission that timed out finishes on its
-    // own and its resources go afterwards (vk::Stream's destructor).
-    sync_.reset();
+    return {whole(*buf, piece, write), static_cast<uint32_t>(in / unit), static_cast<uint32_t>(l.state_head / unit)};
 }
 
 Result Memory::seq_rm(vk::Stream* stream, int32_t seq) {
     if (stream) KVRT_TRY(stream->require_recording());
-    Undo undo(*this, false);
+    vk::Transaction tx(this, stream, sync_);  // no device work: never begins
+    undo_to_now(tx);
     const uint32_t first = seq < 0 ? 0 : static_cast<uint32_t>(seq);
     const uint32_t last = seq < 0 ? layout_.geo.max_seqs : first + 1;
     for (uint32_t s = first; s < last; ++s)
         for (uint32_t layer = 0; layer < layout_.geo.n_layers; ++layer) meta(s, layer).fresh = true;
-    if (stream) {
-        const std::vector<SeqLayer>& saved = undo.saved();
-        stream->on_abort(this, [this, saved]() { meta_ = saved; });
-    }
-    undo.commit();
+    tx.commit();
     return KVRT_SUCCESS;
 }
 
 Result Memory::seq_cp(vk::Stream* stream, uint32_t src, uint32_t dst) {
     if (src == dst) return stream ? stream->require_recording() : KVRT_SUCCESS;
-    vk::Stream* s = stream;
-    if (stream) KVRT_TRY(stream->require_recording());
-    else KVRT_TRY(begin_sync(&s));
-    Undo undo(*this, stream == nullptr);
+    vk::Transaction tx(this, stream, sync_);
+    KVRT_TRY(tx.begin());
+    vk::Stream* s = &tx.stream();
+    undo_to_now(tx);
     const MemoryLayout& l = layout_;
     for (uint32_t layer = 0; layer < l.geo.n_layers; ++layer) {
         const SeqLayer from = meta(src, layer);
@@ -225,20 +192,13 @@ Result Memory::seq_cp(vk::Stream* stream, uint32_t src, uint32_t dst) {
         s->begin_op("memory_fork");
         Result r = KVRT_SUCCESS;
         for (uint32_t g = 0; g < l.n_groups && r == KVRT_SUCCESS; ++g)
-            r = record_copy(*s, *state_, l.state_offset(src, from.slot, layer, g), *state_,
+            r = ops::record_copy(*s, *state_, l.state_offset(src, from.slot, layer, g), *state_,
                             l.state_offset(dst, target, layer, g), l.state_block);
         s->end_op();
         KVRT_TRY(r);
         to = SeqLayer{target, false};
     }
-    if (stream) {
-        const std::vector<SeqLayer>& saved = undo.saved();
-        stream->on_abort(this, [this, saved]() { meta_ = saved; });
-    } else {
-        KVRT_TRY(finish_sync());
-    }
-    undo.commit();
-    return KVRT_SUCCESS;
+    return tx.finish();
 }
 
 Result Memory::get_state(uint32_t seq, uint32_t layer, float* out) {
@@ -277,4 +237,4 @@ Result Memory::get_state(uint32_t seq, uint32_t layer, float* out) {
     return KVRT_SUCCESS;
 }
 
-}  // namespace kvrt::ops
+}  // namespace kvrt::memory

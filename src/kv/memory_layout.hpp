@@ -5,7 +5,7 @@
 //   keys  MK^T [ep][mp] f32: transposed and padded, so the score kernel reads
 //         8 consecutive slots of one key element per load.
 //   state MV [m][dp] (f32 or f16) per sequence and slot (two slots, see
-//         memory.hpp), rows padded to 8 elements.
+//         memory/memory.hpp), rows padded to 8 elements.
 //   init  the initial MV in the state's precision (absent when zero).
 // Heads are processed in groups of `group` heads; the keys, state and initial
 // values of one group (one layer, one sequence and slot) form a block that
@@ -19,7 +19,7 @@
 //   snap [nsub][m][dp] f32: the state at the start of each 64-token sub-chunk
 //   a    [tp][64]     f32: the causal block of the reads
 //   temp [m][dp]      state precision: a third state slot for calls with
-//                     several chunks of one sequence (memory.hpp)
+//                     several chunks of one sequence (memory/memory.hpp)
 // one region set per head of a group, in one buffer of one piece. The reads of
 // a chunk are staged as f32 [tp][n_heads][value_dim] in a buffer of their own.
 #pragma once
@@ -28,7 +28,7 @@
 
 #include "core/result.hpp"
 
-namespace kvrt::ops {
+namespace kvrt::kv {
 
 constexpr uint32_t kMemoryMaxChunk = 512;          // tokens per chunk, at most
 constexpr uint32_t kMemorySubchunk = 64;           // MEM_SUBCHUNK in the shaders
@@ -93,4 +93,4 @@ struct MemoryLayout {
     }
 };
 
-}  // namespace kvrt::ops
+}  // namespace kvrt::kv

@@ -1,10 +1,10 @@
-#include "ops/memory_layout.hpp"
+#include "kv/memory_layout.hpp"
 
 #include <algorithm>
 
 #include "core/checked.hpp"
 
-namespace kvrt::ops {
+namespace kvrt::kv {
 
 namespace {
 
@@ -95,4 +95,4 @@ uint32_t MemoryLayout::groups_heads(uint32_t g) const {
     return std::min(group, geo.n_heads - first);
 }
 
-}  // namespace kvrt::ops
+}  // namespace kvrt::kv

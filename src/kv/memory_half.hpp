@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace kvrt::ops::memory_half {
+namespace kvrt::kv::memory_half {
 
 inline uint16_t from_f32(float f) {
     uint32_t x = 0;
@@ -67,4 +67,4 @@ inline float seeded(uint64_t seed, uint64_t i) {
     return static_cast<float>(z >> 40) * (1.0f / 8388608.0f) - 1.0f;
 }
 
-}  // namespace kvrt::ops::memory_half
+}  // namespace kvrt::kv::memory_half

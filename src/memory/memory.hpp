@@ -9,7 +9,7 @@
 // third, scratch slot (arranged so that the last one lands in the other slot).
 // The metadata (current slot, fresh) changes when the work is recorded and is
 // restored when the call fails, when its recording is dropped, or when its
-// submission fails (vk::Stream::on_abort). Since no kernel ever writes a
+// submission fails (a vk::Transaction's undo). Since no kernel ever writes a
 // current slot, restoring the metadata restores the state exactly, even if
 // the GPU work of a timed-out call completes later.
 #pragma once
@@ -20,13 +20,17 @@
 #include <vector>
 
 #include "core/result.hpp"
+#include "kv/memory_layout.hpp"
 #include "ops/memory_kernels.hpp"
-#include "ops/memory_layout.hpp"
 #include "vk/buffer.hpp"
 #include "vk/context.hpp"
 #include "vk/stream.hpp"
+#include "vk/transaction.hpp"
 
-namespace kvrt::ops {
+namespace kvrt::memory {
+
+using kv::MemoryGeometry;
+using kv::MemoryLayout;
 
 enum class MemoryOp { Update, Read, UpdateRead };
 
@@ -114,13 +118,7 @@ private:
         uint32_t seq = 0;
         std::vector<uint32_t> rows;
     };
-    // One input of a chunk, ready to bind.
-    struct InputRef {
-        vk::BufferUse use;
-        uint32_t base = 0;  // element index of row 0 (head 0) in the bound piece
-        bool gathered = false;
-        bool f16 = false;
-    };
+    using InputRef = ops::memory_kernels::Input;
     struct Chunk {
         uint32_t layer = 0, layer_rel = 0, seq = 0, tokens = 0, rows = 0;
         const uint32_t* batch_rows = nullptr;
@@ -130,62 +128,38 @@ private:
         uint32_t idx_base = 0;
     };
 
-    // Restores the metadata (and drops the sync recording) when a call ends
-    // early, by a failure or an exception (std::bad_alloc caught at the API),
-    // unless the call commits.
-    class Undo {
-    public:
-        Undo(Memory& m, bool sync) : m_(m), saved_(m.meta_), sync_(sync) {}
-        ~Undo() {
-            if (armed_) {
-                m_.meta_ = saved_;
-                if (sync_) m_.discard_sync();
-            }
-        }
-        Undo(const Undo&) = delete;
-        Undo& operator=(const Undo&) = delete;
-        const std::vector<SeqLayer>& saved() const { return saved_; }
-        void commit() { armed_ = false; }
-
-    private:
-        Memory& m_;
-        std::vector<SeqLayer> saved_;
-        bool sync_;
-        bool armed_ = true;
-    };
-
-    Memory(vk::Context& ctx, const MemoryLayout& layout) : ctx_(ctx), layout_(layout) {}
+    Memory(vk::Context& ctx, const MemoryLayout& layout, const std::string& label)
+        : ctx_(ctx), layout_(layout), label_(label), sync_(ctx, label, vk::PrivateStream::AfterFailure::Replace) {}
 
     Result upload_init(const Params& params);
-    SeqLayer& meta(uint32_t seq, uint32_t layer) { return meta_[static_cast<size_t>(seq) * layout_.geo.n_layers + layer]; }
+    SeqLayer& meta(uint32_t seq, uint32_t layer) {
+        return meta_[static_cast<size_t>(seq) * layout_.geo.n_layers + layer];
+    }
 
-    // Sync calls record into an internal stream; any failure discards it.
-    Result begin_sync(vk::Stream** out);
-    Result finish_sync();
-    void discard_sync();
+    // An undo that restores the metadata as it is now.
+    void undo_to_now(vk::Transaction& tx) { tx.on_undo([this, saved = meta_]() { meta_ = saved; }); }
 
     Result record(vk::Stream& s, MemoryOp op, const MemoryBatch& b, const std::vector<SeqRun>& runs);
     Result prepare_input(vk::Stream& s, const MemoryData& data, uint32_t dim, const MemoryBatch& b, const Chunk& c,
                          InputRef* out);
     Result record_chunk(vk::Stream& s, MemoryOp op, const MemoryBatch& b, const Chunk& c);
-    Result record_group(vk::Stream& s, MemoryOp op, const MemoryBatch& b, const Chunk& c, uint32_t g);
     Result record_out(vk::Stream& s, const MemoryBatch& b, const Chunk& c);
     Result ensure_host_out(uint64_t layer_bytes, uint32_t n_layers);
     // The binding and offset (in 8-element units of the state precision) of a
     // state reference for group g.
-    void bind_state(const StateRef& ref, uint32_t seq, uint32_t layer, uint32_t g, bool write, vk::BufferUse* use,
-                    uint32_t* off, uint32_t* head_stride) const;
+    ops::memory_kernels::StateBinding bind_state(const StateRef& ref, uint32_t seq, uint32_t layer, uint32_t g,
+                                                 bool write) const;
     vk::BufferUse whole(const vk::Buffer& b, size_t piece, bool write) const;
 
     vk::Context& ctx_;
     MemoryLayout layout_;
-    memory_kernels::Pipelines pipes_;
+    ops::memory_kernels::Pipelines pipes_;
     std::unique_ptr<vk::Buffer> keys_, state_, init_, work_, stage_;
     std::unique_ptr<vk::Buffer> host_out_;  // reads for host memory, [layer][token][n_heads * d]
     uint64_t host_out_stride_ = 0;          // bytes between its layers
     std::vector<SeqLayer> meta_;  // [seq][layer]
-    std::unique_ptr<vk::Stream> sync_;
     std::string label_;
+    vk::PrivateStream sync_;      // for calls with a NULL stream
 };
 
-}  // namespace kvrt::ops
+}  // namespace kvrt::memory

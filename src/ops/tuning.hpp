@@ -1,0 +1,84 @@
+// Device tuning: every number the recording of a kernel picks for a device
+// (workgroup sizes, grid limits, split counts, tile sizes, and the choice of
+// kernel variant), in one table filled from the device's properties and the
+// context's options. Numbers measured on one driver say so next to them.
+#pragma once
+
+#include <cstdint>
+
+namespace kvrt::vk {
+class Context;
+}
+
+namespace kvrt::ops {
+
+struct Tuning {
+    bool cpu = false;  // a CPU implementation (lavapipe, SwiftShader)
+
+    // ---- Attention (ops/attention.cpp, cache/attention.cpp) ----
+    // Portable kernels (one invocation per row tile) instead of subgroup
+    // shuffles: asked for, no basic+shuffle subgroup operations, subgroups of
+    // one lane, or a CPU driver, where a subgroup is the SIMD lanes of one
+    // core and cross-lane shuffles cost more than they save (one invocation
+    // per row tile streams whole rows 2-3x faster on lavapipe).
+    bool attn_portable = true;
+    uint32_t subgroup_size = 1;
+    uint32_t attn_workgroup = 64;         // portable: 64; shuffle: max(64, subgroup)
+    uint32_t attn_tile_rows = 8;          // query rows per tile, at most
+    uint32_t attn_merge_workgroup = 64;
+    // Splits of the cells: enough lane groups in flight to fill the device,
+    // without splits so small that merging dominates.
+    uint32_t attn_target_groups = 1024;   // CPU: 64
+    uint32_t attn_min_split_cells = 64;   // CPU: 128
+    // llvmpipe (lavapipe) ends any loop of an invocation after 65535 total
+    // back-edges (its guard against endless loops), silently. The kernel's
+    // inner loops are unrolled, so only its cell loop counts: keep every
+    // split at or below 32768 cells.
+    uint32_t attn_max_split_cells = 32768;
+    uint32_t attn_max_splits = 4096;
+
+    // ---- Fixed-capacity memory (ops/memory_kernels.cpp) ----
+    // "wide" kernels (64-bit loads, 32-row tiles) on CPU implementations with
+    // shaderInt64, portable ones everywhere else and whenever the context asks
+    // for portable kernels.
+    bool memory_wide = false;
+    uint32_t memory_workgroup = 64;
+    // The softmax reduces across its workgroup through shared memory: one
+    // SIMD row of lanes on CPUs (no barrier cost), a wider group on GPUs.
+    uint32_t memory_softmax_workgroup = 64;  // CPU: 8
+    uint32_t memory_rows = 8;        // MEM_ROWS (scores, read); wide: 16
+    uint32_t memory_cols = 1;        // MEM_COLS; wide: 2
+    uint32_t memory_intra_rows = 8;  // INTRA_T; wide: 16
+    uint32_t memory_update_m = 8;    // UPD_M; wide: 16
+    uint32_t memory_update_dg = 1;   // UPD_DG; wide: 2
+    uint32_t memory_max_groups = 65535;  // the smallest maxComputeWorkGroupCount[0]
+
+    // ---- Row stores and copies (ops/rows.cpp) ----
+    uint32_t rows_workgroup = 64;
+    // A store's workgroup writes one row, sized to the row's units (quantized
+    // rows have few, large units): from this up to rows_workgroup.
+    uint32_t store_min_workgroup = 8;
+    uint32_t rows_max_groups = 8192;
+
+    // ---- RoPE shifts (ops/rope.cpp) ----
+    uint32_t shift_workgroup = 64;
+    // Cells per workgroup of the streaming kernel: 16 measured best on
+    // lavapipe (13-16 ms for a 4096-cell F16 layer against 20 ms with 128
+    // and 26 ms with 4).
+    uint32_t shift_cells_per_group = 16;
+    uint32_t shift_max_groups = 4096;
+
+    // ---- Fills and copies (ops/transfer.cpp) ----
+    uint32_t transfer_workgroup = 128;  // the smallest maxComputeWorkGroupInvocations
+    uint32_t transfer_max_groups = 4096;  // grid-stride beyond this
+
+    // ---- Static-layout slides (cache/static_layout.cpp) ----
+    // Rows of a slide's copy go in chunks of about this many bytes, so that
+    // the copy spreads over many workgroups (the row kernel gives each row one).
+    uint64_t slide_chunk_bytes = 64 * 1024;
+
+    // The table for `ctx`'s device and options.
+    static Tuning of(const vk::Context& ctx);
+};
+
+}  // namespace kvrt::ops

@@ -1,0 +1,732 @@
+// The bad-input rows of the KV cache's functions (see test_bad_input.cpp).
+#include "test_bad_input.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace kvrt_test;
+
+namespace kvrt_test::bad_input {
+
+namespace {
+
+// A store that would succeed: one token of sequence 2 at position 100, all
+// layers, host f32 rows; `tamper` changes one thing.
+struct Store {
+    int32_t pos = 100, seq = 2;
+    int32_t layer = -1;
+    std::vector<float> k = std::vector<float>(World::kLayers * World::kKvHeads * World::kDim, 0.25f);
+    std::vector<float> v = k;
+    kvrt_batch batch = KVRT_BATCH_INIT;
+    kvrt_tensor_ref kt = KVRT_TENSOR_REF_INIT, vt = KVRT_TENSOR_REF_INIT;
+    kvrt_stream stream = nullptr;
+
+    Store() {
+        batch = make_batch(1, &pos, &seq);
+        kt = host_tensor(k.data());
+        vt = host_tensor(v.data());
+    }
+    Store(const Store&) = delete;
+    Store& operator=(const Store&) = delete;
+};
+
+// An attention that would succeed: one query of sequence 0 at position 8
+// over layer 0, host f32 q and out.
+struct Attend {
+    int32_t pos = 8, seq = 0;
+    int32_t layer = 0;
+    std::vector<float> q = std::vector<float>(World::kHeads * World::kDim, 0.5f);
+    std::vector<float> o = std::vector<float>(World::kHeads * World::kDim, 0.0f);
+    kvrt_batch batch = KVRT_BATCH_INIT;
+    kvrt_tensor_ref qt = KVRT_TENSOR_REF_INIT;
+    kvrt_output_ref ot = KVRT_OUTPUT_REF_INIT;
+    kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+    kvrt_stream stream = nullptr;
+
+    Attend() {
+        batch = make_batch(1, &pos, &seq);
+        qt = host_tensor(q.data());
+        ot = host_output(o.data());
+    }
+    Attend(const Attend&) = delete;
+    Attend& operator=(const Attend&) = delete;
+};
+
+// A host address whose rows would wrap around the address space.
+const void* top_of_memory() { return reinterpret_cast<const void*>(~uintptr_t{0} - 15); }
+
+}  // namespace
+
+void add_cache_rows(World& w, std::vector<Row>* rows) {
+    const Target N = Target::None, C = Target::Cache, S = Target::StaticCache, B = Target::Buffer;
+    const auto inv = KVRT_ERROR_INVALID_ARGUMENT;
+    const auto hnd = KVRT_ERROR_INVALID_HANDLE;
+    const auto state = KVRT_ERROR_INVALID_STATE;
+    const auto unsup = KVRT_ERROR_UNSUPPORTED;
+    auto& r = *rows;
+
+    // Descriptors: kvrt_cache_estimate_size and kvrt_cache_create.
+    static kvrt_static_layout_desc static_layout = KVRT_STATIC_LAYOUT_DESC_INIT;
+    static kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
+    static const Foreign foreign;
+    const std::pair<std::string, std::function<void(kvrt_cache_desc*)>> bad_descs[] = {
+        {"desc->type -7", [](kvrt_cache_desc* d) { d->type = bad_enum<kvrt_struct_type>(-7); }},
+        {"a foreign struct chained", [](kvrt_cache_desc* d) { d->next = &foreign; }},
+        {"type_k 12345", [](kvrt_cache_desc* d) { d->type_k = bad_enum<kvrt_type>(12345); }},
+        {"type_k -7", [](kvrt_cache_desc* d) { d->type_k = bad_enum<kvrt_type>(-7); }},
+        {"type_k UNDEFINED", [](kvrt_cache_desc* d) { d->type_k = KVRT_TYPE_UNDEFINED; }},
+        {"type_v INT32_MIN", [](kvrt_cache_desc* d) { d->type_v = bad_enum<kvrt_type>(kMin32); }},
+        {"layout -7", [](kvrt_cache_desc* d) { d->layout = bad_enum<kvrt_layout>(-7); }},
+        {"layout 12345", [](kvrt_cache_desc* d) { d->layout = bad_enum<kvrt_layout>(12345); }},
+        {"rope mode -7", [](kvrt_cache_desc* d) {
+             rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+             rope.mode = bad_enum<kvrt_rope_mode>(-7);
+             d->next = &rope;
+         }},
+        {"rope freq_base NaN", [](kvrt_cache_desc* d) {
+             rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+             rope.freq_base = NAN;
+             d->next = &rope;
+         }},
+        {"flags 0x80000000", [](kvrt_cache_desc* d) { d->flags = 0x80000000u; }},
+        {"n_layers 0", [](kvrt_cache_desc* d) { d->n_layers = 0; }},
+        {"n_kv_heads 0", [](kvrt_cache_desc* d) { d->n_kv_heads = 0; }},
+        {"n_heads not a multiple of n_kv_heads", [](kvrt_cache_desc* d) { d->n_heads = 3; d->n_kv_heads = 2; }},
+        {"head_dim_k UINT32_MAX", [](kvrt_cache_desc* d) { d->head_dim_k = kMaxU32; }},
+        {"head_dim_v UINT32_MAX", [](kvrt_cache_desc* d) { d->head_dim_v = kMaxU32; }},
+        {"n_heads UINT32_MAX", [](kvrt_cache_desc* d) { d->n_heads = kMaxU32; }},
+        {"capacity UINT32_MAX", [](kvrt_cache_desc* d) { d->capacity = kMaxU32; }},
+        {"max_seqs UINT32_MAX", [](kvrt_cache_desc* d) { d->max_seqs = kMaxU32; }},
+        {"n_layers UINT32_MAX, capacity 2^30: sizes overflow", [](kvrt_cache_desc* d) {
+             d->n_layers = kMaxU32;
+             d->capacity = 1u << 30;
+             d->n_heads = d->n_kv_heads = 4096;
+             d->head_dim_k = 1024;
+             d->type_k = d->type_v = KVRT_TYPE_F32;
+         }},
+        {"head dims 33 with Q8_0", [](kvrt_cache_desc* d) { d->head_dim_k = 33; d->type_k = KVRT_TYPE_Q8_0; }},
+        {"static layout without its desc", [](kvrt_cache_desc* d) { d->layout = KVRT_LAYOUT_STATIC; d->capacity = 0; }},
+        {"static layout, seq_len 1", [](kvrt_cache_desc* d) {
+             static_layout = kvrt_static_layout_desc KVRT_STATIC_LAYOUT_DESC_INIT;
+             static_layout.seq_len = 1;
+             d->layout = KVRT_LAYOUT_STATIC;
+             d->capacity = 0;
+             d->next = &static_layout;
+         }},
+        {"static layout, reserve NaN", [](kvrt_cache_desc* d) {
+             static_layout = kvrt_static_layout_desc KVRT_STATIC_LAYOUT_DESC_INIT;
+             static_layout.seq_len = 8;
+             static_layout.reserve = NAN;
+             d->layout = KVRT_LAYOUT_STATIC;
+             d->capacity = 0;
+             d->next = &static_layout;
+         }},
+        {"static layout, seq_len UINT32_MAX", [](kvrt_cache_desc* d) {
+             static_layout = kvrt_static_layout_desc KVRT_STATIC_LAYOUT_DESC_INIT;
+             static_layout.seq_len = kMaxU32;
+             d->layout = KVRT_LAYOUT_STATIC;
+             d->capacity = 0;
+             d->next = &static_layout;
+         }},
+    };
+    for (const auto& [what, tamper] : bad_descs) {
+        const auto t = tamper;
+        r.push_back(err("kvrt_cache_estimate_size", what, inv, N, [&w, t] {
+            kvrt_cache_desc d = World::cache_desc();
+            t(&d);
+            kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
+            return out(kvrt_cache_estimate_size(w.a, &d, &e));
+        }));
+        r.push_back(err("kvrt_cache_create", what, inv, N, [&w, t] {
+            kvrt_cache_desc d = World::cache_desc();
+            t(&d);
+            kvrt_cache c = reinterpret_cast<kvrt_cache>(&d);
+            Outcome o = out(kvrt_cache_create(w.a, &d, &c));
+            if (c) {
+                if (c != reinterpret_cast<kvrt_cache>(&d)) kvrt_cache_destroy(c);
+                if (o.r != KVRT_SUCCESS) o.r = KVRT_ERROR_INTERNAL;  // a handle despite the error
+            }
+            return o;
+        }));
+    }
+    r.push_back(err("kvrt_cache_estimate_size", "desc NULL", inv, N, [] {
+        kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
+        return out(kvrt_cache_estimate_size(nullptr, nullptr, &e));
+    }));
+    r.push_back(err("kvrt_cache_estimate_size", "out NULL", inv, N, [] {
+        const kvrt_cache_desc d = World::cache_desc();
+        return out(kvrt_cache_estimate_size(nullptr, &d, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_estimate_size", "out->type -7", inv, N, [] {
+        const kvrt_cache_desc d = World::cache_desc();
+        kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
+        e.type = bad_enum<kvrt_struct_type>(-7);
+        return out(kvrt_cache_estimate_size(nullptr, &d, &e));
+    }));
+    r.push_back(err("kvrt_cache_create", "out_cache NULL", inv, N, [&w] {
+        const kvrt_cache_desc d = World::cache_desc();
+        return out(kvrt_cache_create(w.a, &d, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_create", "desc NULL", inv, N, [&w] {
+        kvrt_cache c = nullptr;
+        return out(kvrt_cache_create(w.a, nullptr, &c));
+    }));
+    r.push_back(err("kvrt_cache_create", "2^30 cells of 64 layers: more than the device has", KVRT_ERROR_OUT_OF_DEVICE_MEMORY,
+                    N, [&w] {
+                        kvrt_cache_desc d = World::cache_desc();
+                        d.n_layers = 64;
+                        d.n_heads = d.n_kv_heads = 8;
+                        d.head_dim_k = 128;
+                        d.capacity = 1u << 30;
+                        kvrt_cache c = nullptr;
+                        Outcome o = out(kvrt_cache_create(w.a, &d, &c));
+                        if (c) {
+                            kvrt_cache_destroy(c);
+                            if (o.r != KVRT_SUCCESS) o.r = KVRT_ERROR_INTERNAL;  // a handle despite the error
+                        }
+                        return o;
+                    }));
+    const auto ctx_as_stream = reinterpret_cast<kvrt_context>(w.stream);
+    for (const auto& [what, ctx] : {std::pair<std::string, kvrt_context>{"a destroyed context", w.dead_context},
+                                    {"a stream cast to a context", ctx_as_stream}}) {
+        const kvrt_context c = ctx;
+        r.push_back(err("kvrt_cache_estimate_size", what, hnd, N, [c] {
+            const kvrt_cache_desc d = World::cache_desc();
+            kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
+            return out(kvrt_cache_estimate_size(c, &d, &e));
+        }));
+        r.push_back(err("kvrt_cache_create", what, hnd, N, [c] {
+            const kvrt_cache_desc d = World::cache_desc();
+            kvrt_cache cache = nullptr;
+            return out(kvrt_cache_create(c, &d, &cache));
+        }));
+    }
+
+    // Bad cache handles, on every function that takes a cache.
+    const std::pair<std::string, kvrt_cache> bad_caches[] = {
+        {"cache NULL", nullptr},
+        {"a destroyed cache", w.dead_cache},
+        {"a buffer cast to a cache", reinterpret_cast<kvrt_cache>(w.buffer)},
+        {"a memory cast to a cache", reinterpret_cast<kvrt_cache>(w.memory)}};
+    for (const auto& [what, bad] : bad_caches) {
+        const kvrt_cache c = bad;
+        r.push_back(noop("kvrt_cache_destroy", what, C, [c] {
+            kvrt_cache_destroy(c);
+            return Outcome{};
+        }));
+        r.push_back(err("kvrt_cache_get_info", what, hnd, N, [c] {
+            kvrt_cache_info i = KVRT_CACHE_INFO_INIT;
+            return out(kvrt_cache_get_info(c, &i));
+        }));
+        r.push_back(err("kvrt_cache_store", what, hnd, N, [c] {
+            Store s;
+            return out(kvrt_cache_store(c, nullptr, &s.batch, -1, &s.kt, &s.vt, nullptr));
+        }));
+        r.push_back(err("kvrt_cache_place", what, hnd, N, [c] {
+            Store s;
+            return out(kvrt_cache_place(c, &s.batch, nullptr));
+        }));
+        r.push_back(err("kvrt_cache_write", what, hnd, N, [c] {
+            Store s;
+            const uint32_t cell = 0;
+            return out(kvrt_cache_write(c, nullptr, 1, &cell, -1, &s.kt, &s.vt));
+        }));
+        r.push_back(err("kvrt_cache_read", what, hnd, N, [c] {
+            const uint32_t cell = 0;
+            std::vector<float> k(World::kKvHeads * World::kDim);
+            return out(kvrt_cache_read(c, 0, 1, &cell, k.data(), nullptr));
+        }));
+        r.push_back(err("kvrt_cache_read_raw", what, hnd, N, [c] {
+            const uint32_t cell = 0;
+            std::vector<uint8_t> bytes(4096);
+            return out(kvrt_cache_read_raw(c, 0, KVRT_KV_ARRAY_K, 1, &cell, bytes.data(), bytes.size()));
+        }));
+        r.push_back(err("kvrt_cache_seq_rm", what, hnd, N, [c] { return out(kvrt_cache_seq_rm(c, 0, -1, -1)); }));
+        r.push_back(err("kvrt_cache_seq_cp", what, hnd, N, [c] { return out(kvrt_cache_seq_cp(c, 0, 1, -1, -1)); }));
+        r.push_back(err("kvrt_cache_seq_keep", what, hnd, N, [c] { return out(kvrt_cache_seq_keep(c, 0)); }));
+        r.push_back(err("kvrt_cache_seq_add", what, hnd, N, [c] { return out(kvrt_cache_seq_add(c, 0, -1, -1, 1)); }));
+        r.push_back(err("kvrt_cache_seq_div", what, hnd, N, [c] { return out(kvrt_cache_seq_div(c, 0, -1, -1, 2)); }));
+        r.push_back(err("kvrt_cache_seq_pos_min", what, hnd, N, [c] {
+            int32_t p = 0;
+            return out(kvrt_cache_seq_pos_min(c, 0, &p));
+        }));
+        r.push_back(err("kvrt_cache_seq_pos_max", what, hnd, N, [c] {
+            int32_t p = 0;
+            return out(kvrt_cache_seq_pos_max(c, 0, &p));
+        }));
+        r.push_back(err("kvrt_cache_clear", what, hnd, N, [c] { return out(kvrt_cache_clear(c)); }));
+        r.push_back(err("kvrt_cache_compact", what, hnd, N, [c] { return out(kvrt_cache_compact(c, nullptr, 0.0f, 0, nullptr)); }));
+        r.push_back(err("kvrt_cache_apply_shifts", what, hnd, N, [c] { return out(kvrt_cache_apply_shifts(c, nullptr)); }));
+        r.push_back(err("kvrt_cache_context_shift", what, hnd, N, [c] { return out(kvrt_cache_context_shift(c, 0, 0, 0, nullptr)); }));
+        r.push_back(err("kvrt_cache_discard_for_reevaluation", what, hnd, N, [c] {
+            int32_t a = 0, b = 0, n = 0;
+            return out(kvrt_cache_discard_for_reevaluation(c, 0, 0, 0, &a, &b, &n));
+        }));
+        r.push_back(err("kvrt_cache_attention", what, hnd, N, [c] {
+            Attend a;
+            return out(kvrt_cache_attention(c, nullptr, 0, &a.batch, &a.qt, &a.ot, nullptr));
+        }));
+        r.push_back(err("kvrt_cache_get_static_window", what, hnd, N, [c] {
+            kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
+            return out(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
+        }));
+        r.push_back(err("kvrt_cache_get_static_mask", what, hnd, N, [c] {
+            float mask[World::kStaticSeqLen];
+            return out(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
+        }));
+        r.push_back(err("kvrt_cache_get_static_stats", what, hnd, N, [c] {
+            kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
+            return out(kvrt_cache_get_static_stats(c, 0, &st));
+        }));
+        r.push_back(err("kvrt_cache_seq_transfer", "src: " + what, hnd, C,
+                        [c, &w] { return out(kvrt_cache_seq_transfer(c, 0, w.cache, 3, nullptr)); }));
+        r.push_back(err("kvrt_cache_seq_transfer", "dst: " + what, hnd, C,
+                        [c, &w] { return out(kvrt_cache_seq_transfer(w.cache, 0, c, 3, nullptr)); }));
+    }
+
+    // kvrt_cache_store, kvrt_cache_place and kvrt_cache_write.
+    const std::pair<std::string, std::function<void(Store&)>> bad_stores[] = {
+        {"batch->type -7", [](Store& s) { s.batch.type = bad_enum<kvrt_struct_type>(-7); }},
+        {"a foreign struct chained on batch", [](Store& s) { s.batch.next = &foreign; }},
+        {"batch->positions NULL", [](Store& s) { s.batch.positions = nullptr; }},
+        {"position INT32_MIN", [](Store& s) { s.pos = kMin32; }},
+        {"position -1", [](Store& s) { s.pos = -1; }},
+        {"sequence INT32_MAX", [](Store& s) { s.seq = kMax32; }},
+        {"sequence INT32_MIN", [](Store& s) { s.seq = kMin32; }},
+        {"sequence -1", [](Store& s) { s.seq = -1; }},
+        {"sequence 4 (max_seqs)", [](Store& s) { s.seq = 4; }},
+        {"(sequence 0, position 0) already stored", [](Store& s) { s.seq = 0; s.pos = 0; }},
+    };
+    for (const auto& [what, tamper] : bad_stores) {
+        const auto t = tamper;
+        r.push_back(err("kvrt_cache_store", what, inv, C, [&w, t] {
+            Store s;
+            t(s);
+            return out(kvrt_cache_store(w.cache, nullptr, &s.batch, s.layer, &s.kt, &s.vt, nullptr));
+        }));
+        r.push_back(err("kvrt_cache_place", what, inv, C, [&w, t] {
+            Store s;
+            t(s);
+            return out(kvrt_cache_place(w.cache, &s.batch, nullptr));
+        }));
+    }
+    r.push_back(err("kvrt_cache_store", "batch NULL", inv, C, [&w] {
+        Store s;
+        return out(kvrt_cache_store(w.cache, nullptr, nullptr, -1, &s.kt, &s.vt, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_place", "batch NULL", inv, C, [&w] { return out(kvrt_cache_place(w.cache, nullptr, nullptr)); }));
+    for (const char* fn : {"kvrt_cache_store", "kvrt_cache_place"})
+        r.push_back(err(fn, "60 tokens, 52 free cells", KVRT_ERROR_CACHE_FULL, C, [&w, fn] {
+            std::vector<int32_t> pos(60), seq(60, 3);
+            for (int32_t i = 0; i < 60; ++i) pos[size_t(i)] = i;
+            std::vector<float> k(size_t{World::kLayers} * 60 * World::kKvHeads * World::kDim, 1.0f);
+            const kvrt_batch b = make_batch(60, pos.data(), seq.data());
+            const kvrt_tensor_ref t = host_tensor(k.data());
+            if (std::string(fn) == "kvrt_cache_place") return out(kvrt_cache_place(w.cache, &b, nullptr));
+            return out(kvrt_cache_store(w.cache, nullptr, &b, -1, &t, &t, nullptr));
+        }));
+    // Tensors and layers, for a store and for a write of cell 0.
+    const auto stream_as_buffer = reinterpret_cast<kvrt_buffer>(w.stream);
+    const std::pair<std::string, std::function<void(Store&)>> bad_tensors[] = {
+        {"layer INT32_MIN", [](Store& s) { s.layer = kMin32; }},
+        {"layer INT32_MAX", [](Store& s) { s.layer = kMax32; }},
+        {"layer 2 (n_layers)", [](Store& s) { s.layer = 2; }},
+        {"layer -2", [](Store& s) { s.layer = -2; }},
+        {"k->type -7", [](Store& s) { s.kt.type = bad_enum<kvrt_struct_type>(-7); }},
+        {"a foreign struct chained on v", [](Store& s) { s.vt.next = &foreign; }},
+        {"k->element_type 12345", [](Store& s) { s.kt.element_type = bad_enum<kvrt_type>(12345); }},
+        {"k->element_type -7", [](Store& s) { s.kt.element_type = bad_enum<kvrt_type>(-7); }},
+        {"v->element_type UNDEFINED", [](Store& s) { s.vt.element_type = KVRT_TYPE_UNDEFINED; }},
+        {"k->element_type Q8_0 (the cache stores F16)", [](Store& s) { s.kt.element_type = KVRT_TYPE_Q8_0; }},
+        {"k with neither host nor buffer", [](Store& s) { s.kt.host = nullptr; }},
+        {"k host rows that wrap the address space", [](Store& s) { s.kt.host = top_of_memory(); }},
+        {"k host offset UINT64_MAX - 3", [](Store& s) { s.kt.offset = kMax64 - 3; }},
+        {"k row_stride UINT64_MAX - 3", [](Store& s) { s.kt.row_stride = kMax64 - 3; }},
+        {"k layer_stride UINT64_MAX - 3", [](Store& s) { s.kt.layer_stride = kMax64 - 3; }},
+        {"v head_stride UINT64_MAX - 3", [](Store& s) { s.vt.head_stride = kMax64 - 3; }},
+        {"k offset 2 (misaligned)", [](Store& s) { s.kt.offset = 2; }},
+    };
+    const std::pair<std::string, std::function<void(World&, Store&)>> bad_buffers[] = {
+        {"k buffer offset UINT64_MAX - 3", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.buffer, kMax64 - 3); }},
+        {"k buffer offset at the end", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.buffer, World::kBufferBytes); }},
+        {"k buffer row_stride UINT64_MAX - 3", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.buffer, 0, KVRT_TYPE_F32, kMax64 - 3); }},
+        {"k buffer layer_stride wraps", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.buffer, 256, KVRT_TYPE_F32, 0, kMax64 - 255); }},
+        {"k with both host and buffer", [](World& wd, Store& s) { s.kt.buffer = wd.buffer; }},
+        {"k buffer of another context", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.buffer_b, 0); }},
+        {"stream of another context", [](World& wd, Store& s) { s.stream = wd.stream_b; }},
+    };
+    const std::pair<std::string, std::function<void(World&, Store&)>> bad_handles[] = {
+        {"k buffer destroyed", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.dead_buffer, 0); }},
+        {"k buffer: a stream cast to a buffer", [&](World&, Store& s) { s.kt = buffer_tensor(stream_as_buffer, 0); }},
+        {"stream destroyed", [](World& wd, Store& s) { s.stream = wd.dead_stream; }},
+        {"stream: a buffer cast to a stream", [](World& wd, Store& s) { s.stream = reinterpret_cast<kvrt_stream>(wd.buffer); }},
+    };
+    const auto store_row = [&w](const std::function<void(World&, Store&)>& t) {
+        return [&w, t] {
+            Store s;
+            t(w, s);
+            return out(kvrt_cache_store(w.cache, s.stream, &s.batch, s.layer, &s.kt, &s.vt, nullptr));
+        };
+    };
+    const auto write_row = [&w](const std::function<void(World&, Store&)>& t) {
+        return [&w, t] {
+            Store s;
+            t(w, s);
+            const uint32_t cell = 0;
+            return out(kvrt_cache_write(w.cache, s.stream, 1, &cell, s.layer, &s.kt, &s.vt));
+        };
+    };
+    for (const auto& [what, tamper] : bad_tensors) {
+        const auto t = tamper;
+        const auto wt = [t](World&, Store& s) { t(s); };
+        r.push_back(err("kvrt_cache_store", what, inv, C, store_row(wt)));
+        r.push_back(err("kvrt_cache_write", what, inv, C, write_row(wt)));
+    }
+    for (const auto& [what, t] : bad_buffers) {
+        r.push_back(err("kvrt_cache_store", what, inv, C, store_row(t)));
+        r.push_back(err("kvrt_cache_write", what, inv, C, write_row(t)));
+    }
+    for (const auto& [what, t] : bad_handles) {
+        r.push_back(err("kvrt_cache_store", what, hnd, C, store_row(t)));
+        r.push_back(err("kvrt_cache_write", what, hnd, C, write_row(t)));
+    }
+    r.push_back(err("kvrt_cache_store", "a stream that is not recording", state, C,
+                    store_row([](World& wd, Store& s) { s.stream = wd.stream; })));
+    r.push_back(err("kvrt_cache_write", "a stream that is not recording", state, C,
+                    write_row([](World& wd, Store& s) { s.stream = wd.stream; })));
+    struct Cells {
+        const char* what;
+        std::vector<uint32_t> cells;
+    };
+    for (const Cells& cs : {Cells{"cell 64 (capacity)", {64}}, Cells{"cell UINT32_MAX", {kMaxU32}},
+                            Cells{"an empty cell", {63}}, Cells{"cell 0 twice", {0, 0}}})
+        r.push_back(err("kvrt_cache_write", cs.what, inv, C, [&w, cs] {
+            std::vector<float> k(size_t{World::kLayers} * cs.cells.size() * World::kKvHeads * World::kDim, 1.0f);
+            const kvrt_tensor_ref t = host_tensor(k.data());
+            return out(kvrt_cache_write(w.cache, nullptr, static_cast<uint32_t>(cs.cells.size()), cs.cells.data(), -1, &t, &t));
+        }));
+    r.push_back(err("kvrt_cache_write", "cells NULL", inv, C, [&w] {
+        Store s;
+        return out(kvrt_cache_write(w.cache, nullptr, 1, nullptr, -1, &s.kt, &s.vt));
+    }));
+
+    // kvrt_cache_read and kvrt_cache_read_raw.
+    for (int32_t layer : {kMin32, -1, 2, kMax32}) {
+        r.push_back(err("kvrt_cache_read", "layer " + std::to_string(layer), inv, N, [&w, layer] {
+            const uint32_t cell = 0;
+            std::vector<float> k(World::kKvHeads * World::kDim);
+            return out(kvrt_cache_read(w.cache, layer, 1, &cell, k.data(), nullptr));
+        }));
+        r.push_back(err("kvrt_cache_read_raw", "layer " + std::to_string(layer), inv, N, [&w, layer] {
+            const uint32_t cell = 0;
+            std::vector<uint8_t> bytes(4096);
+            return out(kvrt_cache_read_raw(w.cache, layer, KVRT_KV_ARRAY_K, 1, &cell, bytes.data(), bytes.size()));
+        }));
+    }
+    for (uint32_t cell : {World::kCapacity, kMaxU32}) {
+        r.push_back(err("kvrt_cache_read", "cell " + std::to_string(cell), inv, N, [&w, cell] {
+            std::vector<float> k(World::kKvHeads * World::kDim);
+            return out(kvrt_cache_read(w.cache, 0, 1, &cell, k.data(), nullptr));
+        }));
+        r.push_back(err("kvrt_cache_read_raw", "cell " + std::to_string(cell), inv, N, [&w, cell] {
+            std::vector<uint8_t> bytes(4096);
+            return out(kvrt_cache_read_raw(w.cache, 0, KVRT_KV_ARRAY_V, 1, &cell, bytes.data(), bytes.size()));
+        }));
+    }
+    r.push_back(err("kvrt_cache_read", "cells NULL", inv, N, [&w] {
+        std::vector<float> k(World::kKvHeads * World::kDim);
+        return out(kvrt_cache_read(w.cache, 0, 1, nullptr, k.data(), nullptr));
+    }));
+    for (int32_t a : {-7, 0, 3, 12345, kMin32})
+        r.push_back(err("kvrt_cache_read_raw", "array " + std::to_string(a), inv, N, [&w, a] {
+            const uint32_t cell = 0;
+            std::vector<uint8_t> bytes(4096);
+            return out(kvrt_cache_read_raw(w.cache, 0, bad_enum<kvrt_kv_array>(a), 1, &cell, bytes.data(), bytes.size()));
+        }));
+    for (uint64_t room : {uint64_t{0}, uint64_t{1}, uint64_t{63}})
+        r.push_back(err("kvrt_cache_read_raw", "out_bytes " + std::to_string(room) + " (a row is 64)", inv, N, [&w, room] {
+            const uint32_t cell = 0;
+            std::vector<uint8_t> bytes(64);
+            return out(kvrt_cache_read_raw(w.cache, 0, KVRT_KV_ARRAY_K, 1, &cell, bytes.data(), room));
+        }));
+    r.push_back(err("kvrt_cache_read_raw", "out NULL", inv, N, [&w] {
+        const uint32_t cell = 0;
+        return out(kvrt_cache_read_raw(w.cache, 0, KVRT_KV_ARRAY_K, 1, &cell, nullptr, 64));
+    }));
+    r.push_back(err("kvrt_cache_read_raw", "cells NULL", inv, N, [&w] {
+        std::vector<uint8_t> bytes(64);
+        return out(kvrt_cache_read_raw(w.cache, 0, KVRT_KV_ARRAY_K, 1, nullptr, bytes.data(), bytes.size()));
+    }));
+
+    // Sequence operations.
+    for (int32_t seq : {kMax32, 4}) {
+        const std::string s = "sequence " + std::to_string(seq);
+        r.push_back(err("kvrt_cache_seq_rm", s, inv, C, [&w, seq] { return out(kvrt_cache_seq_rm(w.cache, seq, -1, -1)); }));
+        r.push_back(err("kvrt_cache_seq_cp", "dst " + s, inv, C, [&w, seq] { return out(kvrt_cache_seq_cp(w.cache, 0, seq, -1, -1)); }));
+        r.push_back(err("kvrt_cache_seq_add", s, inv, C, [&w, seq] { return out(kvrt_cache_seq_add(w.cache, seq, -1, -1, 1)); }));
+        r.push_back(err("kvrt_cache_seq_div", s, inv, C, [&w, seq] { return out(kvrt_cache_seq_div(w.cache, seq, -1, -1, 2)); }));
+        r.push_back(err("kvrt_cache_context_shift", s, inv, C, [&w, seq] { return out(kvrt_cache_context_shift(w.cache, seq, 0, 0, nullptr)); }));
+        r.push_back(err("kvrt_cache_seq_rm", "static: " + s, inv, S, [&w, seq] { return out(kvrt_cache_seq_rm(w.static_cache, seq, -1, -1)); }));
+    }
+    for (int32_t seq : {kMin32, -1, kMax32, 4}) {
+        const std::string s = "sequence " + std::to_string(seq);
+        r.push_back(err("kvrt_cache_seq_cp", "src " + s, inv, C, [&w, seq] { return out(kvrt_cache_seq_cp(w.cache, seq, 2, -1, -1)); }));
+        r.push_back(err("kvrt_cache_seq_keep", s, inv, C, [&w, seq] { return out(kvrt_cache_seq_keep(w.cache, seq)); }));
+        r.push_back(err("kvrt_cache_seq_pos_min", s, inv, N, [&w, seq] {
+            int32_t p = 0;
+            return out(kvrt_cache_seq_pos_min(w.cache, seq, &p));
+        }));
+        r.push_back(err("kvrt_cache_seq_pos_max", s, inv, N, [&w, seq] {
+            int32_t p = 0;
+            return out(kvrt_cache_seq_pos_max(w.cache, seq, &p));
+        }));
+        r.push_back(err("kvrt_cache_discard_for_reevaluation", s, inv, C, [&w, seq] {
+            int32_t a = 0, b = 0, n = 0;
+            return out(kvrt_cache_discard_for_reevaluation(w.cache, seq, 0, 0, &a, &b, &n));
+        }));
+    }
+    r.push_back(err("kvrt_cache_seq_rm", "reversed range [5, 2)", inv, C, [&w] { return out(kvrt_cache_seq_rm(w.cache, 0, 5, 2)); }));
+    r.push_back(err("kvrt_cache_seq_cp", "reversed range [5, 2)", inv, C, [&w] { return out(kvrt_cache_seq_cp(w.cache, 0, 2, 5, 2)); }));
+    r.push_back(err("kvrt_cache_seq_add", "reversed range [INT32_MAX, 0)", inv, C,
+                    [&w] { return out(kvrt_cache_seq_add(w.cache, 0, kMax32, 0, 1)); }));
+    r.push_back(err("kvrt_cache_seq_add", "delta INT32_MAX: positions overflow", inv, C,
+                    [&w] { return out(kvrt_cache_seq_add(w.cache, 0, -1, -1, kMax32)); }));
+    r.push_back(err("kvrt_cache_seq_div", "reversed range [5, 2)", inv, C, [&w] { return out(kvrt_cache_seq_div(w.cache, 0, 5, 2, 2)); }));
+    for (int32_t d : {0, -1, kMin32})
+        r.push_back(err("kvrt_cache_seq_div", "divisor " + std::to_string(d), inv, C,
+                        [&w, d] { return out(kvrt_cache_seq_div(w.cache, 0, -1, -1, d)); }));
+    r.push_back(err("kvrt_cache_seq_pos_min", "out_pos NULL", inv, N, [&w] { return out(kvrt_cache_seq_pos_min(w.cache, 0, nullptr)); }));
+    r.push_back(err("kvrt_cache_seq_pos_max", "out_pos NULL", inv, N, [&w] { return out(kvrt_cache_seq_pos_max(w.cache, 0, nullptr)); }));
+    r.push_back(err("kvrt_cache_seq_rm", "static: part of a sequence", unsup, S, [&w] { return out(kvrt_cache_seq_rm(w.static_cache, 0, 1, -1)); }));
+    r.push_back(err("kvrt_cache_seq_cp", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_cp(w.static_cache, 0, 1, -1, -1)); }));
+    r.push_back(err("kvrt_cache_seq_add", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_add(w.static_cache, 0, -1, -1, 1)); }));
+    r.push_back(err("kvrt_cache_seq_div", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_div(w.static_cache, 0, -1, -1, 2)); }));
+    r.push_back(err("kvrt_cache_seq_keep", "static: sequence INT32_MAX", inv, S, [&w] { return out(kvrt_cache_seq_keep(w.static_cache, kMax32)); }));
+    r.push_back(err("kvrt_cache_context_shift", "static layout", unsup, S,
+                    [&w] { return out(kvrt_cache_context_shift(w.static_cache, 0, 0, 0, nullptr)); }));
+    r.push_back(err("kvrt_cache_discard_for_reevaluation", "static layout", unsup, S, [&w] {
+        int32_t a = 0, b = 0, n = 0;
+        return out(kvrt_cache_discard_for_reevaluation(w.static_cache, 0, 0, 0, &a, &b, &n));
+    }));
+    struct Shift {
+        const char* what;
+        int32_t n_keep, n_discard;
+    };
+    for (const Shift& sh : {Shift{"n_keep -1", -1, 0}, Shift{"n_keep INT32_MIN", kMin32, 0}, Shift{"n_discard -1", 0, -1},
+                            Shift{"n_discard INT32_MIN", 0, kMin32}, Shift{"n_keep INT32_MAX: nothing after it", kMax32, 0},
+                            Shift{"n_keep 4, n_discard INT32_MAX (4 positions after n_keep)", 4, kMax32},
+                            Shift{"n_keep 4, n_discard 5 (4 positions after n_keep)", 4, 5}}) {
+        r.push_back(err("kvrt_cache_context_shift", sh.what, inv, C, [&w, sh] {
+            int32_t n_past = -5;
+            return out(kvrt_cache_context_shift(w.cache, 0, sh.n_keep, sh.n_discard, &n_past));
+        }));
+        r.push_back(err("kvrt_cache_discard_for_reevaluation", sh.what, inv, C, [&w, sh] {
+            int32_t a = 0, b = 0, n = 0;
+            return out(kvrt_cache_discard_for_reevaluation(w.cache, 0, sh.n_keep, sh.n_discard, &a, &b, &n));
+        }));
+    }
+    r.push_back(err("kvrt_cache_discard_for_reevaluation", "out_count NULL", inv, C, [&w] {
+        int32_t a = 0, b = 0;
+        return out(kvrt_cache_discard_for_reevaluation(w.cache, 0, 0, 0, &a, &b, nullptr));
+    }));
+
+    // Compaction and shifts.
+    for (float th : {NAN, -0.5f, 1.5f, INFINITY, -INFINITY})
+        r.push_back(err("kvrt_cache_compact", "threshold " + std::to_string(th), inv, C, [&w, th] {
+            uint32_t moved = 0;
+            return out(kvrt_cache_compact(w.cache, nullptr, th, 0, &moved));
+        }));
+    const std::pair<std::string, std::function<kvrt_stream(World&)>> bad_cache_streams[] = {
+        {"stream of another context", [](World& wd) { return wd.stream_b; }},
+        {"stream destroyed", [](World& wd) { return wd.dead_stream; }},
+        {"a buffer cast to a stream", [](World& wd) { return reinterpret_cast<kvrt_stream>(wd.buffer); }},
+        {"a stream that is not recording", [](World& wd) { return wd.stream; }},
+    };
+    const kvrt_result stream_want[] = {inv, hnd, hnd, state};
+    for (size_t i = 0; i < 4; ++i) {
+        const auto& [what, pick] = bad_cache_streams[i];
+        const auto p = pick;
+        const kvrt_result want = stream_want[i];
+        r.push_back(err("kvrt_cache_compact", what, want, C, [&w, p] { return out(kvrt_cache_compact(w.cache, p(w), 0.0f, 0, nullptr)); }));
+        r.push_back(err("kvrt_cache_apply_shifts", what, want, C, [&w, p] { return out(kvrt_cache_apply_shifts(w.cache, p(w))); }));
+        r.push_back(err("kvrt_cache_attention", what, want, C, [&w, p] {
+            Attend a;
+            std::vector<float> o(a.o.size());
+            const kvrt_output_ref ot = buffer_output(w.buffer, 0);
+            return out(kvrt_cache_attention(w.cache, p(w), 0, &a.batch, &a.qt, &ot, nullptr));
+        }));
+    }
+
+    // Attention.
+    const auto buffer_as_stream = reinterpret_cast<kvrt_buffer>(w.stream);
+    const std::pair<std::string, std::function<void(World&, Attend&)>> bad_attention[] = {
+        {"queries->type -7", [](World&, Attend& a) { a.batch.type = bad_enum<kvrt_struct_type>(-7); }},
+        {"a foreign struct chained on queries", [](World&, Attend& a) { a.batch.next = &foreign; }},
+        {"queries->seq_ids NULL", [](World&, Attend& a) { a.batch.seq_ids = nullptr; }},
+        {"a query of 2 sequences", [](World&, Attend& a) {
+             static const uint32_t two = 2;
+             static const int32_t seqs[2] = {0, 1};
+             a.batch.seq_id_counts = &two;
+             a.batch.seq_ids = seqs;
+         }},
+        {"layer INT32_MIN", [](World&, Attend& a) { a.layer = kMin32; }},
+        {"layer -1", [](World&, Attend& a) { a.layer = -1; }},
+        {"layer INT32_MAX", [](World&, Attend& a) { a.layer = kMax32; }},
+        {"position INT32_MIN", [](World&, Attend& a) { a.pos = kMin32; }},
+        {"sequence INT32_MAX", [](World&, Attend& a) { a.seq = kMax32; }},
+        {"sequence -1", [](World&, Attend& a) { a.seq = -1; }},
+        {"q->element_type Q8_0", [](World&, Attend& a) { a.qt.element_type = KVRT_TYPE_Q8_0; }},
+        {"q->element_type -7", [](World&, Attend& a) { a.qt.element_type = bad_enum<kvrt_type>(-7); }},
+        {"out->element_type 12345", [](World&, Attend& a) { a.ot.element_type = bad_enum<kvrt_type>(12345); }},
+        {"out->element_type -7", [](World&, Attend& a) { a.ot.element_type = bad_enum<kvrt_type>(-7); }},
+        {"out->element_type Q4_0", [](World&, Attend& a) { a.ot.element_type = KVRT_TYPE_Q4_0; }},
+        {"out->type -7", [](World&, Attend& a) { a.ot.type = bad_enum<kvrt_struct_type>(-7); }},
+        {"a foreign struct chained on q", [](World&, Attend& a) { a.qt.next = &foreign; }},
+        {"q host rows that wrap the address space", [](World&, Attend& a) { a.qt.host = top_of_memory(); }},
+        {"q host offset UINT64_MAX - 3", [](World&, Attend& a) { a.qt.offset = kMax64 - 3; }},
+        {"q head_stride UINT64_MAX - 3", [](World&, Attend& a) { a.qt.head_stride = kMax64 - 3; }},
+        {"out host rows that wrap the address space", [](World&, Attend& a) { a.ot.host = const_cast<void*>(top_of_memory()); }},
+        {"out host head_stride UINT64_MAX - 3", [](World&, Attend& a) { a.ot.head_stride = kMax64 - 3; }},
+        {"out host rows overlap (head_stride 4)", [](World&, Attend& a) { a.ot.head_stride = 4; }},
+        {"out with neither host nor buffer", [](World&, Attend& a) { a.ot.host = nullptr; }},
+        {"q buffer offset UINT64_MAX - 3", [](World& wd, Attend& a) { a.qt = buffer_tensor(wd.buffer, kMax64 - 3); }},
+        {"q buffer of another context", [](World& wd, Attend& a) { a.qt = buffer_tensor(wd.buffer_b, 0); }},
+        {"out buffer offset UINT64_MAX - 3", [](World& wd, Attend& a) { a.ot = buffer_output(wd.buffer, kMax64 - 3); }},
+        {"out buffer offset at the end", [](World& wd, Attend& a) { a.ot = buffer_output(wd.buffer, World::kBufferBytes); }},
+        {"out buffer head_stride UINT64_MAX - 3", [](World& wd, Attend& a) {
+             a.ot = buffer_output(wd.buffer, 0);
+             a.ot.head_stride = kMax64 - 3;
+         }},
+        {"out buffer rows overlap (head_stride 4)", [](World& wd, Attend& a) {
+             a.ot = buffer_output(wd.buffer, 0);
+             a.ot.head_stride = 4;
+         }},
+        {"out buffer of another context", [](World& wd, Attend& a) { a.ot = buffer_output(wd.buffer_b, 0); }},
+        {"out host with a stream", [](World& wd, Attend& a) { a.stream = wd.stream; }},
+        {"params->type -7", [](World&, Attend& a) { a.params.type = bad_enum<kvrt_struct_type>(-7); }},
+        {"a foreign struct chained on params", [](World&, Attend& a) { a.params.next = &foreign; }},
+        {"params->flags 0x80", [](World&, Attend& a) { a.params.flags = 0x80; }},
+        {"params->scale NaN", [](World&, Attend& a) { a.params.scale = NAN; }},
+        {"params->softcap -1", [](World&, Attend& a) { a.params.softcap = -1.0f; }},
+    };
+    for (const auto& [what, tamper] : bad_attention) {
+        const auto t = tamper;
+        r.push_back(err("kvrt_cache_attention", what, inv, B, [&w, t] {
+            Attend a;
+            t(w, a);
+            if (!a.stream) return out(kvrt_cache_attention(w.cache, nullptr, a.layer, &a.batch, &a.qt, &a.ot, &a.params));
+            return while_recording(a.stream, [&] {
+                return out(kvrt_cache_attention(w.cache, a.stream, a.layer, &a.batch, &a.qt, &a.ot, &a.params));
+            });
+        }));
+    }
+    for (const auto& [what, buf] : {std::pair<std::string, kvrt_buffer>{"out buffer destroyed", w.dead_buffer},
+                                    {"out buffer: a stream cast to a buffer", buffer_as_stream}}) {
+        const kvrt_buffer b = buf;
+        r.push_back(err("kvrt_cache_attention", what, hnd, N, [&w, b] {
+            Attend a;
+            const kvrt_output_ref ot = buffer_output(b, 0);
+            return out(kvrt_cache_attention(w.cache, nullptr, 0, &a.batch, &a.qt, &ot, nullptr));
+        }));
+    }
+    r.push_back(err("kvrt_cache_attention", "queries NULL", inv, C, [&w] {
+        Attend a;
+        return out(kvrt_cache_attention(w.cache, nullptr, 0, nullptr, &a.qt, &a.ot, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_attention", "q NULL", inv, C, [&w] {
+        Attend a;
+        return out(kvrt_cache_attention(w.cache, nullptr, 0, &a.batch, nullptr, &a.ot, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_attention", "out NULL", inv, C, [&w] {
+        Attend a;
+        return out(kvrt_cache_attention(w.cache, nullptr, 0, &a.batch, &a.qt, nullptr, nullptr));
+    }));
+
+    // The static layout's queries.
+    const auto window = [&w](int32_t seq, int32_t layer, uint32_t head, int32_t array, kvrt_cache c) {
+        return [&w, seq, layer, head, array, c] {
+            kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
+            return out(kvrt_cache_get_static_window(c ? c : w.static_cache, seq, layer, head, bad_enum<kvrt_kv_array>(array), &win));
+        };
+    };
+    for (int32_t a : {-7, 0, 3, 12345, kMin32})
+        r.push_back(err("kvrt_cache_get_static_window", "array " + std::to_string(a), inv, S, window(0, 0, 0, a, nullptr)));
+    for (int32_t l : {kMin32, -1, 1, kMax32})
+        r.push_back(err("kvrt_cache_get_static_window", "layer " + std::to_string(l), inv, S, window(0, l, 0, KVRT_KV_ARRAY_K, nullptr)));
+    for (int32_t s : {kMin32, -1, 2, kMax32})
+        r.push_back(err("kvrt_cache_get_static_window", "sequence " + std::to_string(s), inv, S, window(s, 0, 0, KVRT_KV_ARRAY_K, nullptr)));
+    r.push_back(err("kvrt_cache_get_static_window", "kv_head UINT32_MAX", inv, S, window(0, 0, kMaxU32, KVRT_KV_ARRAY_K, nullptr)));
+    r.push_back(err("kvrt_cache_get_static_window", "a cache of the cell layout", inv, C, window(0, 0, 0, KVRT_KV_ARRAY_K, w.cache)));
+    r.push_back(err("kvrt_cache_get_static_window", "out NULL", inv, S,
+                    [&w] { return out(kvrt_cache_get_static_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, nullptr)); }));
+    r.push_back(err("kvrt_cache_get_static_window", "out->type -7", inv, S, [&w] {
+        kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
+        win.type = bad_enum<kvrt_struct_type>(-7);
+        return out(kvrt_cache_get_static_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
+    }));
+    const auto mask = [&w](int32_t seq, int32_t type, uint64_t room, kvrt_cache c) {
+        return [&w, seq, type, room, c] {
+            float m[World::kStaticSeqLen];
+            return out(kvrt_cache_get_static_mask(c ? c : w.static_cache, seq, bad_enum<kvrt_type>(type), m, room));
+        };
+    };
+    for (int32_t t : {-7, 0, 12345, kMin32, static_cast<int32_t>(KVRT_TYPE_Q8_0)})
+        r.push_back(err("kvrt_cache_get_static_mask", "element_type " + std::to_string(t), inv, S, mask(0, t, 32, nullptr)));
+    for (int32_t s : {kMin32, -1, 2, kMax32})
+        r.push_back(err("kvrt_cache_get_static_mask", "sequence " + std::to_string(s), inv, S, mask(s, KVRT_TYPE_F32, 32, nullptr)));
+    for (uint64_t room : {uint64_t{0}, uint64_t{4}, uint64_t{31}})
+        r.push_back(err("kvrt_cache_get_static_mask", "out_bytes " + std::to_string(room) + " (8 floats)", inv, S,
+                        mask(0, KVRT_TYPE_F32, room, nullptr)));
+    r.push_back(err("kvrt_cache_get_static_mask", "a cache of the cell layout", inv, C, mask(0, KVRT_TYPE_F32, 32, w.cache)));
+    r.push_back(err("kvrt_cache_get_static_mask", "out NULL", inv, S,
+                    [&w] { return out(kvrt_cache_get_static_mask(w.static_cache, 0, KVRT_TYPE_F32, nullptr, 32)); }));
+    const auto stats = [&w](int32_t seq, kvrt_cache c, bool mistype) {
+        return [&w, seq, c, mistype] {
+            kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
+            if (mistype) st.type = bad_enum<kvrt_struct_type>(-7);
+            return out(kvrt_cache_get_static_stats(c ? c : w.static_cache, seq, &st));
+        };
+    };
+    for (int32_t s : {2, kMax32})
+        r.push_back(err("kvrt_cache_get_static_stats", "sequence " + std::to_string(s), inv, S, stats(s, nullptr, false)));
+    r.push_back(err("kvrt_cache_get_static_stats", "a cache of the cell layout", inv, C, stats(0, w.cache, false)));
+    r.push_back(err("kvrt_cache_get_static_stats", "out->type -7", inv, S, stats(0, nullptr, true)));
+    r.push_back(err("kvrt_cache_get_static_stats", "out NULL", inv, S,
+                    [&w] { return out(kvrt_cache_get_static_stats(w.static_cache, 0, nullptr)); }));
+
+    // kvrt_cache_get_info and kvrt_cache_seq_transfer.
+    r.push_back(err("kvrt_cache_get_info", "info NULL", inv, N, [&w] { return out(kvrt_cache_get_info(w.cache, nullptr)); }));
+    r.push_back(err("kvrt_cache_get_info", "info->type -7", inv, N, [&w] {
+        kvrt_cache_info i = KVRT_CACHE_INFO_INIT;
+        i.type = bad_enum<kvrt_struct_type>(-7);
+        return out(kvrt_cache_get_info(w.cache, &i));
+    }));
+    r.push_back(err("kvrt_cache_get_info", "a foreign struct chained", inv, N, [&w] {
+        kvrt_cache_info i = KVRT_CACHE_INFO_INIT;
+        i.next = &foreign;
+        return out(kvrt_cache_get_info(w.cache, &i));
+    }));
+    struct Transfer {
+        const char* what;
+        int32_t src_seq, dst_seq;
+        bool to_other, to_static;
+    };
+    for (const Transfer& t : {Transfer{"the same sequence of the same cache", 0, 0, false, false},
+                              Transfer{"src sequence INT32_MIN", kMin32, 3, false, false},
+                              Transfer{"src sequence 4", 4, 3, false, false},
+                              Transfer{"dst sequence INT32_MAX", 0, kMax32, false, false},
+                              Transfer{"dst sequence -1", 0, -1, false, false},
+                              Transfer{"dst sequence in use", 0, 1, false, false},
+                              Transfer{"dst cache of another context", 0, 0, true, false},
+                              Transfer{"dst cache of another geometry", 0, 1, false, true}})
+        r.push_back(err("kvrt_cache_seq_transfer", t.what, inv, t.to_static ? S : C, [&w, t] {
+            uint32_t n = 99;
+            const kvrt_cache dst = t.to_other ? w.cache_b : t.to_static ? w.static_cache : w.cache;
+            Outcome o = out(kvrt_cache_seq_transfer(w.cache, t.src_seq, dst, t.dst_seq, &n));
+            if (n != 0) o.r = KVRT_ERROR_INTERNAL;
+            return o;
+        }));
+}
+
+}  // namespace kvrt_test::bad_input
