@@ -79,25 +79,38 @@ Result Memory::check_batch(MemoryOp op, const MemoryBatch& b, bool sync) const {
     }
     const uint32_t n_layers = b.layer < 0 ? geo.n_layers : 1;
     const uint64_t rows = b.n_tokens;
-    auto bytes = [&](const MemoryData& d, uint32_t dim) { return rows * geo.n_heads * dim * esize(d); };
+    // Bytes of one layer of a tensor: n_tokens * n_heads * dim elements.
+    auto bytes = [&](const MemoryData& d, const char* what, uint32_t dim, uint64_t* out) -> Result {
+        uint64_t v = 0;
+        if (!checked_mul(rows, geo.n_heads, &v) || !checked_mul(v, dim, &v) || !checked_mul(v, esize(d), &v))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the size of %u tokens overflows 64 bits", what, b.n_tokens);
+        *out = v;
+        return KVRT_SUCCESS;
+    };
+    uint64_t size = 0;
     if (op != MemoryOp::Read) {
-        KVRT_TRY(check_data(b.wq, "wq", bytes(b.wq, geo.e), n_layers, false, sync, 0));
-        KVRT_TRY(check_data(b.wv, "wv", bytes(b.wv, geo.d), n_layers, false, sync, 0));
+        KVRT_TRY(bytes(b.wq, "wq", geo.e, &size));
+        KVRT_TRY(check_data(b.wq, "wq", size, n_layers, false, sync, 0));
+        KVRT_TRY(bytes(b.wv, "wv", geo.d, &size));
+        KVRT_TRY(check_data(b.wv, "wv", size, n_layers, false, sync, 0));
     }
     if (op != MemoryOp::Update) {
-        KVRT_TRY(check_data(b.q, "q", bytes(b.q, geo.e), n_layers, false, sync, 0));
+        KVRT_TRY(bytes(b.q, "q", geo.e, &size));
+        KVRT_TRY(check_data(b.q, "q", size, n_layers, false, sync, 0));
         if (b.out.f16 && (static_cast<uint64_t>(geo.n_heads) * geo.d) % 2)
             return fail(KVRT_ERROR_INVALID_ARGUMENT,
                         "out: F16 outputs need n_heads * value_dim even (rows of whole 32-bit words)");
-        KVRT_TRY(check_data(b.out, "out", bytes(b.out, geo.d), n_layers, true, sync, layout_.piece_cap));
+        KVRT_TRY(bytes(b.out, "out", geo.d, &size));
+        KVRT_TRY(check_data(b.out, "out", size, n_layers, true, sync, layout_.piece_cap));
         if (!std::isfinite(b.scale)) return fail(KVRT_ERROR_INVALID_ARGUMENT, "scale is not finite");
     }
     return KVRT_SUCCESS;
 }
 
 Result Memory::ensure_host_out(uint64_t layer_bytes, uint32_t n_layers) {
-    const uint64_t stride = align_up(layer_bytes, kv::kMemoryAlign);
-    const uint64_t need = stride * n_layers;
+    uint64_t stride = 0, need = 0;
+    if (!checked_align_up(layer_bytes, kv::kMemoryAlign, &stride) || !checked_mul(stride, n_layers, &need))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: the size of the outputs overflows 64 bits");
     if (host_out_ && host_out_->size() >= need && host_out_->piece_bytes() % stride == 0) {
         host_out_stride_ = stride;
         return KVRT_SUCCESS;
