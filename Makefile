@@ -5,6 +5,7 @@
 #                then the unit and GPU tests again under ASan+UBSan (test-asan),
 #                and the threaded GPU test under ThreadSanitizer (test-tsan),
 #                and the Rust binding's tests, clippy and rustfmt (test-rust)
+#                and the Go binding's gofmt, vet and tests (test-go)
 #   make build   set up and build only
 #   make bench   set up, build, run the standard benchmark set
 #   make abi-baseline
@@ -20,7 +21,7 @@ TSAN_BUILD ?= build-tsan
 BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all setup build test test-asan unit-asan test-tsan test-rust demo bench abi-baseline clean
+.PHONY: all setup build test test-asan unit-asan test-tsan test-rust test-go demo bench abi-baseline clean
 
 all: build
 
@@ -95,7 +96,20 @@ test-rust: build
 	@cd $(RUST_DIR) && $(RUST_ENV) cargo test --workspace --locked
 	@cd $(RUST_DIR) && $(RUST_ENV) cargo run --locked -q -p kvrt --example attention
 
-test: build test-asan test-tsan test-rust
+# The Go binding (bindings/go): installs the library built in $(BUILD) to the
+# same private prefix as test-rust, then checks gofmt and go vet and runs the
+# tests (validation on) under the race detector and again with cgocheck2.
+GO_DIR := bindings/go
+GO_ENV := KVRT_VALIDATION=1 PKG_CONFIG_PATH=$(RUST_PREFIX)/lib/pkgconfig LD_LIBRARY_PATH=$(RUST_PREFIX)/lib
+
+test-go: build
+	@cmake --install $(BUILD) --prefix $(RUST_PREFIX) >/dev/null
+	@cd $(GO_DIR) && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting"; exit 1; }
+	@cd $(GO_DIR) && $(GO_ENV) go vet ./...
+	@cd $(GO_DIR) && $(GO_ENV) go test -race -count=1 ./...
+	@cd $(GO_DIR) && $(GO_ENV) GOEXPERIMENT=cgocheck2 go test -count=1 ./...
+
+test: build test-asan test-tsan test-rust test-go
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 demo: build

@@ -1,0 +1,6 @@
+//go:build !kvrt_nopkgconfig
+
+package kvrt
+
+// #cgo pkg-config: kvrt
+import "C"

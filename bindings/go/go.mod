@@ -1,0 +1,3 @@
+module github.com/kvrt/kvrt/bindings/go
+
+go 1.24

@@ -1,0 +1,107 @@
+package kvrt
+
+// #include "kvrt_go.h"
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// StaticWindow is where one window of a LayoutStatic cache lies
+// (kvrt_static_window): the [1,1,S-1,D] past tensor a static graph binds.
+type StaticWindow struct {
+	// Buffer holds the window. It belongs to the cache: valid until the cache
+	// is closed, and its Close does nothing.
+	Buffer    *Buffer
+	Offset    uint64  // bytes to the window's first row
+	RowStride uint64  // bytes between rows
+	Bytes     uint64  // (S-1) * RowStride
+	Rows      uint32  // S-1
+	NValid    uint32  // valid rows: the window's last NValid rows
+	PosFirst  int32   // position of the first valid row; -1 when empty
+	PosLast   int32   // position of the last valid row; -1 when empty
+	Type      Type    // the array's stored type
+	Scale     float32 // static-scale types: value = Scale * (q - ZeroPoint)
+	ZeroPoint int32
+}
+
+// StaticWindow describes the current window of seq for (layer, kvHead,
+// array) (kvrt_cache_get_static_window). The offset moves with every append:
+// ask again after each Store.
+func (c *Cache) StaticWindow(seq int32, layer int, kvHead uint32, array KVArray) (StaticWindow, error) {
+	const op = "kvrt_cache_get_static_window"
+	w := C.go_static_window_init()
+	var out StaticWindow
+	err := c.meta(op, func(h C.kvrt_cache) C.kvrt_result {
+		r := C.kvrt_cache_get_static_window(h, C.int32_t(seq), C.int32_t(layer), C.uint32_t(kvHead),
+			C.kvrt_kv_array(array), &w)
+		if r == C.KVRT_SUCCESS {
+			out.Buffer = c.windowBuffer(unsafe.Pointer(w.buffer)) // c.o is locked
+		}
+		return r
+	})
+	if err != nil {
+		return StaticWindow{}, err
+	}
+	out.Offset, out.RowStride, out.Bytes = uint64(w.offset), uint64(w.row_stride), uint64(w.bytes)
+	out.Rows, out.NValid = uint32(w.rows), uint32(w.n_valid)
+	out.PosFirst, out.PosLast = int32(w.pos_first), int32(w.pos_last)
+	out.Type, out.Scale, out.ZeroPoint = Type(w.element_type), float32(w.scale), int32(w.zero_point)
+	return out, nil
+}
+
+// windowBuffer returns the Buffer wrapping a window's buffer handle, made once.
+func (c *Cache) windowBuffer(h unsafe.Pointer) *Buffer {
+	if b, ok := c.winBufs[h]; ok {
+		return b
+	}
+	if c.winBufs == nil {
+		c.winBufs = map[unsafe.Pointer]*Buffer{}
+	}
+	var size C.uint64_t
+	C.kvrt_buffer_get_size(C.kvrt_buffer(h), &size)
+	o := &objState{h: h, what: "buffer", borrowed: true, destroy: func(unsafe.Pointer) {}}
+	c.o.ctx.register(o)
+	c.o.deps = append(c.o.deps, o)
+	b := &Buffer{ctx: c.ctx, o: o, size: uint64(size)}
+	c.winBufs[h] = b
+	return b
+}
+
+// StaticMask writes the attention mask of seq's next step as f32
+// (kvrt_cache_get_static_mask): S entries, 0 for valid rows and the new
+// token, -Inf for padding; out must hold S values.
+func (c *Cache) StaticMask(seq int32, out []float32) error {
+	p := slicePtr(out)
+	return c.meta("kvrt_cache_get_static_mask", func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_get_static_mask(h, C.int32_t(seq), C.KVRT_TYPE_F32, p, C.uint64_t(4*len(out)))
+	})
+}
+
+// StaticMaskF16 is StaticMask with f16 entries (0x0000 and 0xFC00).
+func (c *Cache) StaticMaskF16(seq int32, out []uint16) error {
+	p := slicePtr(out)
+	return c.meta("kvrt_cache_get_static_mask", func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_get_static_mask(h, C.int32_t(seq), C.KVRT_TYPE_F16, p, C.uint64_t(2*len(out)))
+	})
+}
+
+// StaticStats are the counters of the windows' movement (kvrt_static_stats).
+type StaticStats struct {
+	RowsAppended uint64 // tokens appended
+	Slides       uint64 // slides that copied rows
+	RowsMoved    uint64 // rows copied per (layer, KV head, K|V) region
+	BytesMoved   uint64 // device bytes copied by slides
+}
+
+// StaticStats reads the counters of seq, or of every sequence when seq < 0
+// (kvrt_cache_get_static_stats).
+func (c *Cache) StaticStats(seq int32) (StaticStats, error) {
+	st := C.go_static_stats_init()
+	err := c.meta("kvrt_cache_get_static_stats", func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_get_static_stats(h, C.int32_t(seq), &st)
+	})
+	runtime.KeepAlive(c)
+	return StaticStats{uint64(st.rows_appended), uint64(st.slides), uint64(st.rows_moved), uint64(st.bytes_moved)}, err
+}
