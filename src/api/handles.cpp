@@ -16,27 +16,48 @@ std::shared_mutex& registry_mutex() {
     return m;
 }
 
-std::unordered_map<const void*, Kind>& registry() {
-    static auto* r = new std::unordered_map<const void*, Kind>();  // never destroyed: safe at exit
+// Every handle ever registered: live ones, and destroyed ones as tombstones
+// (their storage is never freed, so the address never comes back). The map
+// also keeps the tombstones' storage reachable for leak checkers.
+struct Entry {
+    Kind kind;
+    bool live;
+};
+
+std::unordered_map<const void*, Entry>& registry() {
+    static auto* r = new std::unordered_map<const void*, Entry>();  // never destroyed: safe at exit
     return *r;
 }
 
 }  // namespace
 
+void* handle_alloc(std::size_t size) { return ::operator new(size); }
+
+void handle_free(void* p) noexcept {
+    if (!p) return;
+    {
+        std::shared_lock<std::shared_mutex> lock(registry_mutex());
+        // Given out as a handle once: a tombstone for good.
+        if (registry().count(p)) return;
+    }
+    ::operator delete(p);  // never registered (creation failed): nobody holds it
+}
+
 void register_handle(const void* handle, Kind kind) {
     std::unique_lock<std::shared_mutex> lock(registry_mutex());
-    registry()[handle] = kind;
+    registry()[handle] = Entry{kind, true};
 }
 
 void unregister_handle(const void* handle) {
     std::unique_lock<std::shared_mutex> lock(registry_mutex());
-    registry().erase(handle);
+    auto it = registry().find(handle);
+    if (it != registry().end()) it->second.live = false;
 }
 
 bool is_live(const void* handle, Kind kind) {
     std::shared_lock<std::shared_mutex> lock(registry_mutex());
     auto it = registry().find(handle);
-    return it != registry().end() && it->second == kind;
+    return it != registry().end() && it->second.live && it->second.kind == kind;
 }
 
 const char* kind_name(Kind kind) {

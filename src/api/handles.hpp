@@ -3,8 +3,18 @@
 // registered with the expected kind, so NULL, destroyed, foreign and mixed-up
 // handles are reported instead of dereferenced. The registry is shared by all
 // threads and contexts (a reader-writer lock: checks run in parallel).
+//
+// A handle's address is never given to another object while the process
+// runs: the structs behind handles take their storage from handle_alloc(),
+// and handle_free() keeps the storage of a handle that was ever registered as
+// a tombstone (the registry entry stays, marked dead). A destroyed handle is
+// therefore reported as destroyed by every later call, also after new objects
+// of the same kind were created. Cost: each destroyed handle keeps its
+// struct's bytes (at most a few dozen) and one registry entry, well under
+// 200 bytes in all.
 #pragma once
 
+#include <cstddef>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -18,9 +28,18 @@
 #include "vk/context.hpp"
 #include "vk/stream.hpp"
 
+// Routes a handle struct's new/delete through handle_alloc/handle_free.
+#define KVRT_HANDLE_STORAGE                                                                       \
+    static void* operator new(std::size_t size) { return ::kvrt::api::handle_alloc(size); }       \
+    static void operator delete(void* p) noexcept { ::kvrt::api::handle_free(p); }
+
 namespace kvrt::api {
 
 enum class Kind : uint8_t { Context = 1, Buffer, Stream, Cache, Memory };
+
+// Storage of handle structs (see above); use KVRT_HANDLE_STORAGE in each.
+void* handle_alloc(std::size_t size);
+void handle_free(void* p) noexcept;
 
 void register_handle(const void* handle, Kind kind);
 void unregister_handle(const void* handle);
@@ -50,11 +69,13 @@ private:
 }  // namespace kvrt::api
 
 struct kvrt_context_T {
+    KVRT_HANDLE_STORAGE
     std::unique_ptr<kvrt::vk::Context> ctx;
     kvrt::api::ChildList children;
 };
 
 struct kvrt_buffer_T {
+    KVRT_HANDLE_STORAGE
     kvrt_context_T* owner = nullptr;
     // Shared: a cache's window buffers are also the cache's own.
     std::shared_ptr<kvrt::vk::Buffer> buffer;
@@ -64,11 +85,13 @@ struct kvrt_buffer_T {
 };
 
 struct kvrt_stream_T {
+    KVRT_HANDLE_STORAGE
     kvrt_context_T* owner = nullptr;
     std::unique_ptr<kvrt::vk::Stream> stream;
 };
 
 struct kvrt_cache_T {
+    KVRT_HANDLE_STORAGE
     kvrt_context_T* owner = nullptr;
     std::unique_ptr<kvrt::cache::Cache> cache;
     // Handles of the static layout's buffers, per (layer, K|V), made on demand.

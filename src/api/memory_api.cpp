@@ -13,6 +13,7 @@
 #include "memory/memory.hpp"
 
 struct kvrt_memory_T {
+    KVRT_HANDLE_STORAGE
     kvrt_context_T* owner = nullptr;
     std::unique_ptr<kvrt::memory::Memory> memory;
 };

@@ -15,12 +15,21 @@ namespace kvrt::fault {
 // Makes the `n`-th fault point reached from now on fail (n >= 1); 0 disarms.
 void arm(uint64_t n);
 
+// Makes the first fault point named `site` (a string literal, compared by
+// content) reached from now on fail; other points pass. arm(0) disarms.
+void arm_site(const char* site);
+
 // Fault points passed since the last arm().
 uint64_t points_passed();
 
 // A fault point: returns `code` (with a detail message naming `site`) when it
 // is the armed one, KVRT_SUCCESS otherwise.
 Result point(const char* site, Result code);
+
+// A point that only arm_site() makes fail and that arm(n) does not count:
+// for failures that end a context (device loss) or that counted sweeps
+// should not see.
+Result named_point(const char* site, Result code);
 
 }  // namespace kvrt::fault
 

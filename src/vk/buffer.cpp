@@ -86,6 +86,7 @@ Result Buffer::wrap(Context& ctx, VkBuffer buffer, uint64_t offset, uint64_t siz
 
 Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index, MemoryKind kind) {
     KVRT_FAULT_POINT("device allocation", KVRT_ERROR_OUT_OF_DEVICE_MEMORY);
+    KVRT_TRY(fault::named_point("host allocation", KVRT_ERROR_OUT_OF_HOST_MEMORY));
     const DeviceFns& fn = ctx_.fn();
     VkDevice dev = ctx_.device();
     Piece p;

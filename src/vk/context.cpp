@@ -1,9 +1,11 @@
 #include "vk/context.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
+#include "core/fault.hpp"
 #include "kvrt/kvrt_vulkan.h"
 #include "vk/pipeline.hpp"
 
@@ -407,20 +409,40 @@ Result Context::init_common(const kvrt_pipeline_cache_desc* pipeline_cache) {
 
 Context::~Context() {
     if (device_) {
-        // Destroying objects the GPU still uses is undefined, so a context whose
-        // work does not finish in time leaks them rather than risk a crash.
-        const bool drained = wait_all(options_.wait_timeout_ns) == KVRT_SUCCESS || lost_;
-        if (!drained) {
-            log().log(KVRT_LOG_LEVEL_ERROR,
-                      "context destroyed while work is still running; its Vulkan objects are leaked");
-            return;
+        // Destroying objects the GPU still uses is undefined: everything
+        // waits until the device finished what kvrt submitted.
+        Result r = fault::named_point("wait at context destruction", KVRT_ERROR_TIMEOUT);
+        if (r == KVRT_SUCCESS) r = wait_all(options_.wait_timeout_ns);
+        bool idle = r == KVRT_SUCCESS || lost();
+        if (!idle) {
+            log().log(KVRT_LOG_LEVEL_WARN,
+                      "context destroyed while GPU work is still running (%s); waiting for the device to "
+                      "finish before its objects are freed",
+                      last_error_message());
+            idle = wait_idle_for_destruction();
         }
         std::vector<std::function<void()>> ready;
         {
             std::lock_guard<std::mutex> lock(timeline_mutex_);
-            retire_locked(&ready);
+            if (idle) {
+                // Done (or the device is lost, when freeing is allowed too):
+                // every deferred release runs now, before the device goes.
+                retire_locked(&ready);
+                for (Pending& p : releases_) ready.push_back(std::move(p.release));
+                releases_.clear();
+            } else {
+                // Never run: the memory they free may still be in use.
+                new std::deque<Pending>(std::move(releases_));
+            }
         }
-        for (auto& r : ready) r();
+        if (!idle) {
+            log().log(KVRT_LOG_LEVEL_ERROR,
+                      "context destroyed while an application's submission of kvrt's commands has not "
+                      "completed; its Vulkan objects are leaked");
+            (void)pipelines_.release();
+            return;
+        }
+        for (auto& f : ready) f();
         pipelines_.reset();
         for (const Staging& st : staging_pool_) destroy_staging(st);
         for (const Fence& f : fences_)
@@ -432,6 +454,42 @@ Context::~Context() {
         if (messenger_) ifn_.vkDestroyDebugUtilsMessengerEXT(instance_, messenger_, nullptr);
         ifn_.vkDestroyInstance(instance_, nullptr);
     }
+}
+
+bool Context::wait_idle_for_destruction() {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    std::lock_guard<std::mutex> lock(timeline_mutex_);
+    // No timeout: the work kvrt submitted finishes or the device is lost.
+    // An own device is kvrt's alone (every queue: vkDeviceWaitIdle); on an
+    // imported one kvrt waits for its own newest fence.
+    VkResult vr = VK_SUCCESS;
+    if (!imported_) {
+        vr = dfn_.vkDeviceWaitIdle(device_);
+    } else {
+        // The newest own fence settles every own submission before it.
+        for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it) {
+            if (it->external || it->done || !it->fence) continue;
+            vr = dfn_.vkWaitForFences(device_, 1, &it->fence->handle, VK_TRUE, UINT64_MAX);
+            break;
+        }
+    }
+    if (vr != VK_SUCCESS && check(vr, "waiting for the device at context destruction") != KVRT_SUCCESS && !lost())
+        return false;
+    // kvrt's own submissions are done; an application's submission of a
+    // command buffer kvrt recorded is done only if it says so.
+    for (InFlight& f : in_flight_) {
+        if (f.done) continue;
+        if (!f.external || lost()) {
+            mark_done_locked(f);
+            continue;
+        }
+        poll_locked(f);
+        if (!f.done && !lost()) return false;
+    }
+    const double ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+    log().log(KVRT_LOG_LEVEL_WARN, "waited %.3f ms more for the device before freeing the context's objects", ms);
+    return true;
 }
 
 Result Context::device_memory_type(uint32_t type_bits, uint32_t* out_index, bool* out_mappable,

@@ -232,6 +232,10 @@ public:
 private:
     Context() = default;
     Result init_common(const kvrt_pipeline_cache_desc* pipeline_cache);
+    // At destruction, after the bounded wait failed: waits without a bound
+    // for kvrt's submissions; false if an application's submission of
+    // kvrt's commands is still pending (its objects must then be leaked).
+    bool wait_idle_for_destruction();
     Result create_device(size_t device_index, const std::vector<PhysicalDeviceInfo>& devices);
 
     static VkBool32 VKAPI_PTR debug_callback(VkDebugUtilsMessageSeverityFlagBitsEXT severity,

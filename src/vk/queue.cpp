@@ -25,6 +25,8 @@ Result Context::submit(VkCommandBuffer cb, Serial* out_serial, const SubmitSync*
     if (sync && sync->has_values() && !timeline())
         return fail(KVRT_ERROR_UNSUPPORTED, "semaphore values need timeline semaphores, which the device lacks");
     KVRT_FAULT_POINT("queue submit", KVRT_ERROR_DEVICE_LOST);
+    if (fault::named_point("device loss at submission", KVRT_ERROR_DEVICE_LOST) != KVRT_SUCCESS)
+        return check(VK_ERROR_DEVICE_LOST, "vkQueueSubmit (injected device loss)");  // marks the context lost
     VkSubmitInfo si{};
     si.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
     si.commandBufferCount = 1;
@@ -403,6 +405,7 @@ Result Context::take_staging(uint64_t size, Staging* out) {
             return KVRT_SUCCESS;
         }
     }
+    KVRT_TRY(fault::named_point("host allocation", KVRT_ERROR_OUT_OF_HOST_MEMORY));
     VkBufferCreateInfo bci{};
     bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
     bci.size = size;
