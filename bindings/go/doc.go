@@ -13,6 +13,22 @@
 //
 // At run time the shared library must be found (LD_LIBRARY_PATH or an rpath).
 //
+// To use a library folder that has no pkg-config file, such as a build tree,
+// the same tag works with that folder and the repository's include folder:
+//
+//	CGO_CFLAGS=-I<kvrt>/include CGO_LDFLAGS="-L<kvrt>/build/lib -Wl,-rpath,<kvrt>/build/lib" \
+//	    go build -tags kvrt_nopkgconfig
+//
+// # What is not bound
+//
+// kvrt/kvrt_vulkan.h, the Vulkan interop header, is not bound: its functions
+// take and return Vulkan handles (VkDevice, VkBuffer, VkCommandBuffer, ...), which
+// only a program that owns a Vulkan device can supply or use, and which no Go
+// type of this package could carry safely. A Go program that owns a Vulkan
+// device already uses a Vulkan binding; it calls kvrt_vulkan.h through cgo
+// directly, with this package's headers and library on its include and link
+// paths.
+//
 // # Objects and lifetimes
 //
 // A Context (a device) creates Buffers, Streams, Caches and Memories. Every

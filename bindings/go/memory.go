@@ -334,3 +334,56 @@ func (m *Memory) State(seq int32, layer int) ([]float32, error) {
 	}
 	return out, nil
 }
+
+// MemoryEstimate gives the sizes of a memory before it is created
+// (kvrt_memory_estimate).
+type MemoryEstimate struct {
+	// DeviceBytes is the device memory NewMemory allocates: the keys, two
+	// state slots per sequence and layer, the initial values (unless zero)
+	// and the working memory of one chunk, whatever the tokens processed.
+	DeviceBytes uint64
+	// StateBytesPerSeq is the device bytes of one sequence's state over all
+	// layers (one slot), alignment padding included.
+	StateBytesPerSeq uint64
+	// MaxBindingBytes is the largest binding the estimate assumed.
+	MaxBindingBytes uint64
+}
+
+// EstimateMemory computes the sizes of a memory without a context (the
+// binding limit is taken as 128 MiB); see Context.EstimateMemory.
+func EstimateMemory(opts MemoryOptions) (MemoryEstimate, error) { return estimateMemory(nil, opts) }
+
+// EstimateMemory computes the sizes of a memory for opts on this context's
+// device without allocating anything (kvrt_memory_estimate_size). Initial
+// values given in a Buffer count as such but the buffer is not read. Safe
+// for concurrent use.
+func (c *Context) EstimateMemory(opts MemoryOptions) (MemoryEstimate, error) {
+	return estimateMemory(c, opts)
+}
+
+func estimateMemory(c *Context, opts MemoryOptions) (MemoryEstimate, error) {
+	const op = "kvrt_memory_estimate_size"
+	var p runtime.Pinner
+	defer p.Unpin()
+	d, refs, free, err := opts.desc(op, &p)
+	if err != nil {
+		return MemoryEstimate{}, err
+	}
+	defer free()
+	var h C.kvrt_context
+	if c != nil {
+		g, err := lockObjs(op, c.s, bufObjs(refs...)...)
+		if err != nil {
+			return MemoryEstimate{}, err
+		}
+		defer g.unlock()
+		h = c.handle()
+	} else if len(refs) != 0 {
+		return MemoryEstimate{}, argError(op, "initial values in a Buffer need a context")
+	}
+	fillBuffers(refs...)
+	e := C.go_memory_estimate_init()
+	err = call(op, func() C.kvrt_result { return C.kvrt_memory_estimate_size(h, d, &e) })
+	runtime.KeepAlive(c)
+	return MemoryEstimate{uint64(e.device_bytes), uint64(e.state_bytes_per_seq), uint64(e.max_binding_bytes)}, err
+}

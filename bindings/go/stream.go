@@ -15,7 +15,8 @@ import (
 // value is a stream without timestamps.
 type StreamOptions struct {
 	// Timestamps records GPU timestamps around every operation, read with
-	// Stream.Timings (KVRT_STREAM_TIMESTAMPS); ErrUnsupported without them.
+	// Stream.Timings (KVRT_STREAM_TIMESTAMPS); without them Timings gives an
+	// error matching ErrInvalidState.
 	Timestamps bool
 	// MaxTimings is the number of operations timed per submission; 0 = 256.
 	MaxTimings uint32
