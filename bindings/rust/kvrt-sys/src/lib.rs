@@ -29,6 +29,8 @@
 )]
 
 include!("bindings.rs");
+// The fixed-capacity memory (kvrt_memory.h, experimental in the C header).
+include!("memory_bindings.rs");
 
 mod init;
 pub use init::*;
