@@ -182,6 +182,42 @@ pub struct TensorRef<'a> {
     _data: PhantomData<&'a [u8]>,
 }
 
+/// The offset and stride setters shared by [`TensorRef`] and [`OutputRef`]
+/// (both keep their layout in a `strides` field).
+macro_rules! strided_setters {
+    () => {
+        /// Sets the byte offset of the first value.
+        pub fn with_offset(mut self, offset: u64) -> Self {
+            self.strides.offset = offset;
+            self
+        }
+
+        /// Sets the bytes between tokens (0 = packed).
+        pub fn with_row_stride(mut self, row_stride: u64) -> Self {
+            self.strides.row = row_stride;
+            self
+        }
+
+        /// Sets the bytes between heads of one token (0 = packed).
+        pub fn with_head_stride(mut self, head_stride: u64) -> Self {
+            self.strides.head = head_stride;
+            self
+        }
+
+        /// Sets the bytes between layers (0 = packed).
+        pub fn with_layer_stride(mut self, layer_stride: u64) -> Self {
+            self.strides.layer = layer_stride;
+            self
+        }
+
+        /// Sets offset and every stride at once.
+        pub fn with_strides(mut self, strides: Strides) -> Self {
+            self.strides = strides;
+            self
+        }
+    };
+}
+
 impl<'a> TensorRef<'a> {
     /// F32 values in host memory.
     pub fn host_f32(data: &'a [f32]) -> Self {
@@ -216,35 +252,7 @@ impl<'a> TensorRef<'a> {
         }
     }
 
-    /// Sets the byte offset of the first value.
-    pub fn with_offset(mut self, offset: u64) -> Self {
-        self.strides.offset = offset;
-        self
-    }
-
-    /// Sets the bytes between tokens (0 = packed).
-    pub fn with_row_stride(mut self, row_stride: u64) -> Self {
-        self.strides.row = row_stride;
-        self
-    }
-
-    /// Sets the bytes between heads of one token (0 = packed).
-    pub fn with_head_stride(mut self, head_stride: u64) -> Self {
-        self.strides.head = head_stride;
-        self
-    }
-
-    /// Sets the bytes between layers (0 = packed).
-    pub fn with_layer_stride(mut self, layer_stride: u64) -> Self {
-        self.strides.layer = layer_stride;
-        self
-    }
-
-    /// Sets offset and every stride at once.
-    pub fn with_strides(mut self, strides: Strides) -> Self {
-        self.strides = strides;
-        self
-    }
+    strided_setters!();
 
     /// The element type.
     pub fn element_type(&self) -> ElementType {
@@ -375,35 +383,7 @@ impl<'a> OutputRef<'a> {
         }
     }
 
-    /// Sets the byte offset of the first value.
-    pub fn with_offset(mut self, offset: u64) -> Self {
-        self.strides.offset = offset;
-        self
-    }
-
-    /// Sets the bytes between tokens (0 = packed).
-    pub fn with_row_stride(mut self, row_stride: u64) -> Self {
-        self.strides.row = row_stride;
-        self
-    }
-
-    /// Sets the bytes between heads of one token (0 = packed).
-    pub fn with_head_stride(mut self, head_stride: u64) -> Self {
-        self.strides.head = head_stride;
-        self
-    }
-
-    /// Sets the bytes between layers (0 = packed).
-    pub fn with_layer_stride(mut self, layer_stride: u64) -> Self {
-        self.strides.layer = layer_stride;
-        self
-    }
-
-    /// Sets offset and every stride at once.
-    pub fn with_strides(mut self, strides: Strides) -> Self {
-        self.strides = strides;
-        self
-    }
+    strided_setters!();
 
     /// The element type.
     pub fn element_type(&self) -> ElementType {
