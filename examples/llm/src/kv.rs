@@ -3,7 +3,10 @@
 //! cells and runs that layer's attention, all through kvrt.
 
 use anyhow::{bail, Result};
-use kvrt::{AttentionParams, Batch, Cache, CacheDesc, Context, ElementType, Layers, Layout, OutputRef, RopeDesc, RopeMode, StaticLayoutDesc, TensorRef};
+use kvrt::{
+    AttentionParams, Batch, Cache, CacheDesc, Context, ElementType, Layers, Layout, OutputRef,
+    RopeDesc, RopeMode, StaticLayoutDesc, TensorRef,
+};
 
 use crate::model::Hparams;
 
@@ -94,7 +97,14 @@ impl Kv {
 
     /// Attention of the batch's queries ([tokens, heads, head_dim], f32,
     /// after RoPE) over `layer`; the result goes to `out`, same shape.
-    pub fn attention(&mut self, layer: u32, positions: &[i32], seqs: &[i32], q: &[f32], out: &mut [f32]) -> Result<()> {
+    pub fn attention(
+        &mut self,
+        layer: u32,
+        positions: &[i32],
+        seqs: &[i32],
+        q: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
         self.cache.attention(
             layer,
             &Batch::new(positions, seqs)?,

@@ -154,12 +154,17 @@ fn real_main() -> Result<()> {
     let t_load = Instant::now();
     let mut file = std::fs::File::open(&args.model)
         .with_context(|| format!("opening the model {}", args.model.display()))?;
-    let ct = gguf_file::Content::read(&mut file).with_context(|| format!("reading {} as GGUF", args.model.display()))?;
+    let ct = gguf_file::Content::read(&mut file)
+        .with_context(|| format!("reading {} as GGUF", args.model.display()))?;
     let tok = tokenizer::GgufTokenizer::from_gguf(&ct)?;
     let mut model = model::Model::load(&ct, &mut file, &dev)?;
     let hp = model.hp.clone();
     if tok.vocab_size() != hp.vocab_size {
-        bail!("the GGUF's vocabulary has {} tokens and its model {}", tok.vocab_size(), hp.vocab_size);
+        bail!(
+            "the GGUF's vocabulary has {} tokens and its model {}",
+            tok.vocab_size(),
+            hp.vocab_size
+        );
     }
     eprintln!(
         "kvrt-llm: {} ({}, {}): {} layers, embedding {}, feed-forward {}, {} heads / {} KV heads of {}, RoPE base {}, vocabulary {}; loaded in {:.2} s",
@@ -176,15 +181,22 @@ fn real_main() -> Result<()> {
         hp.vocab_size,
         t_load.elapsed().as_secs_f64()
     );
-    let mut builder = kvrt::Context::builder().log_callback(kvrt::LogLevel::Warn, |level, msg| eprintln!("kvrt: {level:?}: {msg}"));
+    let mut builder = kvrt::Context::builder().log_callback(kvrt::LogLevel::Warn, |level, msg| {
+        eprintln!("kvrt: {level:?}: {msg}")
+    });
     if let Some(d) = &args.device {
         builder = builder.device(d.clone());
     }
     let ctx = builder.build()?;
-    eprintln!("kvrt-llm: kvrt {} on {}", kvrt::version_string(), ctx.device_info()?.name);
+    eprintln!(
+        "kvrt-llm: kvrt {} on {}",
+        kvrt::version_string(),
+        ctx.device_info()?.name
+    );
 
     if let Some(path) = &args.perplexity {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let opts = PplOptions {
             ctx: args.ctx,
             kv_type,
@@ -231,7 +243,9 @@ fn real_main() -> Result<()> {
     } else {
         args.prompt.clone()
     };
-    prompts = (0..args.seqs).map(|i| prompts[i % prompts.len()].clone()).collect();
+    prompts = (0..args.seqs)
+        .map(|i| prompts[i % prompts.len()].clone())
+        .collect();
     if args.chat {
         prompts = prompts
             .iter()
@@ -241,7 +255,10 @@ fn real_main() -> Result<()> {
     let reference = if args.check {
         let t = Instant::now();
         let r = reference::load(&args.model, &dev)?;
-        eprintln!("kvrt-llm: reference engine (candle-transformers quantized_llama) loaded in {:.2} s", t.elapsed().as_secs_f64());
+        eprintln!(
+            "kvrt-llm: reference engine (candle-transformers quantized_llama) loaded in {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
         Some(r)
     } else {
         None
@@ -262,7 +279,15 @@ fn real_main() -> Result<()> {
         ubatch: args.ubatch.max(1),
         stream: !args.json && args.seqs == 1,
     };
-    let report = generate::generate(&mut model, &tok, &ctx, reference.as_ref(), &dev, &prompts, &opts)?;
+    let report = generate::generate(
+        &mut model,
+        &tok,
+        &ctx,
+        reference.as_ref(),
+        &dev,
+        &prompts,
+        &opts,
+    )?;
     let t = model.time;
     if args.json {
         println!("{}", report_json(&args, &report, t));
@@ -270,7 +295,12 @@ fn real_main() -> Result<()> {
     }
     if args.seqs > 1 {
         for (i, s) in report.seqs.iter().enumerate() {
-            println!("--- sequence {i}: {}", args.prompt.get(i % args.prompt.len().max(1)).map_or(DEFAULT_PROMPTS[i % 4], |p| p.as_str()));
+            println!(
+                "--- sequence {i}: {}",
+                args.prompt
+                    .get(i % args.prompt.len().max(1))
+                    .map_or(DEFAULT_PROMPTS[i % 4], |p| p.as_str())
+            );
             println!("{}", s.text);
         }
     }
@@ -284,7 +314,7 @@ fn report_json(args: &Args, r: &Report, t: model::TimeSplit) -> serde_json::Valu
             "prompt": s.prompt, "prompt_ids": s.prompt_ids, "generated_ids": s.generated_ids,
             "text": s.text, "top1_logit": s.top1_logit, "top1_minus_top2": s.top1_minus_top2,
             "agreement": s.agreement.as_ref().map(|a| json!({
-                "steps": a.steps, "top1_same": a.top1_same, "nmse_max": a.nmse_max,
+                "steps": a.steps, "top1_same": a.top1_same, "identical_prefix": a.identical_prefix, "nmse_max": a.nmse_max,
                 "nmse_mean": a.nmse_mean(), "nmse_steps": a.nmse_steps, "stopped": a.stopped,
             })),
         })
@@ -341,7 +371,9 @@ fn summary(args: &Args, r: &Report, t: model::TimeSplit) {
     for (i, s) in r.seqs.iter().enumerate() {
         if let Some(a) = &s.agreement {
             eprintln!(
-                "kvrt-llm: sequence {i} against the reference (candle-transformers quantized_llama): top-1 token equal in {}/{} steps, logits NMSE mean {:.2e}, max {:.2e}{}",
+                "kvrt-llm: sequence {i} against the reference (candle-transformers quantized_llama): greedy tokens identical for {}/{} steps, top-1 equal in {}/{} steps (same inputs), logits NMSE mean {:.2e}, max {:.2e}{}",
+                a.identical_prefix,
+                a.steps,
                 a.top1_same,
                 a.steps,
                 a.nmse_mean(),

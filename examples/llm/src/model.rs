@@ -39,7 +39,11 @@ impl Hparams {
     /// Reads the llama-architecture keys; refuses other architectures and
     /// RoPE variants this engine does not implement (scaling, partial RoPE).
     pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
-        let get = |k: &str| ct.metadata.get(k).ok_or_else(|| anyhow!("the GGUF has no `{k}`"));
+        let get = |k: &str| {
+            ct.metadata
+                .get(k)
+                .ok_or_else(|| anyhow!("the GGUF has no `{k}`"))
+        };
         let arch = get("general.architecture")?.to_string()?.clone();
         if arch != "llama" {
             bail!("general.architecture is `{arch}`; this engine runs llama-architecture models");
@@ -56,7 +60,10 @@ impl Hparams {
         if rope_dim != head_dim {
             bail!("partial RoPE ({rope_dim} of {head_dim} dimensions) is not implemented here");
         }
-        if ct.metadata.contains_key(&format!("{arch}.rope.scaling.type")) {
+        if ct
+            .metadata
+            .contains_key(&format!("{arch}.rope.scaling.type"))
+        {
             bail!("RoPE scaling is not implemented here");
         }
         let f = |k: &str, default: f32| -> f32 {
@@ -128,7 +135,12 @@ pub struct Model {
 /// The RoPE tables of llama's "normal" mode (rotated pairs (2i, 2i+1)):
 /// theta_i = base^(-2i/d), angle = position * theta_i, for positions
 /// 0..n_pos, as f32 in the same order of operations as the GGUF reference.
-pub fn rope_tables(head_dim: usize, base: f32, n_pos: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
+pub fn rope_tables(
+    head_dim: usize,
+    base: f32,
+    n_pos: usize,
+    dev: &Device,
+) -> Result<(Tensor, Tensor)> {
     let theta: Vec<f32> = (0..head_dim)
         .step_by(2)
         .map(|i| 1f32 / base.powf(i as f32 / head_dim as f32))
@@ -158,11 +170,18 @@ impl Model {
         };
         let mut layers = Vec::with_capacity(hp.n_layers);
         for l in 0..hp.n_layers {
-            let mut w = |n: &str| -> Result<QMatMul> { Ok(QMatMul::from_qtensor(tensor(&format!("blk.{l}.{n}.weight"))?)?) };
+            let mut w = |n: &str| -> Result<QMatMul> {
+                Ok(QMatMul::from_qtensor(tensor(&format!(
+                    "blk.{l}.{n}.weight"
+                ))?)?)
+            };
             let (wq, wk, wv, wo) = (w("attn_q")?, w("attn_k")?, w("attn_v")?, w("attn_output")?);
             let (gate, down, up) = (w("ffn_gate")?, w("ffn_down")?, w("ffn_up")?);
             let mut n = |n: &str| -> Result<RmsNorm> {
-                Ok(RmsNorm::from_qtensor(tensor(&format!("blk.{l}.{n}.weight"))?, hp.rms_eps)?)
+                Ok(RmsNorm::from_qtensor(
+                    tensor(&format!("blk.{l}.{n}.weight"))?,
+                    hp.rms_eps,
+                )?)
             };
             layers.push(Layer {
                 attn_norm: n("attn_norm")?,
@@ -176,7 +195,12 @@ impl Model {
                 up,
             });
         }
-        let (cos, sin) = rope_tables(hp.head_dim, hp.rope_freq_base, hp.context_length.max(1), dev)?;
+        let (cos, sin) = rope_tables(
+            hp.head_dim,
+            hp.rope_freq_base,
+            hp.context_length.max(1),
+            dev,
+        )?;
         Ok(Model {
             hp,
             embedding,
@@ -215,10 +239,20 @@ impl Model {
         let n = tokens.len();
         let hp = &self.hp;
         if n == 0 || positions.len() != n || seqs.len() != n {
-            bail!("forward: {n} tokens, {} positions, {} sequence ids", positions.len(), seqs.len());
+            bail!(
+                "forward: {n} tokens, {} positions, {} sequence ids",
+                positions.len(),
+                seqs.len()
+            );
         }
-        if let Some(&p) = positions.iter().find(|&&p| p < 0 || p as usize >= hp.context_length) {
-            bail!("position {p} is outside the model's context of {}", hp.context_length);
+        if let Some(&p) = positions
+            .iter()
+            .find(|&&p| p < 0 || p as usize >= hp.context_length)
+        {
+            bail!(
+                "position {p} is outside the model's context of {}",
+                hp.context_length
+            );
         }
         let (nh, nkv, hd) = (hp.n_heads, hp.n_kv_heads, hp.head_dim);
         let dev = self.embedding.device().clone();
@@ -311,4 +345,3 @@ pub fn nmse(a: &[f32], reference: &[f32]) -> f64 {
         num / den
     }
 }
-

@@ -44,14 +44,24 @@ pub struct PplReport {
 }
 
 /// Computes the perplexity of `text`.
-pub fn perplexity(model: &mut Model, tok: &GgufTokenizer, ctx: &Context, text: &str, opts: &PplOptions) -> Result<PplReport> {
+pub fn perplexity(
+    model: &mut Model,
+    tok: &GgufTokenizer,
+    ctx: &Context,
+    text: &str,
+    opts: &PplOptions,
+) -> Result<PplReport> {
     let tokens = tok.encode(text, false)?;
     let n_ctx = opts.ctx;
     if n_ctx < 8 {
         bail!("--ctx must be at least 8");
     }
     if tokens.len() < 2 * n_ctx {
-        bail!("the text has {} tokens; --ctx {n_ctx} needs at least {}", tokens.len(), 2 * n_ctx);
+        bail!(
+            "the text has {} tokens; --ctx {n_ctx} needs at least {}",
+            tokens.len(),
+            2 * n_ctx
+        );
     }
     let mut n_chunks = tokens.len() / n_ctx;
     if opts.max_chunks > 0 {
@@ -59,9 +69,19 @@ pub fn perplexity(model: &mut Model, tok: &GgufTokenizer, ctx: &Context, text: &
     }
     let capacity = opts.capacity.min(n_ctx as u32);
     // A pass must fit beside what a shift keeps.
-    let ubatch = opts.ubatch.min(((capacity - opts.keep.min(capacity)) / 2).max(1) as usize);
+    let ubatch = opts
+        .ubatch
+        .min(((capacity - opts.keep.min(capacity)) / 2).max(1) as usize);
     let first = n_ctx / 2;
-    let mut kv = Kv::new(ctx, &model.hp, opts.kv_type, Layout::Cells, capacity, 1, "perplexity")?;
+    let mut kv = Kv::new(
+        ctx,
+        &model.hp,
+        opts.kv_type,
+        Layout::Cells,
+        capacity,
+        1,
+        "perplexity",
+    )?;
     let t0 = Instant::now();
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
     let mut chunks = Vec::with_capacity(n_chunks);
@@ -78,9 +98,13 @@ pub fn perplexity(model: &mut Model, tok: &GgufTokenizer, ctx: &Context, text: &
             }
             let pos: Vec<i32> = (n_past..n_past + n as i32).collect();
             // Logits only for the rows that score a token.
-            let rows: Vec<usize> = (start..end).filter(|&j| j >= first && j + 1 < n_ctx).map(|j| j - start).collect();
+            let rows: Vec<usize> = (start..end)
+                .filter(|&j| j >= first && j + 1 < n_ctx)
+                .map(|j| j - start)
+                .collect();
             let logits_for: &[usize] = if rows.is_empty() { &[0] } else { &rows };
-            let logits = model.forward(&mut kv, &chunk[start..end], &pos, &vec![0; n], logits_for)?;
+            let logits =
+                model.forward(&mut kv, &chunk[start..end], &pos, &vec![0; n], logits_for)?;
             if !rows.is_empty() {
                 for (r, l) in rows.iter().zip(logits_rows(&logits)?) {
                     let j = start + r;
@@ -105,7 +129,11 @@ pub fn perplexity(model: &mut Model, tok: &GgufTokenizer, ctx: &Context, text: &
     }
     let mean = nll / count as f64;
     let var = (nll2 / count as f64 - mean * mean).max(0.0);
-    let se = if count > 1 { (var / (count - 1) as f64).sqrt() } else { 0.0 };
+    let se = if count > 1 {
+        (var / (count - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
     let ppl = mean.exp();
     Ok(PplReport {
         ppl,

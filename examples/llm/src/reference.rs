@@ -24,6 +24,9 @@ pub struct Agreement {
     pub steps: usize,
     /// Steps whose top-1 token was the same.
     pub top1_same: usize,
+    /// Steps before the first different top-1 token: the tokens a greedy
+    /// run of the reference on its own would have generated identically.
+    pub identical_prefix: usize,
     /// The largest NMSE of one step's logits.
     pub nmse_max: f64,
     /// Sum of the steps' NMSE (for the mean).
@@ -44,6 +47,9 @@ impl Agreement {
         self.nmse_max = self.nmse_max.max(e);
         if top2(engine).0 == top2(reference).0 {
             self.top1_same += 1;
+            if self.identical_prefix + 1 == self.steps {
+                self.identical_prefix += 1;
+            }
         }
     }
 
@@ -60,7 +66,8 @@ impl Agreement {
 /// Loads the reference model from the GGUF at `path`.
 pub fn load(path: &std::path::Path, dev: &Device) -> Result<ModelWeights> {
     let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let ct = gguf_file::Content::read(&mut f).with_context(|| format!("reading {}", path.display()))?;
+    let ct =
+        gguf_file::Content::read(&mut f).with_context(|| format!("reading {}", path.display()))?;
     Ok(ModelWeights::from_gguf(ct, &mut f, dev)?)
 }
 

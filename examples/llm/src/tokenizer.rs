@@ -48,7 +48,11 @@ fn strings(v: &Value, key: &str) -> Result<Vec<String>> {
     v.to_vec()
         .with_context(|| format!("`{key}` is not an array"))?
         .iter()
-        .map(|s| s.to_string().cloned().with_context(|| format!("`{key}` holds a non-string")))
+        .map(|s| {
+            s.to_string()
+                .cloned()
+                .with_context(|| format!("`{key}` holds a non-string"))
+        })
         .collect()
 }
 
@@ -70,7 +74,11 @@ impl GgufTokenizer {
             None => vec![1; tokens.len()],
         };
         if types.len() != tokens.len() {
-            bail!("tokenizer.ggml.token_type has {} entries for {} tokens", types.len(), tokens.len());
+            bail!(
+                "tokenizer.ggml.token_type has {} entries for {} tokens",
+                types.len(),
+                tokens.len()
+            );
         }
 
         let vocab: tokenizers::models::bpe::Vocab = tokens
@@ -104,7 +112,9 @@ impl GgufTokenizer {
                 PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true)),
             ]),
             Some("gpt2") | Some("default") | None => {
-                Sequence::new(vec![PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, true))])
+                Sequence::new(vec![PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+                    false, true, true,
+                ))])
             }
             Some(other) => bail!("tokenizer.ggml.pre `{other}` is not one this engine knows"),
         };
@@ -187,10 +197,9 @@ impl GgufTokenizer {
     /// Renders the GGUF's chat template for one conversation: an optional
     /// system message, then the user's message, then the assistant's turn.
     pub fn chat_prompt(&self, system: Option<&str>, user: &str) -> Result<String> {
-        let template = self
-            .chat_template
-            .as_deref()
-            .ok_or_else(|| anyhow!("the GGUF has no tokenizer.chat_template: run without --chat"))?;
+        let template = self.chat_template.as_deref().ok_or_else(|| {
+            anyhow!("the GGUF has no tokenizer.chat_template: run without --chat")
+        })?;
         let mut env = minijinja::Environment::new();
         env.add_template("chat", template)
             .map_err(|e| anyhow!("the GGUF's chat template does not parse: {e}"))?;
