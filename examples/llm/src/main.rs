@@ -91,6 +91,9 @@ struct Args {
     /// arithmetic, so that a comparison with --check isolates the KV cache.
     #[arg(long)]
     dequantize: bool,
+    /// Print the token ids of each prompt (after --chat) as JSON and exit.
+    #[arg(long)]
+    tokenize: bool,
     /// Print one JSON object on stdout instead of the text.
     #[arg(long)]
     json: bool,
@@ -243,14 +246,24 @@ fn real_main() -> Result<()> {
     } else {
         args.prompt.clone()
     };
-    prompts = (0..args.seqs)
-        .map(|i| prompts[i % prompts.len()].clone())
-        .collect();
+    if !args.tokenize {
+        prompts = (0..args.seqs)
+            .map(|i| prompts[i % prompts.len()].clone())
+            .collect();
+    }
     if args.chat {
         prompts = prompts
             .iter()
             .map(|p| tok.chat_prompt(args.system.as_deref(), p))
             .collect::<Result<_>>()?;
+    }
+    if args.tokenize {
+        let ids: Vec<Vec<u32>> = prompts
+            .iter()
+            .map(|p| tok.encode(p, true))
+            .collect::<Result<_>>()?;
+        println!("{}", json!({ "prompts": prompts, "ids": ids }));
+        return Ok(());
     }
     let reference = if args.check {
         let t = Instant::now();
