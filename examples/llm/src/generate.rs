@@ -170,6 +170,19 @@ pub fn generate(
     } else {
         opts.capacity
     };
+    // The windows first: a type the static layout refuses fails before any work.
+    let mut windows = match opts.layout {
+        Layout::Static => Some(Kv::new(
+            ctx,
+            &model.hp,
+            opts.kv_type,
+            Layout::Static,
+            opts.capacity,
+            n as u32,
+            "windows",
+        )?),
+        _ => None,
+    };
     let mut kv = Kv::new(
         ctx,
         &model.hp,
@@ -254,20 +267,11 @@ pub fn generate(
     }
 
     // The static layout: hand the sequences over to the windows.
-    if opts.layout == Layout::Static {
-        let mut windows = Kv::new(
-            ctx,
-            &model.hp,
-            opts.kv_type,
-            Layout::Static,
-            opts.capacity,
-            n as u32,
-            "windows",
-        )?;
+    if let Some(mut w) = windows.take() {
         for s in &seqs {
-            kv.cache.seq_transfer(s.id, &mut windows.cache, s.id)?;
+            kv.cache.seq_transfer(s.id, &mut w.cache, s.id)?;
         }
-        kv = windows;
+        kv = w;
     }
 
     let mut sampler = if opts.temperature > 0.0 {

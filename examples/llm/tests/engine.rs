@@ -169,6 +169,34 @@ fn static_layout_equals_cells() {
     );
 }
 
+// Windows of 24 rows over a 4-token prompt and 40 generated tokens: the
+// windows slide (rows copied, never re-quantized), and until the oldest row
+// falls out (the first 21 tokens) the tokens equal the cell layout's.
+#[test]
+fn static_windows_slide() {
+    let common = [
+        "-p",
+        "Once upon a time",
+        "-n",
+        "40",
+        "--ignore-eos",
+        "--kv-type",
+        "f16",
+    ];
+    let cells = run(&[&common[..], &["--capacity", "128"]].concat());
+    let windows = run(&[&common[..], &["--layout", "static", "--capacity", "24"]].concat());
+    assert_eq!(ids(&cells, "prompt_ids").len(), 4);
+    assert!(
+        windows["static_bytes_moved"].as_u64().unwrap() > 0,
+        "no slide"
+    );
+    assert_eq!(ids(&windows, "generated_ids").len(), 40);
+    assert_eq!(
+        ids(&cells, "generated_ids")[..21],
+        ids(&windows, "generated_ids")[..21]
+    );
+}
+
 // Two chat prompts share the system prompt: stored once and shared with
 // seq_cp, then decoded together with one attention call per layer. Each
 // must generate what it generates alone.
@@ -315,6 +343,8 @@ fn bad_input_is_refused_clearly() {
         "3",
     ]);
     assert!(err.contains("raise --capacity"), "{err}");
+    let err = fails(&["--model", m, "--layout", "static", "--kv-type", "q8_0"]);
+    assert!(err.contains("the static layout takes"), "{err}");
     let err = fails(&["--model", m, "--seqs", "0"]);
     assert!(err.contains("--seqs must be at least 1"), "{err}");
     let text = concat!(env!("CARGO_MANIFEST_DIR"), "/data/alice-ch1-2.txt");
