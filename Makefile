@@ -118,7 +118,7 @@ test-go: build
 # ~/.cache/kvrt/models and prints its path.
 LLM_DIR := examples/llm
 LLM_ENV := PKG_CONFIG_PATH=$(RUST_PREFIX)/lib/pkgconfig CARGO_TARGET_DIR=$(CURDIR)/$(LLM_DIR)/target
-DEMO_PROMPT ?= What is the capital of France? Answer in one sentence, then name two landmarks there.
+DEMO_PROMPT ?= Explain in a few sentences why the sky is blue.
 
 llm: build
 	@cmake --install $(BUILD) --prefix $(RUST_PREFIX) >/dev/null
@@ -142,7 +142,7 @@ test: build test-asan test-tsan test-rust test-go test-llm
 # split, the cache's memory and the agreement.
 demo: llm
 	@model=$$(bash tools/fetch-model.sh) && \
-	  $(BUILD)/bin/kvrt-llm --model "$$model" --chat --dequantize --check -n 96 -p "$(DEMO_PROMPT)"
+	  $(BUILD)/bin/kvrt-llm --model "$$model" --chat --dequantize --check -n 128 -p "$(DEMO_PROMPT)"
 
 bench: build
 	@$(BUILD)/bin/kvrt bench standard
