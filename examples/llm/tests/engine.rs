@@ -351,3 +351,44 @@ fn bad_input_is_refused_clearly() {
     let err = fails(&["--model", m, "--perplexity", text, "--ctx", "100000"]);
     assert!(err.contains("needs at least"), "{err}");
 }
+
+// The tokenizer (the `tokenizers` crate with the GGUF's vocabulary and
+// merges) against llama.cpp's own tokenizer on the same GGUF: the ids in
+// tests/data/token_vectors.json come from tests/gen_token_vectors.py.
+#[test]
+fn tokenizer_matches_llama_cpp() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let data = std::fs::read_to_string(format!("{dir}/tests/data/token_vectors.json")).unwrap();
+    let data: Value = serde_json::from_str(&data).unwrap();
+    let mut texts: Vec<String> = Vec::new();
+    let mut expect: Vec<Vec<u64>> = Vec::new();
+    for v in data["vectors"].as_array().unwrap() {
+        texts.push(v["text"].as_str().unwrap().to_string());
+        expect.push(ids(v, "ids"));
+    }
+    let file = &data["file"];
+    texts.push(
+        std::fs::read_to_string(format!("{dir}/{}", file["path"].as_str().unwrap())).unwrap(),
+    );
+    expect.push(ids(file, "ids"));
+    let mut args = vec!["--tokenize"];
+    for t in &texts {
+        args.extend(["-p", t.as_str()]);
+    }
+    let got = run(&args);
+    for (i, e) in expect.iter().enumerate() {
+        let g: Vec<u64> = got["ids"][i]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            &g,
+            e,
+            "tokens of {:?} differ from llama.cpp's",
+            &texts[i][..texts[i].len().min(60)]
+        );
+    }
+    assert_eq!(expect.last().unwrap().len(), 6096);
+}
