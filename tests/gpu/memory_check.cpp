@@ -59,7 +59,8 @@ Reference::Reference(const Geometry& g) : g_(g) {
         for (uint32_t h = 0; h < g.heads; ++h) {
             const uint64_t block = static_cast<uint64_t>(l) * g.heads + h;
             std::vector<float> mk(g.m * g.e), mv(g.m * g.d, 0.0f);
-            for (size_t i = 0; i < mk.size(); ++i) mk[i] = seeded(g.key_seed, block * mk.size() + i);
+            for (size_t i = 0; i < mk.size(); ++i)
+                mk[i] = g.host_keys.empty() ? seeded(g.key_seed, block * mk.size() + i) : g.host_keys[block * mk.size() + i];
             if (g.init_values) {
                 for (size_t i = 0; i < mv.size(); ++i) {
                     const float v = seeded(g.value_seed, block * mv.size() + i);

@@ -24,6 +24,9 @@ struct Geometry {
     uint32_t layers = 1, heads = 2, m = 64, e = 32, d = 32, seqs = 1, chunk = 0;
     kvrt_type state = KVRT_TYPE_F32;
     uint64_t key_seed = 11;
+    // MK of every layer and head from the host, layer-major as
+    // kvrt_memory_init takes it; empty: MK from key_seed.
+    std::vector<float> host_keys;
     bool init_values = false;
     uint64_t value_seed = 22;
 };
@@ -33,7 +36,8 @@ Geometry shape(uint32_t layers, uint32_t heads, uint32_t m, uint32_t e, uint32_t
                bool init_values = false);
 
 // The descriptor of a memory of geometry `g`, with the initial-data structs
-// it points at (so not copyable; set() starts over).
+// it points at (so not copyable; set() starts over). With host keys it points
+// at g.host_keys too.
 struct MemoryDesc {
     kvrt_memory_init keys = KVRT_MEMORY_INIT_INIT, values = KVRT_MEMORY_INIT_INIT;
     kvrt_memory_desc desc = KVRT_MEMORY_DESC_INIT;
@@ -56,6 +60,10 @@ struct MemoryDesc {
         desc.state_type = g.state;
         keys.source = KVRT_MEMORY_SOURCE_SEED;
         keys.seed = g.key_seed;
+        if (!g.host_keys.empty()) {
+            keys.source = KVRT_MEMORY_SOURCE_HOST;
+            keys.host = g.host_keys.data();
+        }
         desc.keys = &keys;
         if (g.init_values) {
             values.source = KVRT_MEMORY_SOURCE_SEED;

@@ -4,7 +4,6 @@
 
 #include "bench.hpp"
 #include "cli.hpp"
-#include "demo.hpp"
 
 namespace {
 
@@ -15,7 +14,6 @@ void usage(FILE* out) {
                  "commands:\n"
                  "  info       list the Vulkan devices and their features\n"
                  "  bench      run a benchmark case (kvrt bench --help)\n"
-                 "  demo       a small model decoding through kvrt, checked as it goes\n"
                  "  estimate   memory of a cache for a model geometry\n"
                  "  version    print the library version\n"
                  "\n"
@@ -33,7 +31,6 @@ int main(int argc, char** argv) {
     const char* cmd = argv[1];
     if (!std::strcmp(cmd, "info")) return cli::cmd_info(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "bench")) return cli::bench::cmd_bench(argc - 2, argv + 2);
-    if (!std::strcmp(cmd, "demo")) return cli::cmd_demo(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "estimate")) return cli::cmd_estimate(argc - 2, argv + 2);
     if (!std::strcmp(cmd, "version")) {
         std::printf("kvrt %s\n", kvrt_version_string());

@@ -1,27 +1,26 @@
-// The static strategy's own account of kvrt's static padded layout (SPEC 5,
-// kvrt.h "Static padded layout"), independent of the runtime:
+// The static decode test's own account of kvrt's static padded layout
+// (SPEC 5, kvrt.h "Static padded layout"), independent of kvrt:
 //
 // - WindowModel replays, from the documented rules alone, where one
 //   sequence's window lies in its regions, where each append writes, and
 //   which appends slide (and how many rows each slide copies);
-// - WindowChecker keeps the K/V rows the demo gave kvrt for the tokens still
+// - WindowChecker keeps the K/V rows the test gave kvrt for the tokens still
 //   in the windows and checks, for every layer, KV head, K and V,
-//   kvrt_cache_get_static_window's description and the window's bytes (downloaded
-//   from its buffer at its offset) against them, bit for bit, and the
-//   sequence's kvrt_cache_get_static_mask.
+//   kvrt_cache_get_static_window's description and the window's bytes
+//   (downloaded from its buffer at its offset) against them, bit for bit
+//   against the reference encoding (tests/reference/quant.hpp, half.hpp), and
+//   the sequence's kvrt_cache_get_static_mask.
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <string>
 #include <tuple>
 #include <vector>
 
-#include "demo_model.hpp"
-#include "kv_types.hpp"
-#include "kvrt/kvrt.h"
+#include "decode_model.hpp"
+#include "gpu_test.hpp"
 
-namespace cli::demo {
+namespace kvrt_test::decode {
 
 // One sequence's window over its regions of reserved_rows rows: rows
 // [start, start + window_rows), its n_valid valid rows last. Appending n rows
@@ -53,57 +52,48 @@ private:
     uint64_t slides_ = 0, overlapping_ = 0, rows_moved_ = 0, rows_appended_ = 0;
 };
 
-// What the window checks saw.
-struct WindowFigures {
-    uint64_t windows = 0;      // (sequence, layer, KV head, K|V) windows checked
-    uint64_t rows = 0;         // valid rows compared
-    uint64_t bytes = 0;        // window bytes downloaded
-    uint64_t masks = 0;        // masks checked (f32 and f16 count once)
-    uint64_t mismatches = 0;   // failed comparisons of any kind
-    std::string first_mismatch;
-    uint64_t stored_values = 0;   // K/V values given to a static-scale type
-    uint64_t clipped_values = 0;  // of which outside the scale's range (clamped)
-};
-
 class WindowChecker {
 public:
     // `k_scales` / `v_scales`: one per layer for static-scale types, else empty.
     WindowChecker(const ModelConfig& cfg, uint32_t seqs, uint32_t window_rows, uint32_t reserved_rows, kvrt_type type,
                   std::vector<QuantScale> k_scales, std::vector<QuantScale> v_scales);
 
-    // The rows the demo gave kvrt for token `pos` of `seq` at `layer`: K as
+    // The rows the test gave kvrt for token `pos` of `seq` at `layer`: K as
     // stored (rotated), V; kv_dim values each.
     void record(uint32_t seq, int32_t pos, int layer, const float* k, const float* v);
 
     // Checks every window of `seq`, whose newest token is at `pos_last`,
     // against `model` and the recorded rows; `cache_k` / `cache_v` hold
     // kvrt_cache_read of the window's valid cells, layer by layer
-    // ([n_layers][n_valid][kv_dim]). Mismatches are counted in figures();
-    // returns a failed kvrt call's result (KVRT_SUCCESS otherwise) with *what.
-    kvrt_result check(kvrt_cache cache, uint32_t seq, const WindowModel& model, int32_t pos_last,
-                      const std::vector<float>& cache_k, const std::vector<float>& cache_v, const char** what);
+    // ([n_layers][n_valid][kv_dim]). Fails the test at the first difference.
+    void check(kvrt_cache cache, uint32_t seq, const WindowModel& model, int32_t pos_last,
+               const std::vector<float>& cache_k, const std::vector<float>& cache_v);
 
-    const WindowFigures& figures() const { return fig_; }
+    uint64_t windows() const { return windows_; }  // windows checked
+    uint64_t rows() const { return rows_; }        // valid rows compared
 
 private:
-    // The bytes kvrt must hold for `x` (one value of the cache's type).
-    void encode(float x, const QuantScale* s, float inv, uint8_t* out) const;
-    float decode(const uint8_t* in, const QuantScale* s) const;
-    void mismatch(const std::string& what);
-    kvrt_result check_mask(kvrt_cache cache, uint32_t seq, uint32_t n_valid, const char** what);
+    // One window: (layer, head, a = 0 for K, 1 for V).
+    void check_window(kvrt_cache cache, uint32_t seq, const WindowModel& model, int32_t pos_last, int layer, int head,
+                      int a, const std::vector<float>& read);
+    // The window's region starts where it did at the first check, and apart
+    // from every other region.
+    void check_region(uint32_t seq, int layer, int head, int a, const kvrt_static_window& win, uint64_t start);
+    void check_mask(kvrt_cache cache, uint32_t seq, uint32_t n_valid);
+    // The values of n stored codes of the window's type.
+    std::vector<float> decode(const uint8_t* row, size_t n, const QuantScale& s) const;
 
     ModelConfig cfg_;
     uint32_t w_, rr_;
     kvrt_type type_;
     uint32_t eb_;  // bytes per value
     std::vector<QuantScale> k_scales_, v_scales_;
-    std::vector<float> k_inv_, v_inv_;
     // Per sequence: a ring of window_rows tokens, [slot][n_layers][kv_dim].
     std::vector<std::vector<float>> k_, v_;
     // The region base (window offset less start x row_stride) of each
     // (seq, layer, head, K|V) first seen, to check it never moves.
-    std::map<std::tuple<uint32_t, uint32_t, uint32_t, int>, std::pair<kvrt_buffer, uint64_t>> bases_;
-    WindowFigures fig_;
+    std::map<std::tuple<uint32_t, int, int, int>, std::pair<kvrt_buffer, uint64_t>> bases_;
+    uint64_t windows_ = 0, rows_ = 0;
 };
 
-}  // namespace cli::demo
+}  // namespace kvrt_test::decode

@@ -1,16 +1,26 @@
-// The demo's CPU model; see demo_model.hpp.
-#include "demo_model.hpp"
+// The decode tests' CPU model; see decode_model.hpp.
+#include "decode_model.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <numeric>
 
-namespace cli::demo {
+namespace kvrt_test::decode {
+
+const char* const kPrompt = "kvrt keeps every key and value on the GPU.";
+
+int ranked_token(const float* logits, uint32_t r) {
+    std::vector<int> order(0x7f - 0x20);
+    std::iota(order.begin(), order.end(), 0x20);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+    return order[r];
+}
 
 namespace {
 
 // PCG32 (O'Neill, pcg-random.org): small, fast and identical on every
-// platform, so the weights, and therefore the demo's tokens, are too.
+// platform, so the weights, and therefore the tests' tokens, are too.
 class Pcg32 {
 public:
     explicit Pcg32(uint64_t seed) {
@@ -140,8 +150,8 @@ Model::Model(const ModelConfig& cfg) : cfg_(cfg) {
     }
 }
 
-bool Model::forward(const std::vector<int>& tokens, const std::vector<int32_t>& positions,
-                    const std::vector<int>& logit_rows, const AttendFn& attend, std::vector<float>* logits) {
+void Model::forward(const std::vector<int>& tokens, const std::vector<int32_t>& positions,
+                    const std::vector<int>& logit_rows, const AttendFn& attend, std::vector<float>* logits) const {
     const int n = static_cast<int>(tokens.size());
     const int d = cfg_.d_model, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), f = cfg_.d_ffn;
     const auto rows = [n](int width) { return std::vector<float>(static_cast<size_t>(n) * static_cast<size_t>(width)); };
@@ -187,7 +197,7 @@ bool Model::forward(const std::vector<int>& tokens, const std::vector<int32_t>& 
             io.k_raw = k_raw.data();
             io.v = v.data();
         }
-        if (!attend(io)) return false;
+        attend(io);
         matmul(attn.data(), n, qd, l.wo, d, proj.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
 
@@ -212,7 +222,6 @@ bool Model::forward(const std::vector<int>& tokens, const std::vector<int32_t>& 
             (*logits)[r * static_cast<size_t>(cfg_.vocab) + static_cast<size_t>(tok)] = acc;
         }
     }
-    return true;
 }
 
-}  // namespace cli::demo
+}  // namespace kvrt_test::decode

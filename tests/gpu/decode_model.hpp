@@ -1,16 +1,18 @@
-// The model of `kvrt demo`: a small llama-style decoder (RMSNorm, RoPE,
+// The model of the decode tests: a small llama-style decoder (RMSNorm, RoPE,
 // grouped-query attention, SwiGLU) with random weights from a fixed seed. Its
 // matmuls run on the CPU, as an engine's would; attention is delegated to a
-// callback, which the demo routes through kvrt's KV cache.
+// callback, which the tests route through kvrt.
 //
-// The weights are random, so the text it writes is noise. What matters is that
-// the activations look like a real model's (normalized, unit-scale Q and K,
-// softmax neither flat nor one-hot), so the cache sees realistic data.
+// The weights are random, so the tokens it picks are noise. What matters is
+// that the activations look like a real model's (normalized, unit-scale Q and
+// K, softmax neither flat nor one-hot), so the cache sees realistic data, and
+// that each layer's input depends on the attention outputs of the layer
+// before, as in a real forward pass.
 //
 // With memory_slots > 0 the model is the fixed-capacity-memory variant of the
-// same decoder (SPEC.md section 6, `kvrt demo --strategy memory`): each
-// layer's attention reads a memory instead of a KV cache. Every layer then has
-// three more parameters, per query head h:
+// same decoder (SPEC.md section 6): each layer's attention reads a memory
+// instead of a KV cache. Every layer then has three more parameters, per
+// query head h:
 //   MK_h   memory_slots keys of head_dim values (the memory's fixed keys),
 //   W_mq   the update-key projection, wq = W_mq x (head_dim values per head),
 //   W_mv   the update-value projection, wv = W_mv x (head_dim values per head),
@@ -24,15 +26,15 @@
 #include <functional>
 #include <vector>
 
-namespace cli::demo {
+namespace kvrt_test::decode {
 
 struct ModelConfig {
     int n_layers = 4;
-    int d_model = 512;
+    int d_model = 256;
     int n_heads = 8;      // query heads
     int n_kv_heads = 2;   // KV heads (grouped-query attention: 4 query heads each)
     int head_dim = 64;
-    int d_ffn = 1024;     // SwiGLU hidden size
+    int d_ffn = 512;      // SwiGLU hidden size
     int vocab = 256;      // one token per byte
     double rope_base = 10000.0;
     float norm_eps = 1e-5f;
@@ -72,16 +74,14 @@ public:
     // [head_dim] (the layout of one layer of kvrt_memory_init).
     const std::vector<float>& memory_keys(int layer) const { return layers_[static_cast<size_t>(layer)].mem_keys; }
 
-    // Fills io.out for one layer. Returns false to stop the forward pass (the
-    // callback has reported why).
-    using AttendFn = std::function<bool(const AttentionIO& io)>;
+    // Fills io.out for one layer.
+    using AttendFn = std::function<void(const AttentionIO& io)>;
 
     // Runs `tokens` (at `positions`) through every layer, calling `attend`
     // once per layer with the whole batch, and writes the logits of the rows
     // listed in `logit_rows` to `logits` ([logit_rows.size()][vocab]).
-    // Returns false when `attend` did.
-    bool forward(const std::vector<int>& tokens, const std::vector<int32_t>& positions,
-                 const std::vector<int>& logit_rows, const AttendFn& attend, std::vector<float>* logits);
+    void forward(const std::vector<int>& tokens, const std::vector<int32_t>& positions,
+                 const std::vector<int>& logit_rows, const AttendFn& attend, std::vector<float>* logits) const;
 
 private:
     struct Layer {
@@ -98,4 +98,11 @@ private:
     std::vector<Layer> layers_;
 };
 
-}  // namespace cli::demo
+// The fixed prompt of the decode tests, one token per byte.
+extern const char* const kPrompt;
+
+// The token of rank `r` (0 = most likely) in a row of logits, among the
+// printable ASCII bytes only (a logit mask, as engines apply for grammars).
+int ranked_token(const float* logits, uint32_t r);
+
+}  // namespace kvrt_test::decode
