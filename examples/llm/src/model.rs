@@ -118,6 +118,11 @@ pub struct TimeSplit {
     pub cpu: Duration,
     /// kvrt calls: placement, K/V writes, attention (and the shifts they apply).
     pub kv: Duration,
+    /// Of `kv`: the K/V writes (`Cache::write`, every layer).
+    pub kv_write: Duration,
+    /// Of `kv`: attention (`Cache::attention`, every layer, with the RoPE
+    /// shifts it applies first).
+    pub kv_attention: Duration,
 }
 
 /// The model's weights and RoPE tables.
@@ -281,8 +286,12 @@ impl Model {
 
             let t = Instant::now();
             kv.write(l as u32, &k, &v)?;
+            let t_write = t.elapsed();
             kv.attention(l as u32, positions, seqs, &q, &mut attn_out)?;
-            kv_time += t.elapsed();
+            let t_all = t.elapsed();
+            kv_time += t_all;
+            self.time.kv_write += t_write;
+            self.time.kv_attention += t_all - t_write;
 
             let a = Tensor::from_slice(&attn_out, (n, nh * hd), &dev)?;
             let x1 = (layer.wo.forward(&a)? + &x)?;
