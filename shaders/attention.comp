@@ -119,8 +119,14 @@ float alibi_slope(uint h) {
 
 void main() {
 #ifdef SHUFFLE
+    // Lane groups are formed from the subgroup built-ins alone: how local
+    // invocation indices map onto subgroups is the driver's choice. LG is a
+    // power of two that divides the subgroup size (the host requires that
+    // size, or keeps LG within the smallest size the device may use), and
+    // subgroups are full (required where the device offers it; the workgroup
+    // is whole subgroups), so a workgroup's groups are 0 .. size / LG - 1.
     const uint lane = gl_SubgroupInvocationID % LG;
-    const uint group_in_wg = gl_LocalInvocationIndex / LG;
+    const uint group_in_wg = gl_SubgroupID * (gl_SubgroupSize / LG) + gl_SubgroupInvocationID / LG;
 #else
     const uint lane = 0u;
     const uint group_in_wg = gl_LocalInvocationIndex;

@@ -388,6 +388,19 @@ typedef enum kvrt_context_flag_bits {
     /* Use the fallback kernels that need neither 16-bit arithmetic nor
      * subgroup operations, whatever the device supports. */
     KVRT_CONTEXT_PORTABLE_KERNELS = 0x00000004,
+    /* Use the kernels built on subgroup shuffles (attention's lane groups)
+     * wherever kvrt has them, also on devices where it would pick the
+     * portable ones (CPU implementations). Creation fails with
+     * KVRT_ERROR_UNSUPPORTED when the device lacks what they need: basic and
+     * shuffle subgroup operations in compute shaders and subgroups of two or
+     * more invocations (kvrt_device_info.subgroup_ops, .subgroup_size); it
+     * never falls back. Excludes KVRT_CONTEXT_PORTABLE_KERNELS.
+     *
+     * Without either flag kvrt picks per device. The environment variable
+     * KVRT_KERNELS, when set, overrides both flags: "portable", "shuffle"
+     * (each as its flag) or "auto" (kvrt's pick); any other value fails
+     * creation with KVRT_ERROR_INVALID_ARGUMENT. */
+    KVRT_CONTEXT_SHUFFLE_KERNELS = 0x00000008,
     KVRT_CONTEXT_FLAG_MAX_ENUM = 0x7FFFFFFF
 } kvrt_context_flag_bits;
 
@@ -456,8 +469,10 @@ KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* c
  * desc->device (or KVRT_DEVICE), with one compute queue. `desc` may be NULL for
  * all defaults; it accepts a kvrt_pipeline_cache_desc on its chain. Fails
  * with KVRT_ERROR_INVALID_ARGUMENT for a NULL `out_context`, a wrong
- * desc->type or a bad chain; KVRT_ERROR_UNSUPPORTED when there is no Vulkan
- * loader, no matching device, or a requested layer is missing;
+ * desc->type, a bad chain, unknown or conflicting flags, or a bad
+ * KVRT_KERNELS; KVRT_ERROR_UNSUPPORTED when there is no Vulkan loader, no
+ * matching device, a requested layer is missing, or the device cannot run
+ * the kernels forced by KVRT_CONTEXT_SHUFFLE_KERNELS or KVRT_KERNELS;
  * KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY when Vulkan runs out;
  * KVRT_ERROR_DEVICE_LOST or KVRT_ERROR_INTERNAL for other Vulkan failures.
  * Thread-safety: Safe. */

@@ -33,9 +33,11 @@ typedef struct kvrt_vulkan_import_desc {
      * with any of VkPhysicalDevice16BitStorageFeatures,
      * VkPhysicalDeviceShaderFloat16Int8Features, VkPhysicalDevice8BitStorageFeatures,
      * VkPhysicalDeviceTimelineSemaphoreFeatures,
-     * VkPhysicalDeviceVulkan11Features, VkPhysicalDeviceVulkan12Features chained).
-     * kvrt uses only what it says is enabled. NULL: none of the optional
-     * features, so the portable kernels are used. */
+     * VkPhysicalDeviceSubgroupSizeControlFeatures,
+     * VkPhysicalDeviceVulkan11Features, VkPhysicalDeviceVulkan12Features,
+     * VkPhysicalDeviceVulkan13Features chained). kvrt uses only what it says
+     * is enabled. NULL: none of the optional features, so the portable
+     * kernels are used. */
     const VkPhysicalDeviceFeatures2* enabled_features;
     /* Optional: called around every vkQueueSubmit kvrt makes, so the
      * application can serialize its own use of the same VkQueue. Both or
@@ -57,8 +59,10 @@ typedef struct kvrt_vulkan_import_desc {
  * application keeps ownership of its objects and must keep them alive until
  * kvrt_context_destroy returns. Fails with KVRT_ERROR_INVALID_ARGUMENT for
  * NULL arguments, mistyped or badly chained structs and missing handles;
- * KVRT_ERROR_UNSUPPORTED for a device below Vulkan 1.1 or a queue family
- * without compute; KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY.
+ * KVRT_ERROR_UNSUPPORTED for a device below Vulkan 1.1, a queue family
+ * without compute, or a device that cannot run the kernels forced by
+ * KVRT_CONTEXT_SHUFFLE_KERNELS or KVRT_KERNELS; KVRT_ERROR_OUT_OF_HOST_MEMORY
+ * or _OUT_OF_DEVICE_MEMORY.
  * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_context_import(const kvrt_context_desc* desc,
                                          const kvrt_vulkan_import_desc* vulkan,

@@ -190,8 +190,6 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     shape.v_head_bytes = arena_->head_stride(Array::V);
     shape.seq_words = 2 * wpc;
     const ops::Tuning tuning = ops::Tuning::of(ctx_);
-    shape.portable = tuning.attn_portable;
-    shape.subgroup_size = tuning.subgroup_size;
     std::vector<float> thetas;
     if (deferred_) {
         shape.deferred = true;

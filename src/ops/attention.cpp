@@ -69,12 +69,10 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     const uint32_t R = std::min<uint32_t>(tuning.attn_tile_rows, pow2_at_least(rows_per_kv));
     const uint32_t tiles_per_kv = (rows_per_kv + R - 1) / R;
     const uint32_t n_tiles = tiles_per_kv * shape.n_kv_heads;
-    // Lane groups: enough lanes to cover the head's octets, at most a subgroup.
-    const uint32_t octets = std::max(shape.head_dim_k, shape.head_dim_v) / 8;
-    uint32_t lg = 1;
-    if (!shape.portable)
-        while (lg * 2 <= std::min(shape.subgroup_size, octets)) lg *= 2;
-    const uint32_t wg = tuning.attn_workgroup;
+    // Lane groups: enough lanes to cover the head's octets, within a subgroup.
+    const Tuning::Lanes lanes = tuning.attn_lanes(std::max(shape.head_dim_k, shape.head_dim_v) / 8);
+    const uint32_t lg = lanes.lanes;
+    const uint32_t wg = lanes.workgroup;
     uint32_t splits_total = 0;
     for (const AttnSegment& s : segments) splits_total += s.splits;
     if (splits_total == 0) splits_total = 1;  // no cells: one empty partial per row
@@ -118,13 +116,14 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     partials.write = true;
 
     const std::string variant = std::string("attn_") + kv::type_name(shape.k_type) + "_" + kv::type_name(shape.v_type) +
-                                "_q" + kv::type_name(shape.q_type) + (shape.portable ? "_portable" : "_shuffle");
+                                "_q" + kv::type_name(shape.q_type) + (tuning.attn_portable ? "_portable" : "_shuffle");
     const vk::Pipeline* attn = nullptr;
     const vk::Pipeline* merge = nullptr;
     KVRT_TRY(stream.context().pipelines().get(
         {variant, 6, uint32_t{sizeof(AttnPush)},
          {wg, shape.head_dim_k, shape.head_dim_v, R, lg, shape.deferred ? 1u : 0u, shape.deferred ? shape.n_rot : 0u,
-          shape.deferred && shape.neox ? 1u : 0u}},
+          shape.deferred && shape.neox ? 1u : 0u},
+         lanes.required_subgroup, lanes.full_subgroups},
         &attn));
     KVRT_TRY(stream.context().pipelines().get(
         {shape.out_type == KVRT_TYPE_F16 ? "attn_merge_f16" : "attn_merge_f32", 3, uint32_t{sizeof(MergePush)},

@@ -38,8 +38,6 @@ struct AttnShape {
     uint32_t n_queries;
     uint64_t k_head_bytes, v_head_bytes;  // bytes between heads inside a row
     uint32_t seq_words;                   // 32-bit words of sequence bits per cell
-    bool portable;                        // no subgroup operations
-    uint32_t subgroup_size;
     // Deferred RoPE (K stored unrotated): pair frequencies and magnitude.
     bool deferred = false;
     uint32_t n_rot = 0;

@@ -20,10 +20,21 @@ struct Tuning {
     // shuffles: asked for, no basic+shuffle subgroup operations, subgroups of
     // one lane, or a CPU driver, where a subgroup is the SIMD lanes of one
     // core and cross-lane shuffles cost more than they save (one invocation
-    // per row tile streams whole rows 2-3x faster on lavapipe).
+    // per row tile streams whole rows 2-3x faster on lavapipe). Asking for
+    // the shuffle kernels overrides the CPU rule (the context refuses them
+    // on a device that lacks what they need).
     bool attn_portable = true;
+    // Subgroups as the shuffle kernels see them. With subgroup size control
+    // (subgroup_require), a pipeline requires a size in [subgroup_min,
+    // subgroup_max] for compute; without it, the shader runs with
+    // subgroup_size, and lane groups stay within subgroup_min (the smallest
+    // size the device may use) so that they fit whatever the device picks.
     uint32_t subgroup_size = 1;
-    uint32_t attn_workgroup = 64;         // portable: 64; shuffle: max(64, subgroup)
+    uint32_t subgroup_min = 1, subgroup_max = 1;
+    bool subgroup_require = false;        // may require a subgroup size
+    bool subgroup_full = false;           // may require full subgroups
+    uint32_t subgroup_max_per_workgroup = 0;  // maxComputeWorkgroupSubgroups; 0: unknown
+    uint32_t attn_workgroup = 64;         // portable: 64; shuffle: see attn_lanes
     uint32_t attn_tile_rows = 8;          // query rows per tile, at most
     uint32_t attn_merge_workgroup = 64;
     // Splits of the cells: enough lane groups in flight to fill the device,
@@ -79,6 +90,19 @@ struct Tuning {
 
     // The table for `ctx`'s device and options.
     static Tuning of(const vk::Context& ctx);
+
+    // How the shuffle attention kernel forms its lane groups for heads of
+    // `octets` octets (8 values): `lanes` per group (a power of two that
+    // divides the subgroup), the subgroup size its pipeline requires (0:
+    // none can be required), whether it requires full subgroups, and the
+    // workgroup size (a multiple of the subgroup size).
+    struct Lanes {
+        uint32_t lanes = 1;
+        uint32_t required_subgroup = 0;
+        bool full_subgroups = false;
+        uint32_t workgroup = 64;
+    };
+    Lanes attn_lanes(uint32_t octets) const;
 };
 
 }  // namespace kvrt::ops

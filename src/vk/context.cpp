@@ -138,16 +138,20 @@ Result ContextOptions::from_desc(const kvrt_context_desc* desc, ContextOptions* 
                         "kvrt_context_desc.type must be KVRT_STRUCT_TYPE_CONTEXT_DESC "
                         "(use KVRT_CONTEXT_DESC_INIT)");
         const kvrt_flags known = KVRT_CONTEXT_VALIDATION | KVRT_CONTEXT_FORCE_STAGING |
-                                 KVRT_CONTEXT_PORTABLE_KERNELS;
+                                 KVRT_CONTEXT_PORTABLE_KERNELS | KVRT_CONTEXT_SHUFFLE_KERNELS;
         if (desc->flags & ~known)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown context flags 0x%x",
                         static_cast<unsigned>(desc->flags & ~known));
+        if ((desc->flags & KVRT_CONTEXT_PORTABLE_KERNELS) && (desc->flags & KVRT_CONTEXT_SHUFFLE_KERNELS))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "KVRT_CONTEXT_PORTABLE_KERNELS and KVRT_CONTEXT_SHUFFLE_KERNELS exclude each other");
         if (desc->log_level > KVRT_LOG_LEVEL_NONE)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "log_level %d is not a kvrt_log_level",
                         static_cast<int>(desc->log_level));
         o.validation = desc->flags & KVRT_CONTEXT_VALIDATION;
         o.force_staging = desc->flags & KVRT_CONTEXT_FORCE_STAGING;
-        o.portable_kernels = desc->flags & KVRT_CONTEXT_PORTABLE_KERNELS;
+        if (desc->flags & KVRT_CONTEXT_PORTABLE_KERNELS) o.kernels = KernelChoice::Portable;
+        if (desc->flags & KVRT_CONTEXT_SHUFFLE_KERNELS) o.kernels = KernelChoice::Shuffle;
         if (desc->device) o.device_selector = desc->device;
         o.logger = Logger(desc->log_callback, desc->log_user_data, desc->log_level);
         if (desc->wait_timeout_ns) o.wait_timeout_ns = desc->wait_timeout_ns;
@@ -158,6 +162,14 @@ Result ContextOptions::from_desc(const kvrt_context_desc* desc, ContextOptions* 
     }
     if (env_flag("KVRT_VALIDATION")) o.validation = true;
     if (const char* dev = std::getenv("KVRT_DEVICE"); dev && *dev) o.device_selector = dev;
+    if (const char* k = std::getenv("KVRT_KERNELS"); k && *k) {
+        if (std::strcmp(k, "auto") == 0) o.kernels = KernelChoice::Auto;
+        else if (std::strcmp(k, "portable") == 0) o.kernels = KernelChoice::Portable;
+        else if (std::strcmp(k, "shuffle") == 0) o.kernels = KernelChoice::Shuffle;
+        else
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "KVRT_KERNELS is '%s'; it may be portable, shuffle or auto", k);
+    }
     *out = std::move(o);
     return KVRT_SUCCESS;
 }
@@ -243,8 +255,11 @@ Result Context::create_device(size_t device_index, const std::vector<PhysicalDev
         exts.push_back(VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME);
     // A portability driver requires its subset extension to be enabled.
     if (info_.has_extension("VK_KHR_portability_subset")) exts.push_back("VK_KHR_portability_subset");
-
     const FeatureSet& s = info_.supported;
+    const bool size_control = s.subgroup_size_control || s.compute_full_subgroups;
+    if (size_control && info_.api_version < VK_API_VERSION_1_3)
+        exts.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+
     VkPhysicalDevice16BitStorageFeatures s16{};
     s16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
     s16.storageBuffer16BitAccess = s.storage_16bit;
@@ -264,6 +279,12 @@ Result Context::create_device(size_t device_index, const std::vector<PhysicalDev
     if (s.shader_float16 || s.shader_int8) { *tail = &f16i8; tail = &f16i8.pNext; }
     if (s.storage_8bit) { *tail = &s8; tail = &s8.pNext; }
     if (s.timeline_semaphore) { *tail = &timeline; tail = &timeline.pNext; }
+    // For the subgroup-shuffle kernels: their subgroup size, full subgroups.
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT sizes{};
+    sizes.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT;
+    sizes.subgroupSizeControl = s.subgroup_size_control;
+    sizes.computeFullSubgroups = s.compute_full_subgroups;
+    if (size_control) { *tail = &sizes; tail = &sizes.pNext; }
     VkPhysicalDeviceFeatures2 feats{};
     feats.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
     feats.pNext = &s16;
@@ -332,6 +353,11 @@ Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_d
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "enabled_features must be a VkPhysicalDeviceFeatures2");
         en.shader_int16 = d.enabled_features->features.shaderInt16;
         en.shader_int64 = d.enabled_features->features.shaderInt64;
+        // Subgroup size control: its own struct or Vulkan 1.3's.
+        const auto take_sizes = [&en](const auto& f) {
+            en.subgroup_size_control |= f.subgroupSizeControl;
+            en.compute_full_subgroups |= f.computeFullSubgroups;
+        };
         for (auto* p = static_cast<const VkBaseInStructure*>(d.enabled_features->pNext); p; p = p->pNext) {
             switch (p->sType) {
                 case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES:
@@ -361,6 +387,12 @@ Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_d
                     en.timeline_semaphore |=
                         reinterpret_cast<const VkPhysicalDeviceTimelineSemaphoreFeatures*>(p)->timelineSemaphore;
                     break;
+                case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT:
+                    take_sizes(*reinterpret_cast<const VkPhysicalDeviceSubgroupSizeControlFeaturesEXT*>(p));
+                    break;
+                case VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES:
+                    take_sizes(*reinterpret_cast<const VkPhysicalDeviceVulkan13Features*>(p));
+                    break;
                 default: break;
             }
         }
@@ -386,6 +418,16 @@ Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_d
 }
 
 Result Context::init_common(const kvrt_pipeline_cache_desc* pipeline_cache) {
+    // A forced variant the device cannot run is an error, never a fallback.
+    // (The fault point stands for such a device in tests.)
+    if (options_.kernels == KernelChoice::Shuffle &&
+        (!supports_shuffle_kernels(info_) ||
+         fault::named_point("device without subgroup shuffles", KVRT_ERROR_UNSUPPORTED) != KVRT_SUCCESS))
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "the subgroup-shuffle kernels were asked for (KVRT_CONTEXT_SHUFFLE_KERNELS or "
+                    "KVRT_KERNELS=shuffle), but %s lacks them: compute subgroup operations 0x%x (basic 0x1 "
+                    "and shuffle 0x10 needed), subgroup size %u (2 or more needed)",
+                    info_.props.deviceName, static_cast<unsigned>(info_.subgroup_ops), info_.subgroup_size);
     ifn_.vkGetPhysicalDeviceMemoryProperties(info_.handle, &memory_);
     uint64_t limit = info_.props.limits.maxStorageBufferRange;
     if (info_.max_memory_allocation_size) limit = std::min(limit, info_.max_memory_allocation_size);

@@ -55,19 +55,24 @@ uint64_t object_bits(T handle) {
     else return static_cast<uint64_t>(handle);
 }
 
+// Which kernel variants a context records: kvrt's choice for the device, or
+// one forced (KVRT_CONTEXT_PORTABLE_KERNELS / KVRT_CONTEXT_SHUFFLE_KERNELS,
+// or the KVRT_KERNELS environment variable).
+enum class KernelChoice { Auto, Portable, Shuffle };
+
 // Options common to created and imported contexts, read from kvrt_context_desc
 // and the environment.
 struct ContextOptions {
     bool validation = false;
     bool force_staging = false;
-    bool portable_kernels = false;
+    KernelChoice kernels = KernelChoice::Auto;
     std::string device_selector;
     Logger logger;
     uint64_t wait_timeout_ns = 60ull * 1000 * 1000 * 1000;
     uint64_t max_binding_bytes = 0;
 
-    // Reads `desc` (may be NULL) and the KVRT_DEVICE / KVRT_VALIDATION
-    // environment variables.
+    // Reads `desc` (may be NULL) and the KVRT_DEVICE / KVRT_VALIDATION /
+    // KVRT_KERNELS environment variables.
     static Result from_desc(const kvrt_context_desc* desc, ContextOptions* out);
 };
 

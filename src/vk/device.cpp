@@ -29,16 +29,23 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     const bool has_8bit = v12 || info.has_extension(VK_KHR_8BIT_STORAGE_EXTENSION_NAME);
     const bool has_driver = v12 || info.has_extension(VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
     const bool has_timeline = v12 || info.has_extension(VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME);
+    const bool has_size_control = info.api_version >= VK_API_VERSION_1_3 ||
+                                  info.has_extension(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
 
-    // Properties: subgroups (1.1) and the driver's name (1.2 or extension).
+    // Properties: subgroups (1.1), their sizes (1.3 or extension) and the
+    // driver's name (1.2 or extension).
     VkPhysicalDeviceSubgroupProperties subgroup{};
     subgroup.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
     VkPhysicalDeviceMaintenance3Properties maint3{};
     maint3.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES;
     subgroup.pNext = &maint3;
+    void** props_tail = &maint3.pNext;
     VkPhysicalDeviceDriverPropertiesKHR driver{};
     driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES_KHR;
-    if (has_driver) maint3.pNext = &driver;
+    if (has_driver) { *props_tail = &driver; props_tail = &driver.pNext; }
+    VkPhysicalDeviceSubgroupSizeControlPropertiesEXT sizes{};
+    sizes.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES_EXT;
+    if (has_size_control) { *props_tail = &sizes; props_tail = &sizes.pNext; }
     VkPhysicalDeviceProperties2 props2{};
     props2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
     props2.pNext = &subgroup;
@@ -46,6 +53,13 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     info.subgroup_size = subgroup.subgroupSize;
     info.subgroup_ops = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT)
                             ? subgroup.supportedOperations : 0;
+    info.min_subgroup_size = info.max_subgroup_size = info.subgroup_size;
+    if (has_size_control && sizes.minSubgroupSize > 0 && sizes.maxSubgroupSize >= sizes.minSubgroupSize) {
+        info.min_subgroup_size = sizes.minSubgroupSize;
+        info.max_subgroup_size = sizes.maxSubgroupSize;
+        info.max_compute_workgroup_subgroups = sizes.maxComputeWorkgroupSubgroups;
+        info.compute_subgroup_size_required = (sizes.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+    }
     info.max_memory_allocation_size = maint3.maxMemoryAllocationSize;
     if (has_driver) {
         info.driver_name = driver.driverName;
@@ -65,6 +79,9 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     VkPhysicalDeviceTimelineSemaphoreFeatures timeline{};
     timeline.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES;
     if (has_timeline) { *tail = &timeline; tail = &timeline.pNext; }
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT size_control{};
+    size_control.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT;
+    if (has_size_control) { *tail = &size_control; tail = &size_control.pNext; }
     VkPhysicalDeviceFeatures2 feats2{};
     feats2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
     feats2.pNext = &s16;
@@ -76,6 +93,8 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     info.supported.shader_int8 = has_f16i8 && f16i8.shaderInt8;
     info.supported.storage_8bit = has_8bit && s8.storageBuffer8BitAccess;
     info.supported.timeline_semaphore = has_timeline && timeline.timelineSemaphore;
+    info.supported.subgroup_size_control = has_size_control && size_control.subgroupSizeControl;
+    info.supported.compute_full_subgroups = has_size_control && size_control.computeFullSubgroups;
 
     // Memory.
     VkPhysicalDeviceMemoryProperties mem{};
@@ -105,6 +124,11 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     }
     *out = std::move(info);
     return KVRT_SUCCESS;
+}
+
+bool supports_shuffle_kernels(const PhysicalDeviceInfo& info) {
+    const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
+    return (info.subgroup_ops & need) == need && info.subgroup_size >= 2;
 }
 
 static kvrt_device_type to_public_type(VkPhysicalDeviceType t) {

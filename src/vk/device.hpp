@@ -20,6 +20,11 @@ struct FeatureSet {
     bool storage_16bit = false;   // storageBuffer16BitAccess
     bool storage_8bit = false;    // storageBuffer8BitAccess
     bool timeline_semaphore = false;  // Vulkan 1.2 or VK_KHR_timeline_semaphore
+    // Vulkan 1.3 or VK_EXT_subgroup_size_control: a pipeline may require a
+    // subgroup size (subgroupSizeControl) and full subgroups in compute
+    // (computeFullSubgroups).
+    bool subgroup_size_control = false;
+    bool compute_full_subgroups = false;
 };
 
 // Everything kvrt reads about a physical device once.
@@ -33,6 +38,12 @@ struct PhysicalDeviceInfo {
     FeatureSet supported;
     VkSubgroupFeatureFlags subgroup_ops = 0;  // compute stage only
     uint32_t subgroup_size = 0;
+    // Subgroup sizes a compute pipeline may require (subgroup size control),
+    // both subgroup_size without it.
+    uint32_t min_subgroup_size = 0;
+    uint32_t max_subgroup_size = 0;
+    uint32_t max_compute_workgroup_subgroups = 0;
+    bool compute_subgroup_size_required = false;  // requiredSubgroupSizeStages has compute
     uint64_t max_memory_allocation_size = 0;
     uint64_t device_local_bytes = 0;
     bool unified_memory = false;        // a device-local, host-visible type exists
@@ -46,6 +57,10 @@ struct PhysicalDeviceInfo {
 // Queries one physical device. `instance_api` caps the usable API version.
 Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32_t index,
                              uint32_t instance_api, PhysicalDeviceInfo* out);
+
+// Whether the device runs the subgroup-shuffle kernels: basic and shuffle
+// subgroup operations in compute shaders, subgroups of two or more lanes.
+bool supports_shuffle_kernels(const PhysicalDeviceInfo& info);
 
 // Fills a public kvrt_device_info from `info`, reporting `enabled` as features
 // (for a context: what is enabled on its VkDevice; for enumeration: what is

@@ -13,8 +13,8 @@
 namespace kvrt::vk {
 
 bool PipelineKey::operator<(const PipelineKey& o) const {
-    return std::tie(shader, n_bindings, push_bytes, spec) <
-           std::tie(o.shader, o.n_bindings, o.push_bytes, o.spec);
+    return std::tie(shader, n_bindings, push_bytes, spec, required_subgroup, full_subgroups) <
+           std::tie(o.shader, o.n_bindings, o.push_bytes, o.spec, o.required_subgroup, o.full_subgroups);
 }
 
 namespace {
@@ -153,6 +153,11 @@ Result PipelineCache::create(const PipelineKey& key, Pipeline* out) {
     if (key.spec[0] > limits.maxComputeWorkGroupInvocations || key.spec[0] > limits.maxComputeWorkGroupSize[0])
         return fail(KVRT_ERROR_UNSUPPORTED, "workgroup size %u of '%s' exceeds the device limit",
                     key.spec[0], key.shader.c_str());
+    const FeatureSet& enabled = ctx_.enabled();
+    if ((key.required_subgroup && (!enabled.subgroup_size_control || !ctx_.info().compute_subgroup_size_required)) ||
+        (key.full_subgroups && !enabled.compute_full_subgroups))
+        return fail(KVRT_ERROR_INTERNAL, "'%s' needs subgroup size control the device does not offer",
+                    key.shader.c_str());
     if (key.push_bytes > limits.maxPushConstantsSize)
         return fail(KVRT_ERROR_UNSUPPORTED, "'%s' needs %u bytes of push constants, the device has %u",
                     key.shader.c_str(), key.push_bytes, limits.maxPushConstantsSize);
@@ -220,6 +225,11 @@ Result PipelineCache::create(const PipelineKey& key, Pipeline* out) {
         pci.stage.module = module;
         pci.stage.pName = "main";
         pci.stage.pSpecializationInfo = &spec;
+        VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT subgroup{};
+        subgroup.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT;
+        subgroup.requiredSubgroupSize = key.required_subgroup;
+        if (key.required_subgroup) pci.stage.pNext = &subgroup;
+        if (key.full_subgroups) pci.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT;
         pci.layout = p.layout;
         r = ctx_.check(fn.vkCreateComputePipelines(dev, cache_, 1, &pci, nullptr, &p.pipeline),
                        "vkCreateComputePipelines");

@@ -24,6 +24,11 @@ struct PipelineKey {
     uint32_t n_bindings = 0;
     uint32_t push_bytes = 0;
     std::vector<uint32_t> spec;  // values of constant ids 0, 1, 2, ...
+    // Kernels built on subgroup operations: the subgroup size the pipeline
+    // requires (0: none; needs subgroup size control for compute) and whether
+    // it requires full subgroups (needs computeFullSubgroups).
+    uint32_t required_subgroup = 0;
+    bool full_subgroups = false;
 
     bool operator<(const PipelineKey& o) const;
 };

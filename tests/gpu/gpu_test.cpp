@@ -1,6 +1,7 @@
 #include "gpu_test.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace kvrt_test {
 
@@ -11,6 +12,11 @@ GpuContext::GpuContext(kvrt_flags flags, uint64_t max_binding_bytes) {
     desc.log_user_data = this;
     desc.log_level = KVRT_LOG_LEVEL_WARN;
     desc.max_binding_bytes = max_binding_bytes;
+    // lavapipe compiles a kernel at its first dispatch, which the wait
+    // covers: seconds for the largest attention kernels, many more when the
+    // two cores are shared (sanitizers, parallel test runs). The library's
+    // 60 s default then fails tests that are only slow.
+    desc.wait_timeout_ns = 600ull * 1000 * 1000 * 1000;
     const kvrt_result r = kvrt_context_create(&desc, &ctx_);
     INFO("kvrt_context_create: " << kvrt_last_error_message());
     REQUIRE(r == KVRT_SUCCESS);
@@ -23,6 +29,25 @@ GpuContext::~GpuContext() {
     for (const auto& e : errors_) UNSCOPED_INFO(e);
     CHECK(errors == 0);
     CHECK(errors_.empty());
+}
+
+const std::vector<KernelVariant>& kernel_variants() {
+    static const std::vector<KernelVariant> variants = [] {
+        if (const char* env = std::getenv("KVRT_KERNELS"); env && *env)
+            return std::vector<KernelVariant>{{0, std::string("KVRT_KERNELS=") + env}};
+        std::vector<KernelVariant> v{{KVRT_CONTEXT_PORTABLE_KERNELS, "portable"}};
+        kvrt_context_desc desc = KVRT_CONTEXT_DESC_INIT;
+        desc.flags = KVRT_CONTEXT_SHUFFLE_KERNELS;
+        desc.log_level = KVRT_LOG_LEVEL_NONE;
+        kvrt_context probe = nullptr;
+        const kvrt_result r = kvrt_context_create(&desc, &probe);
+        kvrt_context_destroy(probe);
+        if (r == KVRT_SUCCESS) v.push_back({KVRT_CONTEXT_SHUFFLE_KERNELS, "shuffle"});
+        else if (r != KVRT_ERROR_UNSUPPORTED)  // a device that has none at all fails every test anyway
+            v.push_back({KVRT_CONTEXT_SHUFFLE_KERNELS, "shuffle (context creation failed)"});
+        return v;
+    }();
+    return variants;
 }
 
 uint64_t GpuContext::validation_errors() const {

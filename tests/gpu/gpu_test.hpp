@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvrt/kvrt.h"
+#include "reference/quant.hpp"
 
 namespace kvrt_test {
 
@@ -33,6 +34,27 @@ private:
     mutable std::mutex mutex_;
     std::vector<std::string> errors_;
 };
+
+// A kernel variant the tests run: the context flag that forces it, and its
+// name for messages.
+struct KernelVariant {
+    kvrt_flags flags = 0;
+    std::string name;
+};
+
+// The kernel variants this device runs: the portable kernels, and the
+// subgroup-shuffle kernels where the device has what they need (found by
+// creating a context that forces them). When KVRT_KERNELS is set it decides
+// for every context, so the list is that one choice.
+const std::vector<KernelVariant>& kernel_variants();
+
+// Runs the enclosing test case once per kernel variant of kernel_variants()
+// (Catch's GENERATE) and names the variant in every failure: declares
+// `variant`, whose flags go to the test's GpuContext. Use it once, at the top
+// of a TEST_CASE.
+#define KVRT_EACH_KERNEL_VARIANT(variant)                                                                  \
+    const ::kvrt_test::KernelVariant variant = GENERATE(from_range(::kvrt_test::kernel_variants()));      \
+    INFO("kernels: " << variant.name)
 
 // A stream of `ctx` destroyed at scope exit.
 class Stream {
@@ -109,6 +131,17 @@ inline kvrt_output_ref buffer_output(kvrt_buffer buffer, uint64_t offset, kvrt_t
     o.offset = offset;
     o.row_stride = row_stride;
     return o;
+}
+
+// The CPU reference's type for F32, F16, Q8_0 or Q4_0 (the static-scale
+// types have reference functions of their own).
+inline kvrt::ref::Type ref_type(kvrt_type t) {
+    switch (t) {
+        case KVRT_TYPE_F32: return kvrt::ref::Type::F32;
+        case KVRT_TYPE_F16: return kvrt::ref::Type::F16;
+        case KVRT_TYPE_Q8_0: return kvrt::ref::Type::Q8_0;
+        default: return kvrt::ref::Type::Q4_0;
+    }
 }
 
 // True for the static-scale types (KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC).

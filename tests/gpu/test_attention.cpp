@@ -1,7 +1,8 @@
 // Attention kernels against the double-precision reference (SPEC 4 and 8):
 // NMSE <= 1e-6 on the same dequantized K/V for every type, head dim, GQA
-// ratio, mask and option, in both kernel variants (subgroup shuffle and
-// portable); guard bands around every output.
+// ratio, mask and option, in every kernel variant the device runs (portable,
+// and subgroup shuffle where the device has it: kernel_variants()); guard
+// bands around every output.
 #include "attention_check.hpp"
 
 #include <cstdio>
@@ -24,29 +25,31 @@ const kvrt_type kTypes[] = {KVRT_TYPE_F32, KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_T
 }  // namespace
 
 TEST_CASE("attention is accurate for every K/V type, head dim and kernel variant", "[attention]") {
-    for (kvrt_flags flags : {0u, static_cast<kvrt_flags>(KVRT_CONTEXT_PORTABLE_KERNELS)}) {
-        GpuContext ctx(flags);
-        for (kvrt_type t : kTypes) {
-            for (uint32_t dim : {64u, 80u, 96u, 128u, 256u}) {
-                if ((t == KVRT_TYPE_Q8_0 || t == KVRT_TYPE_Q4_0) && dim % 32) continue;  // not storable
-                AttnCase c;
-                c.k_type = c.v_type = t;
-                c.dk = c.dv = dim;
-                c.tokens_per_seq = 90;
-                c.seed = dim;
-                const AttnOutcome o =
-                    expect_accurate(ctx, c, std::string(kvrt_type_name(t)) + " dim " + std::to_string(dim) +
-                                                (flags ? " portable" : " shuffle"));
-                if (dim == 128 && !flags)
-                    std::printf("attention %s: nmse %.3g on the same dequantized K/V, %.3g against f32 inputs\n", kvrt_type_name(t),
-                                o.nmse, o.nmse_vs_f32);
-            }
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
+    for (kvrt_type t : kTypes) {
+        // Lane groups of the shuffle kernel from 4 lanes (32 dims) to 32
+        // (256), as far as the device's subgroups allow; 80, 96 and 192
+        // leave lanes of a group idle.
+        for (uint32_t dim : {32u, 64u, 80u, 96u, 128u, 192u, 256u}) {
+            if ((t == KVRT_TYPE_Q8_0 || t == KVRT_TYPE_Q4_0) && dim % 32) continue;  // not storable
+            AttnCase c;
+            c.k_type = c.v_type = t;
+            c.dk = c.dv = dim;
+            c.tokens_per_seq = 90;
+            c.seed = dim;
+            const AttnOutcome o =
+                expect_accurate(ctx, c, std::string(kvrt_type_name(t)) + " dim " + std::to_string(dim));
+            if (dim == 128)
+                std::printf("attention %s, %s kernels: nmse %.3g on the same dequantized K/V, %.3g against f32 inputs\n",
+                            kvrt_type_name(t), variant.name.c_str(), o.nmse, o.nmse_vs_f32);
         }
     }
 }
 
 TEST_CASE("attention handles mixed K/V types, head dims and query/output types", "[attention]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     AttnCase c;
     c.k_type = KVRT_TYPE_Q8_0;
     c.v_type = KVRT_TYPE_Q4_0;
@@ -61,7 +64,8 @@ TEST_CASE("attention handles mixed K/V types, head dims and query/output types",
 }
 
 TEST_CASE("attention covers GQA ratios 1 to 8 and MQA, with several queries", "[attention]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     for (uint32_t kv : {8u, 4u, 2u, 1u}) {
         for (uint32_t nq : {1u, 3u, 8u}) {
             AttnCase c;
@@ -81,7 +85,8 @@ TEST_CASE("attention covers GQA ratios 1 to 8 and MQA, with several queries", "[
 }
 
 TEST_CASE("attention masks sequences, shared cells, holes and sliding windows", "[attention]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     AttnCase c;
     c.n_seqs = 4;
     c.shared_prefix = 20;
@@ -97,7 +102,8 @@ TEST_CASE("attention masks sequences, shared cells, holes and sliding windows", 
 }
 
 TEST_CASE("attention options: ALiBi, soft-capping, learned sinks, scale, non-causal", "[attention]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     AttnCase c;
     c.n_heads = 8;
     c.n_kv_heads = 2;
@@ -121,7 +127,8 @@ TEST_CASE("attention options: ALiBi, soft-capping, learned sinks, scale, non-cau
 TEST_CASE("prefill chunks are causal inside the chunk", "[attention]") {
     // 512 queries: every token of the last 512 positions attends to the cells
     // at or before its own position, including earlier tokens of the chunk.
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     AttnCase c;
     c.capacity = 768;
     c.tokens_per_seq = 700;
@@ -134,7 +141,8 @@ TEST_CASE("prefill chunks are causal inside the chunk", "[attention]") {
 }
 
 TEST_CASE("attention reads cells spread over many binding pieces", "[attention]") {
-    GpuContext ctx(0, 64 << 10);  // 64 KiB bindings: K and V rows split into pieces at different cells
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags, 64 << 10);  // 64 KiB bindings: K and V rows split into pieces at different cells
     AttnCase c;
     c.capacity = 320;
     c.tokens_per_seq = 150;
@@ -149,7 +157,8 @@ TEST_CASE("attention reads cells spread over many binding pieces", "[attention]"
 }
 
 TEST_CASE("a query that sees no cell gets zeros", "[attention]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     AttnCase c;
     c.window = 4;            // the queries are far past every cell: nothing in the window
     c.query_pos_shift = 50;

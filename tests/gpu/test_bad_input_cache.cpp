@@ -358,7 +358,7 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     };
     const std::pair<std::string, std::function<void(World&, Store&)>> bad_handles[] = {
         {"k buffer destroyed", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.dead_buffer, 0); }},
-        {"k buffer: a stream cast to a buffer", [&](World&, Store& s) { s.kt = buffer_tensor(stream_as_buffer, 0); }},
+        {"k buffer: a stream cast to a buffer", [stream_as_buffer](World&, Store& s) { s.kt = buffer_tensor(stream_as_buffer, 0); }},
         {"stream destroyed", [](World& wd, Store& s) { s.stream = wd.dead_stream; }},
         {"stream: a buffer cast to a stream", [](World& wd, Store& s) { s.stream = reinterpret_cast<kvrt_stream>(wd.buffer); }},
     };

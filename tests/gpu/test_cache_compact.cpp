@@ -29,15 +29,6 @@ namespace {
 
 constexpr uint64_t kBinding = 4096;
 
-ref::Type ref_type(kvrt_type t) {
-    switch (t) {
-        case KVRT_TYPE_F32: return ref::Type::F32;
-        case KVRT_TYPE_F16: return ref::Type::F16;
-        case KVRT_TYPE_Q8_0: return ref::Type::Q8_0;
-        default: return ref::Type::Q4_0;
-    }
-}
-
 // What a row of `x` reads back as from a cache of type `t`.
 std::vector<float> stored_as(kvrt_type t, const float* x, uint32_t n) {
     std::vector<uint8_t> enc(ref::row_bytes(ref_type(t), n));

@@ -17,15 +17,6 @@ namespace ref = kvrt::ref;
 
 namespace {
 
-ref::Type ref_type(kvrt_type t) {
-    switch (t) {
-        case KVRT_TYPE_F32: return ref::Type::F32;
-        case KVRT_TYPE_F16: return ref::Type::F16;
-        case KVRT_TYPE_Q8_0: return ref::Type::Q8_0;
-        default: return ref::Type::Q4_0;
-    }
-}
-
 // Input rows with the cases that trip quantizers: zero blocks, a negative
 // maximum, exact halves, ties between +m and -m, tiny and large magnitudes.
 std::vector<float> make_rows(uint32_t rows, uint32_t row_elems, uint32_t seed) {
@@ -208,9 +199,10 @@ void run_store_case(kvrt_context ctx, kvrt_type cache_type, kvrt_type input_type
 }  // namespace
 
 TEST_CASE("store converts and quantizes exactly like the CPU reference", "[cache][store]") {
+    KVRT_EACH_KERNEL_VARIANT(variant);
     // A small binding limit splits every layer into many pieces.
     for (uint64_t binding : {uint64_t{0}, uint64_t{4096}}) {
-        GpuContext ctx(0, binding);
+        GpuContext ctx(variant.flags, binding);
         for (kvrt_type type : {KVRT_TYPE_F32, KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0}) {
             Outcome o;
             for (kvrt_type input : {KVRT_TYPE_F32, KVRT_TYPE_F16}) {
@@ -230,7 +222,8 @@ TEST_CASE("store converts and quantizes exactly like the CPU reference", "[cache
 }
 
 TEST_CASE("store works through staging memory and with one head of odd block count", "[cache][store]") {
-    GpuContext ctx(KVRT_CONTEXT_FORCE_STAGING);
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags | KVRT_CONTEXT_FORCE_STAGING);
     Shape s;
     s.layers = 1;
     s.kv_heads = 1;  // Q8_0 rows of 3 blocks: 102 bytes, padded to 104

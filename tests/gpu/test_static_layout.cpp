@@ -283,7 +283,8 @@ std::vector<float> attend(kvrt_cache c, const Shape& sh, uint32_t layer, int32_t
 }  // namespace
 
 TEST_CASE("static layout: attention equals the cell layout's on the same tokens", "[static][attention]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     Shape sh;
     sh.heads = 8;
     sh.kv_heads = 2;
@@ -566,7 +567,8 @@ TEST_CASE("static layout: the estimate reproduces SPEC 5", "[static][estimate]")
 TEST_CASE("static layout: sequences spread over several pieces", "[static][attention]") {
     // A 4 KiB binding limit puts each sequence's regions of a layer in a piece
     // of their own: windows, slides and attention must address every piece.
-    GpuContext ctx(0, 4096);
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags, 4096);
     Shape sh;
     sh.dk = sh.dv = 8;
     const uint32_t S = 64, W = S - 1;
@@ -614,7 +616,8 @@ TEST_CASE("static layout: sequences spread over several pieces", "[static][atten
 }
 
 TEST_CASE("static layout: deferred RoPE attends like the cell layout", "[static][attention]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     Shape sh;
     sh.dk = sh.dv = 32;
     const uint32_t S = 24, W = S - 1;

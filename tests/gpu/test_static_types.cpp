@@ -290,9 +290,10 @@ void run_store_case(kvrt_context ctx, const Spec& spec, kvrt_type input, Tally* 
 }  // namespace
 
 TEST_CASE("static-scale store gives the reference's codes, zeroed padding, and nothing else", "[static-types]") {
+    KVRT_EACH_KERNEL_VARIANT(variant);
     // A small binding limit splits the layers into pieces.
     for (uint64_t binding : {uint64_t{0}, uint64_t{4096}}) {
-        GpuContext ctx(0, binding);
+        GpuContext ctx(variant.flags, binding);
         for (kvrt_type t : {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}) {
             for (bool shared : {false, true}) {
                 for (kvrt_type input : {KVRT_TYPE_F32, KVRT_TYPE_F16}) {
@@ -369,52 +370,52 @@ TEST_CASE("attention over static-scale K/V meets SPEC 8 in decode and prefill, w
     const kvrt_type pairs[][2] = {{KVRT_TYPE_U8_STATIC, KVRT_TYPE_U8_STATIC}, {KVRT_TYPE_U16_STATIC, KVRT_TYPE_U16_STATIC},
                                   {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}, {KVRT_TYPE_U16_STATIC, KVRT_TYPE_F16},
                                   {KVRT_TYPE_F32, KVRT_TYPE_U8_STATIC},        {KVRT_TYPE_Q8_0, KVRT_TYPE_U16_STATIC}};
-    for (kvrt_flags flags : {0u, static_cast<kvrt_flags>(KVRT_CONTEXT_PORTABLE_KERNELS)}) {
-        GpuContext ctx(flags);
-        for (const auto& pair : pairs) {
-            for (uint32_t nq : {1u, 8u}) {  // decode; a prefill chunk under the causal mask
-                AttnCase c;
-                c.layers = 2;
-                c.n_heads = 8;
-                c.n_kv_heads = 2;  // GQA 4:1
-                c.dk = 64;
-                c.dv = pair[1] == KVRT_TYPE_U8_STATIC ? 72 : 64;  // U8 V heads 8-byte aligned but not 16
-                c.k_type = pair[0];
-                c.v_type = pair[1];
-                c.n_seqs = 2;
-                c.shared_prefix = 20;
-                c.tokens_per_seq = 90;
-                c.n_queries = nq;
-                c.q_type = nq == 1 ? KVRT_TYPE_F32 : KVRT_TYPE_F16;
-                c.seed = 17 + nq;
-                // Inputs are N(0, 1): ranges of about +-4 (U8) and +-8 (U16).
-                if (is_static_scale(pair[0]))
-                    c.k_scales = pair[0] == KVRT_TYPE_U8_STATIC
-                                     ? std::vector<QuantScale>{{4.0f / 127, 127}, {0.045f, 120}}
-                                     : std::vector<QuantScale>{{1.0f / 4096, 32768}, {2.6e-4f, 31000}};
-                if (is_static_scale(pair[1]))
-                    c.v_scales = pair[1] == KVRT_TYPE_U8_STATIC
-                                     ? std::vector<QuantScale>{{0.035f, 130}, {1.0f / 32, 125}}
-                                     : std::vector<QuantScale>{{2.4e-4f, 33000}, {1.0f / 8192, 32768}};
-                // Both arrays with scales: the same count.
-                if (!c.k_scales.empty() && !c.v_scales.empty()) REQUIRE(c.k_scales.size() == c.v_scales.size());
-                const AttnOutcome o = run_attention_case(ctx, c);
-                INFO(kvrt_type_name(pair[0]) << " K, " << kvrt_type_name(pair[1]) << " V, " << nq << " queries"
-                                   << (flags ? ", portable" : ", shuffle") << ": nmse " << o.nmse << " (vs f32 inputs "
-                                   << o.nmse_vs_f32 << "), max abs " << o.max_abs);
-                CHECK(o.values > 0);
-                CHECK(o.nmse <= 1e-6);
-                CHECK(o.guard_ok);
-                // And the stored codes stay close to the f32 inputs (a store
-                // and readback that agreed on a wrong scale would not).
-                CHECK(o.nmse_vs_f32 < 1e-2);
-                if (nq == 1 && !flags)
-                    std::printf("attention %s K / %s V: nmse %.3g on the same dequantized K/V, %.3g against f32 inputs\n",
-                                kvrt_type_name(pair[0]), kvrt_type_name(pair[1]), o.nmse, o.nmse_vs_f32);
-            }
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
+    for (const auto& pair : pairs) {
+        for (uint32_t nq : {1u, 8u}) {  // decode; a prefill chunk under the causal mask
+            AttnCase c;
+            c.layers = 2;
+            c.n_heads = 8;
+            c.n_kv_heads = 2;  // GQA 4:1
+            c.dk = 64;
+            c.dv = pair[1] == KVRT_TYPE_U8_STATIC ? 72 : 64;  // U8 V heads 8-byte aligned but not 16
+            c.k_type = pair[0];
+            c.v_type = pair[1];
+            c.n_seqs = 2;
+            c.shared_prefix = 20;
+            c.tokens_per_seq = 90;
+            c.n_queries = nq;
+            c.q_type = nq == 1 ? KVRT_TYPE_F32 : KVRT_TYPE_F16;
+            c.seed = 17 + nq;
+            // Inputs are N(0, 1): ranges of about +-4 (U8) and +-8 (U16).
+            if (is_static_scale(pair[0]))
+                c.k_scales = pair[0] == KVRT_TYPE_U8_STATIC
+                                 ? std::vector<QuantScale>{{4.0f / 127, 127}, {0.045f, 120}}
+                                 : std::vector<QuantScale>{{1.0f / 4096, 32768}, {2.6e-4f, 31000}};
+            if (is_static_scale(pair[1]))
+                c.v_scales = pair[1] == KVRT_TYPE_U8_STATIC
+                                 ? std::vector<QuantScale>{{0.035f, 130}, {1.0f / 32, 125}}
+                                 : std::vector<QuantScale>{{2.4e-4f, 33000}, {1.0f / 8192, 32768}};
+            // Both arrays with scales: the same count.
+            if (!c.k_scales.empty() && !c.v_scales.empty()) REQUIRE(c.k_scales.size() == c.v_scales.size());
+            const AttnOutcome o = run_attention_case(ctx, c);
+            INFO(kvrt_type_name(pair[0]) << " K, " << kvrt_type_name(pair[1]) << " V, " << nq << " queries: nmse "
+                                         << o.nmse << " (vs f32 inputs " << o.nmse_vs_f32 << "), max abs " << o.max_abs);
+            CHECK(o.values > 0);
+            CHECK(o.nmse <= 1e-6);
+            CHECK(o.guard_ok);
+            // And the stored codes stay close to the f32 inputs (a store
+            // and readback that agreed on a wrong scale would not).
+            CHECK(o.nmse_vs_f32 < 1e-2);
+            if (nq == 1)
+                std::printf("attention %s K / %s V, %s kernels: nmse %.3g on the same dequantized K/V, %.3g "
+                            "against f32 inputs\n",
+                            kvrt_type_name(pair[0]), kvrt_type_name(pair[1]), variant.name.c_str(), o.nmse,
+                            o.nmse_vs_f32);
         }
-        CHECK(ctx.validation_errors() == 0);
     }
+    CHECK(ctx.validation_errors() == 0);
 }
 
 namespace {
@@ -451,7 +452,8 @@ std::vector<float> read_layer(const StaticCache& c, bool v, uint32_t layer, cons
 }  // namespace
 
 TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "[static-types]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     for (kvrt_type t : {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}) {
         for (kvrt_rope_mode mode : {KVRT_ROPE_NORMAL, KVRT_ROPE_NEOX}) {
             // Whole and partial rotation; U8 heads of 10 bytes (2-byte aligned).
@@ -534,7 +536,8 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
 
 TEST_CASE("deferred RoPE over static-scale K: shifts leave K alone and attention follows the positions",
           "[static-types]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     for (kvrt_type t : {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}) {
         Spec s;
         s.layers = 1;

@@ -175,7 +175,8 @@ TEST_CASE("head-major K/V store into the static layout", "[strides][static]") {
 }
 
 TEST_CASE("head-major queries and outputs give the packed results bit for bit", "[strides][attention]") {
-    GpuContext ctx;
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
     const AttnGeo g;
     kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
     d.n_layers = 1;

@@ -105,6 +105,22 @@ void rope_shift(const RopeParams& p, const double* in, double* out, int head_dim
     rotate_pairs(p, in, out, head_dim, 1.0, [&](int i) { return rope_angle(p, i, delta); });
 }
 
+void rope_shift_f32(const RopeParams& p, float* x, int head_dim, double delta) {
+    check_params(p, head_dim);
+    for (int i = 0; i < p.n_rot / 2; ++i) {
+        int a = 0;
+        int b = 0;
+        rope_pair_dims(p, i, &a, &b);
+        const double angle = rope_angle(p, i, delta);
+        const float c = static_cast<float>(std::cos(angle));
+        const float s = static_cast<float>(std::sin(angle));
+        const float x0 = x[a];
+        const float x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
 std::vector<double> rope_rotate(const RopeParams& p, const std::vector<float>& in, double pos) {
     std::vector<double> out(in.begin(), in.end());
     rope_rotate(p, out.data(), out.data(), static_cast<int>(out.size()), pos);

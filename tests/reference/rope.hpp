@@ -79,6 +79,14 @@ void rope_rotate(const RopeParams& p, const double* in, double* out, int head_di
 // `in` and `out` may be the same.
 void rope_shift(const RopeParams& p, const double* in, double* out, int head_dim, double delta);
 
+// The shift as kvrt's kernels compute it, for references that must match
+// them to the last bit or nearly: each pair rotated in single precision,
+// (x0 c - x1 s, x0 s + x1 c), with c and s the f32 roundings of the cosine
+// and sine (in double) of delta * theta_i. The results differ from a kernel's
+// only where one of them fuses a multiply and an add (one rounding less). In
+// place; dims >= n_rot are untouched. Throws like rope_rotate.
+void rope_shift_f32(const RopeParams& p, float* x, int head_dim, double delta);
+
 // Conveniences over float input (K as stored), returning doubles.
 std::vector<double> rope_rotate(const RopeParams& p, const std::vector<float>& in, double pos);
 std::vector<double> rope_shift(const RopeParams& p, const std::vector<float>& in, double delta);

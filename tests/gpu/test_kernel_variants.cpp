@@ -1,0 +1,213 @@
+// Choosing kernel variants (kvrt.h: KVRT_CONTEXT_PORTABLE_KERNELS,
+// KVRT_CONTEXT_SHUFFLE_KERNELS and the KVRT_KERNELS environment variable):
+// a forced variant is the one that runs, a device without what it needs
+// refuses it, and the shuffle kernel's lane groups fit the subgroups of any
+// device for every head dim.
+#include "gpu_test.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include "api/handles.hpp"
+#include "attention_check.hpp"
+#include "core/fault.hpp"
+#include "ops/tuning.hpp"
+
+using namespace kvrt_test;
+
+namespace {
+
+kvrt::ops::Tuning tuning_of(kvrt_context ctx) {
+    return kvrt::ops::Tuning::of(*reinterpret_cast<kvrt_context_T*>(ctx)->ctx);
+}
+
+kvrt_result create_with(kvrt_flags flags, kvrt_context* out) {
+    kvrt_context_desc desc = KVRT_CONTEXT_DESC_INIT;
+    desc.flags = flags;
+    desc.log_level = KVRT_LOG_LEVEL_NONE;
+    return kvrt_context_create(&desc, out);
+}
+
+// Sets an environment variable for its scope, then restores the old value.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name)) {
+            had_ = true;
+            old_ = old;
+        }
+        setenv(name, value, 1);
+    }
+    ~ScopedEnv() {
+        if (had_) setenv(name_, old_.c_str(), 1);
+        else unsetenv(name_);
+    }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    const char* name_;
+    bool had_ = false;
+    std::string old_;
+};
+
+bool pow2(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+// The lane groups of `t` for heads of 1..64 octets (8..512 dims) are sound:
+// powers of two that fit the subgroup the kernel runs with, and workgroups of
+// whole subgroups within the device's limits.
+void check_lanes(const kvrt::ops::Tuning& t, const std::string& device) {
+    for (uint32_t octets = 1; octets <= 64; ++octets) {
+        const kvrt::ops::Tuning::Lanes l = t.attn_lanes(octets);
+        INFO(device << ", " << octets << " octets: lanes " << l.lanes << ", required subgroup "
+                    << l.required_subgroup << ", full " << l.full_subgroups << ", workgroup " << l.workgroup);
+        CHECK(pow2(l.lanes));
+        CHECK(l.lanes <= octets);
+        CHECK(pow2(l.workgroup));
+        if (t.attn_portable) {
+            CHECK(l.lanes == 1);
+            CHECK(l.required_subgroup == 0);
+            continue;
+        }
+        // The subgroup the kernel sees: the one required, else the device's
+        // (and the lanes stay within the smallest it may use).
+        const uint32_t subgroup = l.required_subgroup ? l.required_subgroup : t.subgroup_size;
+        CHECK(l.lanes <= subgroup);
+        CHECK(l.workgroup % subgroup == 0);
+        CHECK(l.full_subgroups == t.subgroup_full);
+        if (l.required_subgroup) {
+            CHECK(t.subgroup_require);
+            CHECK(pow2(l.required_subgroup));
+            CHECK(l.required_subgroup >= t.subgroup_min);
+            CHECK(l.required_subgroup <= t.subgroup_max);
+            if (t.subgroup_max_per_workgroup) CHECK(l.workgroup <= l.required_subgroup * t.subgroup_max_per_workgroup);
+        } else {
+            CHECK(!t.subgroup_require);
+            CHECK(l.lanes <= t.subgroup_min);
+        }
+        // As many lanes as the head has octets, up to what one subgroup holds.
+        const uint32_t cap = t.subgroup_require ? t.subgroup_max : t.subgroup_min;
+        CHECK((l.lanes * 2 > octets || l.lanes * 2 > cap));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a forced kernel variant is the one attention records, and it is accurate", "[kernels][attention]") {
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
+    const kvrt::ops::Tuning t = tuning_of(ctx);
+    if (variant.flags == KVRT_CONTEXT_PORTABLE_KERNELS) CHECK(t.attn_portable);
+    if (variant.flags == KVRT_CONTEXT_SHUFFLE_KERNELS) CHECK(!t.attn_portable);
+    check_lanes(t, "this device");
+    // Head dims whose octets give lane groups of 1 to 32 lanes, as far as the
+    // subgroups allow, also several groups per subgroup and heads that leave
+    // lanes idle (80, 96, 112, 192).
+    for (uint32_t dim : {16u, 32u, 48u, 64u, 80u, 96u, 112u, 128u, 192u, 256u}) {
+        AttnCase c;
+        c.dk = c.dv = dim;
+        c.tokens_per_seq = 45;
+        c.n_queries = 2;
+        c.seed = dim + 7;
+        const AttnOutcome o = run_attention_case(ctx, c);
+        INFO("dim " << dim << " (" << t.attn_lanes(dim / 8).lanes << " lanes per group): nmse " << o.nmse);
+        CHECK(o.values > 0);
+        CHECK(o.nmse <= 1e-6);
+        CHECK(o.guard_ok);
+    }
+}
+
+TEST_CASE("lane groups fit the subgroups of every kind of device", "[kernels]") {
+    // Tables as devices report them: fixed subgroups with size control,
+    // ranges that may be required, and no size control at all.
+    struct Device {
+        const char* name;
+        uint32_t size, min, max, per_workgroup;
+        bool require, full;
+    };
+    const Device devices[] = {
+        {"32 lanes, size control", 32, 32, 32, 32, true, true},
+        {"32 or 64 lanes, size control", 64, 32, 64, 16, true, true},
+        {"8 to 32 lanes, size control", 32, 8, 32, 64, true, true},
+        {"8 lanes, size control (lavapipe)", 8, 8, 8, 32, true, true},
+        {"64 to 128 lanes, size control", 64, 64, 128, 16, true, true},
+        {"32 lanes, no size control", 32, 32, 32, 0, false, false},
+        {"16 to 64 lanes, full subgroups only", 64, 16, 64, 0, false, true},
+        {"4 lanes, no size control", 4, 4, 4, 0, false, false},
+    };
+    for (const Device& d : devices) {
+        kvrt::ops::Tuning t;
+        t.attn_portable = false;
+        t.subgroup_size = d.size;
+        t.subgroup_min = d.min;
+        t.subgroup_max = d.max;
+        t.subgroup_max_per_workgroup = d.per_workgroup;
+        t.subgroup_require = d.require;
+        t.subgroup_full = d.full;
+        check_lanes(t, d.name);
+    }
+    kvrt::ops::Tuning portable;
+    check_lanes(portable, "portable");
+}
+
+TEST_CASE("forcing kernels: conflicting flags, a device without subgroup shuffles, KVRT_KERNELS", "[kernels]") {
+    if (std::getenv("KVRT_KERNELS")) {
+        WARN("KVRT_KERNELS is set: it overrides the flags this test checks");
+        return;
+    }
+    kvrt_context ctx = reinterpret_cast<kvrt_context>(0x1);
+    CHECK(create_with(KVRT_CONTEXT_PORTABLE_KERNELS | KVRT_CONTEXT_SHUFFLE_KERNELS, &ctx) ==
+          KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(ctx == nullptr);
+    CHECK(std::string(kvrt_last_error_message()).find("exclude each other") != std::string::npos);
+
+    // A device that lacks subgroup shuffles refuses them: no silent fallback.
+    kvrt::fault::arm_site("device without subgroup shuffles");
+    const kvrt_result refused = create_with(KVRT_CONTEXT_SHUFFLE_KERNELS, &ctx);
+    const std::string message = kvrt_last_error_message();
+    kvrt::fault::arm(0);
+    CHECK(refused == KVRT_ERROR_UNSUPPORTED);
+    CHECK(ctx == nullptr);
+    CHECK(message.find("subgroup-shuffle kernels were asked for") != std::string::npos);
+    // Without the flag the same device is fine (portable kernels).
+    kvrt::fault::arm_site("device without subgroup shuffles");
+    const kvrt_result plain = create_with(0, &ctx);
+    kvrt::fault::arm(0);
+    CHECK(plain == KVRT_SUCCESS);
+    kvrt_context_destroy(ctx);
+
+    {
+        ScopedEnv env("KVRT_KERNELS", "fast");
+        CHECK(create_with(0, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
+        CHECK(ctx == nullptr);
+        CHECK(std::string(kvrt_last_error_message()).find("KVRT_KERNELS") != std::string::npos);
+    }
+    {
+        // The environment overrides the flags.
+        ScopedEnv env("KVRT_KERNELS", "portable");
+        REQUIRE(create_with(KVRT_CONTEXT_SHUFFLE_KERNELS, &ctx) == KVRT_SUCCESS);
+        CHECK(tuning_of(ctx).attn_portable);
+        kvrt_context_destroy(ctx);
+    }
+    kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
+    {
+        ScopedEnv env("KVRT_KERNELS", "auto");
+        REQUIRE(create_with(KVRT_CONTEXT_PORTABLE_KERNELS, &ctx) == KVRT_SUCCESS);
+        KVRT_REQUIRE_OK(kvrt_context_get_device_info(ctx, &info));
+        const bool shuffle_ok = (info.subgroup_ops & KVRT_SUBGROUP_OP_BASIC) &&
+                                (info.subgroup_ops & KVRT_SUBGROUP_OP_SHUFFLE) && info.subgroup_size >= 2;
+        // kvrt's own pick: shuffles on GPUs that have them.
+        CHECK(tuning_of(ctx).attn_portable == (!shuffle_ok || info.device_type == KVRT_DEVICE_TYPE_CPU));
+        kvrt_context_destroy(ctx);
+    }
+    {
+        ScopedEnv env("KVRT_KERNELS", "shuffle");
+        const kvrt_result r = create_with(KVRT_CONTEXT_PORTABLE_KERNELS, &ctx);
+        if (r == KVRT_SUCCESS) {
+            CHECK(!tuning_of(ctx).attn_portable);
+            kvrt_context_destroy(ctx);
+        } else {
+            CHECK(r == KVRT_ERROR_UNSUPPORTED);
+        }
+    }
+}
