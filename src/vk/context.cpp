@@ -187,10 +187,23 @@ Result enumerate_devices(std::vector<PhysicalDeviceInfo>* out) {
 }
 
 VkBool32 VKAPI_PTR Context::debug_callback(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
-                                           VkDebugUtilsMessageTypeFlagsEXT,
+                                           VkDebugUtilsMessageTypeFlagsEXT types,
                                            const VkDebugUtilsMessengerCallbackDataEXT* data,
                                            void* user) {
     auto* self = static_cast<Context*>(user);
+    const char* text = data && data->pMessage ? data->pMessage : "";
+    // Only the validation layer's findings count as validation errors and
+    // warnings. General messages come from the loader and other layers (an
+    // ICD of another architecture it cannot open, for instance, is an
+    // "error" of the loader that concerns no device kvrt uses): logged one
+    // level lower, never counted.
+    if (!(types & (VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT))) {
+        kvrt_log_level level = (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT)     ? KVRT_LOG_LEVEL_WARN
+                               : (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) ? KVRT_LOG_LEVEL_INFO
+                                                                                              : KVRT_LOG_LEVEL_DEBUG;
+        self->options_.logger.log(level, "vulkan (general): %s", text);
+        return VK_FALSE;
+    }
     kvrt_log_level level = KVRT_LOG_LEVEL_DEBUG;
     if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
         self->validation_errors_.fetch_add(1);
@@ -201,7 +214,7 @@ VkBool32 VKAPI_PTR Context::debug_callback(VkDebugUtilsMessageSeverityFlagBitsEX
     } else if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_INFO_BIT_EXT) {
         level = KVRT_LOG_LEVEL_INFO;
     }
-    self->options_.logger.log(level, "vulkan: %s", data && data->pMessage ? data->pMessage : "");
+    self->options_.logger.log(level, "vulkan: %s", text);
     return VK_FALSE;
 }
 
