@@ -59,6 +59,10 @@ type ContextOptions struct {
 	ForceStaging bool
 	// PortableKernels uses the fallback kernels (KVRT_CONTEXT_PORTABLE_KERNELS).
 	PortableKernels bool
+	// ShuffleKernels forces the subgroup-shuffle kernels, also on CPU drivers
+	// (KVRT_CONTEXT_SHUFFLE_KERNELS); NewContext fails with ErrUnsupported on a
+	// device without them. KVRT_KERNELS=portable|shuffle|auto overrides both.
+	ShuffleKernels bool
 	// Device picks the device: "" for the default, a decimal index in Devices
 	// order, or a case-insensitive substring of the name. KVRT_DEVICE in the
 	// environment overrides it.
@@ -121,6 +125,9 @@ func NewContext(opts ContextOptions) (*Context, error) {
 	}
 	if opts.ForceStaging {
 		flags |= C.KVRT_CONTEXT_FORCE_STAGING
+	}
+	if opts.ShuffleKernels {
+		flags |= C.KVRT_CONTEXT_SHUFFLE_KERNELS
 	}
 	if opts.PortableKernels {
 		flags |= C.KVRT_CONTEXT_PORTABLE_KERNELS

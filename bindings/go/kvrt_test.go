@@ -701,3 +701,30 @@ func TestLogCallback(t *testing.T) {
 		t.Error("no log message at debug level")
 	}
 }
+
+// TestShuffleKernels forces the subgroup-shuffle kernels (lavapipe has
+// them) and checks attention against the reference; both variants at once
+// are refused.
+func TestShuffleKernels(t *testing.T) {
+	if _, err := kvrt.NewContext(kvrt.ContextOptions{ShuffleKernels: true, PortableKernels: true}); !errors.Is(err, kvrt.ErrInvalidArgument) {
+		t.Fatalf("both variants: %v", err)
+	}
+	ctx, err := kvrt.NewContext(kvrt.ContextOptions{ShuffleKernels: true})
+	if errors.Is(err, kvrt.ErrUnsupported) {
+		t.Skip("the device has no subgroup shuffles")
+	}
+	must(t, err)
+	defer ctx.Close()
+	c := newCache(t, ctx, smallCache())
+	const n = 6
+	storeTokens(t, c, nil, 0, 0, n)
+	keys := tokenRows(0, n, nKVHeads, headDim, keyOf)
+	values := tokenRows(0, n, nKVHeads, headDim, valueOf)
+	q := rows(0, 1, nHeads, headDim, queryOf)
+	out := make([]float32, nHeads*headDim)
+	must(t, c.Attention(nil, 0, kvrt.Batch{Positions: []int32{n - 1}, SeqIDs: []int32{0}}, kvrt.HostF32(q), kvrt.Output{F32: out}, nil))
+	want := refAttention(q, keys, values, nHeads, nKVHeads, headDim)
+	if d := maxDiff(out, want); d > 2e-3 {
+		t.Errorf("max diff %g", d)
+	}
+}

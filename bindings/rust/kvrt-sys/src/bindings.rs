@@ -244,6 +244,7 @@ const _: () = {
 pub const KVRT_CONTEXT_VALIDATION: kvrt_context_flag_bits = 1;
 pub const KVRT_CONTEXT_FORCE_STAGING: kvrt_context_flag_bits = 2;
 pub const KVRT_CONTEXT_PORTABLE_KERNELS: kvrt_context_flag_bits = 4;
+pub const KVRT_CONTEXT_SHUFFLE_KERNELS: kvrt_context_flag_bits = 8;
 pub const KVRT_CONTEXT_FLAG_MAX_ENUM: kvrt_context_flag_bits = 2147483647;
 pub type kvrt_context_flag_bits = ::core::ffi::c_uint;
 #[repr(C)]

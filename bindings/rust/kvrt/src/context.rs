@@ -251,6 +251,15 @@ impl ContextBuilder {
         self.flag(sys::KVRT_CONTEXT_PORTABLE_KERNELS, on)
     }
 
+    /// Forces the subgroup-shuffle kernels, also on CPU drivers
+    /// (`KVRT_CONTEXT_SHUFFLE_KERNELS`): building fails with
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a device without
+    /// them, and with both this and [`portable_kernels`](Self::portable_kernels).
+    /// `KVRT_KERNELS=portable|shuffle|auto` in the environment overrides both.
+    pub fn shuffle_kernels(self, on: bool) -> Self {
+        self.flag(sys::KVRT_CONTEXT_SHUFFLE_KERNELS, on)
+    }
+
     /// Picks the device: a decimal index or a case-insensitive substring of
     /// its name (`KVRT_DEVICE` in the environment overrides it).
     pub fn device(mut self, device: impl Into<String>) -> Self {

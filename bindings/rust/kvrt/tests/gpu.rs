@@ -353,3 +353,56 @@ fn log_callback_receives_and_survives_panics() {
     drop(ctx);
     assert!(seen.load(Ordering::SeqCst) > 0);
 }
+
+// The shuffle kernels forced (lavapipe has subgroup shuffles): the same
+// attention as the reference; asking for both variants is refused.
+#[test]
+fn shuffle_kernels_forced() {
+    let both = kvrt::Context::builder()
+        .shuffle_kernels(true)
+        .portable_kernels(true)
+        .build();
+    assert!(matches!(both, Err(kvrt::Error::InvalidArgument(_))), "{both:?}");
+    let ctx = match kvrt::Context::builder()
+        .validation(true)
+        .shuffle_kernels(true)
+        .build()
+    {
+        Ok(ctx) => ctx,
+        // A device without subgroup shuffles says so; nothing else is accepted.
+        Err(kvrt::Error::Unsupported(_)) if std::env::var_os("KVRT_KERNELS").is_none() => return,
+        Err(e) => panic!("{e}"),
+    };
+    let mut cache = ctx
+        .create_cache(&CacheDesc::new(1, H as u32, KV as u32, D as u32, 32))
+        .unwrap();
+    let n = 5;
+    let positions: Vec<i32> = (0..n as i32).collect();
+    let (k, v) = (values(7, n * KV * D), values(8, n * KV * D));
+    cache
+        .store(
+            &Batch::for_seq(0, &positions),
+            Layers::One(0),
+            &TensorRef::host_f32(&k),
+            &TensorRef::host_f32(&v),
+        )
+        .unwrap();
+    let q = values(9, H * D);
+    let mut out = vec![0f32; H * D];
+    let last = [n as i32 - 1];
+    cache
+        .attention(
+            0,
+            &Batch::for_seq(0, &last),
+            &TensorRef::host_f32(&q),
+            &mut OutputRef::host_f32(&mut out),
+            &AttentionParams::default(),
+        )
+        .unwrap();
+    let (kr, vr): (Vec<f32>, Vec<f32>) = (
+        k.iter().map(|&x| f16_round(x)).collect(),
+        v.iter().map(|&x| f16_round(x)).collect(),
+    );
+    close(&out, &reference(&q, &kr, &vr, H, KV, D), 2e-3);
+    assert_eq!(ctx.stats().unwrap().validation_errors, 0);
+}
