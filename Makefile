@@ -10,6 +10,9 @@
 #                and the real-model engine's tests (test-llm)
 #   make build   set up and build only
 #   make bench   set up, build, run the standard benchmark set
+#   make mutations
+#                check that the GPU tests fail for each deliberately broken
+#                kernel in tools/mutations (tens of minutes)
 #   make abi-baseline
 #                after an intended ABI change: rebuild the library, then
 #                rewrite tests/abi/kvrt.symbols (from the headers' KVRT_API
@@ -23,7 +26,7 @@ TSAN_BUILD ?= build-tsan
 BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all setup build test test-asan unit-asan test-tsan test-rust test-go llm test-llm demo bench abi-baseline clean
+.PHONY: all setup build test test-asan unit-asan test-tsan test-rust test-go llm test-llm demo bench mutations abi-baseline clean
 
 all: build
 
@@ -149,6 +152,13 @@ demo: llm
 
 bench: build
 	@$(BUILD)/bin/kvrt bench standard
+
+# Mutation testing of the kernels (tools/mutations/run.sh; tens of minutes,
+# so not part of `make test`): each deliberately broken kernel of
+# tools/mutations/*.patch is built into a copy of the tree (build-mutations/)
+# and must make at least one GPU test fail. NAMES=... runs only those.
+mutations: setup
+	@JOBS=$(JOBS) bash tools/mutations/run.sh $(NAMES)
 
 abi-baseline: setup $(BUILD)/build.ninja
 	@cmake --build $(BUILD) --target abi-baseline
