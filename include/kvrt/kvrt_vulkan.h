@@ -36,8 +36,9 @@ typedef struct kvrt_vulkan_import_desc {
      * VkPhysicalDeviceSubgroupSizeControlFeatures,
      * VkPhysicalDeviceVulkan11Features, VkPhysicalDeviceVulkan12Features,
      * VkPhysicalDeviceVulkan13Features chained). kvrt uses only what it says
-     * is enabled. NULL: none of the optional features, so the portable
-     * kernels are used. */
+     * is enabled. NULL: none of the optional features (no 16-bit storage or
+     * arithmetic, no subgroup size control); the kernel variant still
+     * follows the device's subgroup properties. */
     const VkPhysicalDeviceFeatures2* enabled_features;
     /* Optional: called around every vkQueueSubmit kvrt makes, so the
      * application can serialize its own use of the same VkQueue. Both or

@@ -39,9 +39,13 @@ Result Loader::open() {
         if (lib) break;
     }
     if (!lib) {
+#if defined(__ANDROID__)
+        return fail(KVRT_ERROR_UNSUPPORTED, "no Vulkan loader found (libvulkan.so): the device has no Vulkan");
+#else
         return fail(KVRT_ERROR_UNSUPPORTED,
                     "no Vulkan loader found (libvulkan.so.1); install the Vulkan loader "
                     "and a driver (on Debian: libvulkan1 mesa-vulkan-drivers)");
+#endif
     }
     auto gipa = reinterpret_cast<PFN_vkGetInstanceProcAddr>(dlsym(lib, "vkGetInstanceProcAddr"));
     if (!gipa) {
