@@ -15,10 +15,16 @@
 //
 // Defines: K_FMT, V_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0, 5 U8_STATIC,
 // 6 U16_STATIC); Q_F16 (queries in f16, else f32); SHUFFLE. The static-scale
-// types' (scale, zero point) of the layer come in meta_words, at quant_offset:
-// the push constants (120 bytes) leave no room for four more words within the
-// 128 bytes every device guarantees, and specialization constants would need
-// a pipeline per layer.
+// types' (scale, zero point) of the layer and the ALiBi slopes come in
+// meta_words, at params_offset: the push constants (120 bytes) leave no room
+// for them within the 128 bytes every device guarantees, and specialization
+// constants would need a pipeline per layer.
+//
+// What each row sees is decided here, from the cache's device mirror of its
+// cell metadata (a position and the sequence bits per cell), not by the host:
+// a dispatch covers a run of consecutive cells, and the host's work does not
+// depend on how many there are. A cell no row of the tile sees costs its
+// metadata words only.
 //
 // Every loop but the cell loop is [[unroll]]: besides being faster, this is a
 // workaround for llvmpipe (lavapipe), which silently leaves loops after 65535
@@ -49,16 +55,16 @@ const uint OV = (D_V / 8u + LG - 1u) / LG;  // V octets per lane
 layout(std430, set = 0, binding = 0) readonly buffer KBuf { uint k_words[]; };
 layout(std430, set = 0, binding = 1) readonly buffer VBuf { uint v_words[]; };
 layout(std430, set = 0, binding = 2) readonly buffer QBuf { uint q_words[]; };
-// Per attended cell: (K byte offset of its row, V byte offset, position, -);
-// then the cells' sequence bits; then per query (position, sequence).
-layout(std430, set = 0, binding = 3) readonly buffer Meta { uvec4 cells[]; };
+// The mirror: per cell its position (-1: empty), then seq_words words of
+// sequence bits (bit s % 32 of word s / 32: sequence s uses the cell).
+layout(std430, set = 0, binding = 3) readonly buffer CellMeta { uint cell_meta[]; };
+// Per query (position, sequence); RoPE frequencies; parameters; sinks.
 layout(std430, set = 0, binding = 4) readonly buffer MetaWords { uint meta_words[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[]; };
 
 layout(push_constant) uniform Push {
-    uint n_cells;        // attended cells of this dispatch
-    uint cells_offset;   // first entry in `cells`
-    uint seq_offset;     // word offset of this dispatch's first cell's sequence bits
+    uint n_cells;        // cells of this dispatch
+    uint meta_first;     // its first cell's index in cell_meta
     uint seq_words;      // 32-bit words of sequence bits per cell
     uint query_offset;   // word offset of the (pos, seq) pairs in meta_words
     uint n_queries;
@@ -72,11 +78,12 @@ layout(push_constant) uniform Push {
     uint q_stride;       // words between queries
     uint k_head_bytes;   // bytes between heads inside a K row
     uint v_head_bytes;
+    uint k_base;         // byte offset of the dispatch's first K row
+    uint k_row;          // bytes from one cell's K row to the next
+    uint v_base;
+    uint v_row;
     float scale;
     float softcap;       // 0: off
-    float alibi_m0;      // ALiBi slopes (max_bias > 0), else 0
-    float alibi_m1;
-    uint alibi_n_log2;
     int window;          // 0: none
     int n_keep;          // positions below are always visible (StreamingLLM sinks)
     uint causal;
@@ -84,7 +91,8 @@ layout(push_constant) uniform Push {
     uint partials_offset;  // float offset of row 0's first partial
     uint theta_offset;     // deferred RoPE: word offset of the N_ROT/2 pair frequencies
     float rope_mscale;     // deferred RoPE: magnitude (YaRN)
-    uint quant_offset;     // word offset in meta_words of (K scale, K zero point, V scale, V zero point)
+    uint params_offset;    // word offset in meta_words of (K scale, K zero point, V scale, V zero point,
+                           // ALiBi m0, m1, n_log2: slopes when max_bias > 0, else m0 = 0)
     uint q_head_stride;    // words between the heads of one query (D_K values when packed)
 } pc;
 
@@ -112,9 +120,11 @@ float load_q(uint word_base, uint e) {
 }
 
 float alibi_slope(uint h) {
-    if (pc.alibi_m0 == 0.0) return 0.0;
-    return h < pc.alibi_n_log2 ? pow(pc.alibi_m0, float(h + 1u))
-                               : pow(pc.alibi_m1, float(2u * (h - pc.alibi_n_log2) + 1u));
+    const float m0 = uintBitsToFloat(meta_words[pc.params_offset + 4u]);
+    if (m0 == 0.0) return 0.0;
+    const float m1 = uintBitsToFloat(meta_words[pc.params_offset + 5u]);
+    const uint n_log2 = meta_words[pc.params_offset + 6u];
+    return h < n_log2 ? pow(m0, float(h + 1u)) : pow(m1, float(2u * (h - n_log2) + 1u));
 }
 
 void main() {
@@ -136,12 +146,12 @@ void main() {
     const uint n_tiles = pc.n_kv_heads * pc.tiles_per_kv;
     if (gid >= n_tiles * pc.n_splits) return;  // whole groups leave together
     if (K_FMT >= 5) {
-        k_scale = uintBitsToFloat(meta_words[pc.quant_offset]);
-        k_zp = int(meta_words[pc.quant_offset + 1u]);
+        k_scale = uintBitsToFloat(meta_words[pc.params_offset]);
+        k_zp = int(meta_words[pc.params_offset + 1u]);
     }
     if (V_FMT >= 5) {
-        v_scale = uintBitsToFloat(meta_words[pc.quant_offset + 2u]);
-        v_zp = int(meta_words[pc.quant_offset + 3u]);
+        v_scale = uintBitsToFloat(meta_words[pc.params_offset + 2u]);
+        v_zp = int(meta_words[pc.params_offset + 3u]);
     }
     const uint tile = gid / pc.n_splits;
     const uint split = gid - tile * pc.n_splits;
@@ -231,11 +241,25 @@ void main() {
     const uint per_split = (pc.n_cells + pc.n_splits - 1u) / pc.n_splits;
     const uint c0 = split * per_split;
     const uint c1 = min(pc.n_cells, c0 + per_split);
+    const uint meta_stride = 1u + pc.seq_words;
     for (uint c = c0; c < c1; ++c) {
-        const uvec4 cell = cells[pc.cells_offset + c];
-        const int cpos = int(cell.z);
-        const uint kb = cell.x + kvh * pc.k_head_bytes;
-        const uint vb = cell.y + kvh * pc.v_head_bytes;
+        // Which rows see the cell: in one of its sequences, not after the
+        // row's query (causal), inside the window (or a sink).
+        const uint mb = (pc.meta_first + c) * meta_stride;
+        const int cpos = int(cell_meta[mb]);
+        bool vis[R];
+        bool any = false;
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
+            const uint sw = cell_meta[mb + 1u + (r_seq[r] >> 5)];
+            bool v = r_live[r] && cpos >= 0 && ((sw >> (r_seq[r] & 31u)) & 1u) != 0u;
+            if (pc.causal != 0u) v = v && cpos <= r_pos[r];
+            if (pc.window > 0 && cpos >= pc.n_keep) v = v && r_pos[r] - cpos < pc.window;
+            vis[r] = v;
+            any = any || v;
+        }
+        if (!any) continue;  // uniform in the lane group: no lane reads the rows
+        const uint kb = pc.k_base + c * pc.k_row + kvh * pc.k_head_bytes;
+        const uint vb = pc.v_base + c * pc.v_row + kvh * pc.v_head_bytes;
 
         float s[R];
         [[unroll]] for (uint r = 0u; r < R; ++r) s[r] = 0.0;
@@ -264,20 +288,14 @@ void main() {
         }
 
         float p[R];
-        bool any = false;
         [[unroll]] for (uint r = 0u; r < R; ++r) {
             float x = group_sum(s[r]);
-            const uint sw = meta_words[pc.seq_offset + c * pc.seq_words + (r_seq[r] >> 5)];
-            bool vis = r_live[r] && ((sw >> (r_seq[r] & 31u)) & 1u) != 0u;
-            if (pc.causal != 0u) vis = vis && cpos <= r_pos[r];
-            if (pc.window > 0 && cpos >= pc.n_keep) vis = vis && r_pos[r] - cpos < pc.window;
             if (pc.softcap > 0.0) x = pc.softcap * tanh(x / pc.softcap);
             x -= slope[r] * abs(float(r_pos[r] - cpos));  // ALiBi, as GGML fills its mask
-            if (!vis) {
+            if (!vis[r]) {
                 p[r] = 0.0;
                 continue;
             }
-            any = true;
             const float m_new = max(m[r], x);
             const float corr = exp(m[r] - m_new);
             p[r] = exp(x - m_new);
@@ -285,7 +303,6 @@ void main() {
             [[unroll]] for (uint i = 0u; i < OV * 8u; ++i) acc[r][i] *= corr;
             m[r] = m_new;
         }
-        if (!any) continue;
         [[unroll]] for (uint i = 0u; i < OV; ++i) {
             const uint o = lane + i * LG;
             if (o >= D_V / 8u) break;

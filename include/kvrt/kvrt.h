@@ -818,7 +818,9 @@ typedef struct kvrt_cache_estimate {
     /* The device memory kvrt_cache_create allocates: data_bytes plus alignment
      * padding (each cell's row is padded to a multiple of 4 bytes, and each
      * layer's K and V are split into pieces no larger than the largest storage
-     * binding, each padded to 16 bytes). Equals the growth of
+     * binding, each padded to 16 bytes), plus the cells' metadata that the
+     * kernels read on the device: 4 * (1 + 2 * ceil(max_seqs / 64)) bytes per
+     * cell, in pieces padded the same way. Equals the growth of
      * kvrt_context_stats.device_bytes on creation, up to the driver's own
      * allocation rounding. */
     uint64_t device_bytes;

@@ -1,5 +1,6 @@
 #include "cache/arena.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace kvrt::cache {
@@ -43,6 +44,13 @@ RowLocation CellArena::locate(Array array, uint32_t layer, uint32_t slot) const 
     return RowLocation{bufs[layer].get(), piece, offset};
 }
 
+RowRun CellArena::run(Array array, uint32_t layer, uint32_t slot, uint32_t max_slots) const {
+    const kv::RowGeometry& g = rows(array);
+    const RowLocation at = locate(array, layer, slot);
+    const uint32_t left = g.cells_per_piece - slot % g.cells_per_piece;
+    return RowRun{at.buffer, at.piece, at.offset, g.stride, std::min(left, max_slots)};
+}
+
 Result StaticArena::create(vk::Context& ctx, const kv::CacheGeometry& geo, const char* label,
                            std::unique_ptr<StaticArena>* out) {
     std::unique_ptr<StaticArena> a(new StaticArena());
@@ -67,6 +75,13 @@ RowLocation StaticArena::locate(Array array, uint32_t layer, uint32_t slot) cons
     const uint64_t at = region_row_offset(array, seq, 0, row);
     const auto& bufs = array == Array::K ? k_ : v_;
     return RowLocation{bufs[layer].get(), static_cast<size_t>(at / g.piece_bytes), at % g.piece_bytes};
+}
+
+RowRun StaticArena::run(Array array, uint32_t layer, uint32_t slot, uint32_t max_slots) const {
+    const kv::RowGeometry& g = rows(array);
+    const RowLocation at = locate(array, layer, slot);
+    const uint32_t left = g.regions.reservation_rows - slot % g.regions.reservation_rows;
+    return RowRun{at.buffer, at.piece, at.offset, g.head_bytes, std::min(left, max_slots)};
 }
 
 }  // namespace kvrt::cache

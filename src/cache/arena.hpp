@@ -24,11 +24,24 @@ struct RowLocation {
     uint64_t offset = 0;
 };
 
+// Rows of `slots` consecutive slots that lie in one piece at a constant
+// stride: slot i of the run (from its first) at offset + i * stride.
+struct RowRun {
+    const vk::Buffer* buffer = nullptr;
+    size_t piece = 0;
+    uint64_t offset = 0;
+    uint64_t stride = 0;
+    uint32_t slots = 0;
+};
+
 class Arena {
 public:
     virtual ~Arena() = default;
     // Location of `slot`'s row of `array` in `layer`.
     virtual RowLocation locate(Array array, uint32_t layer, uint32_t slot) const = 0;
+    // The longest run of rows from `slot` on, of at most `max_slots` (>= 1)
+    // slots: what a kernel can address from one binding by slot index.
+    virtual RowRun run(Array array, uint32_t layer, uint32_t slot, uint32_t max_slots) const = 0;
     // Row geometry of `array` (bytes, padding, pieces).
     virtual const kv::RowGeometry& rows(Array array) const = 0;
     // Bytes from one KV head of a row to the next: rows(array).head_bytes
@@ -49,6 +62,7 @@ public:
                          std::unique_ptr<CellArena>* out);
 
     RowLocation locate(Array array, uint32_t layer, uint32_t slot) const override;
+    RowRun run(Array array, uint32_t layer, uint32_t slot, uint32_t max_slots) const override;
     const kv::RowGeometry& rows(Array array) const override { return array == Array::K ? geo_.k : geo_.v; }
     uint64_t head_stride(Array array) const override { return rows(array).head_bytes; }
     uint64_t device_bytes() const override { return bytes_; }
@@ -71,6 +85,8 @@ public:
                          std::unique_ptr<StaticArena>* out);
 
     RowLocation locate(Array array, uint32_t layer, uint32_t slot) const override;
+    // A run stays inside one sequence's regions.
+    RowRun run(Array array, uint32_t layer, uint32_t slot, uint32_t max_slots) const override;
     const kv::RowGeometry& rows(Array array) const override { return array == Array::K ? geo_.k : geo_.v; }
     uint64_t head_stride(Array array) const override { return rows(array).regions.region_bytes; }
     uint64_t device_bytes() const override { return bytes_; }

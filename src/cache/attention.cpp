@@ -132,47 +132,28 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
                                const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
                                uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
                                kvrt_type out_type, const kvrt_attention_params& params) {
-    // The cells any of the queries can see: in use, in one of their
-    // sequences, and (when causal) not after the last query. The kernel
-    // applies each query's exact mask.
-    const uint32_t wpc = table_.words_per_cell();
-    std::vector<uint64_t> any_seq(wpc, 0);
-    int32_t max_pos = 0;
-    for (uint32_t i = 0; i < n_queries; ++i) {
-        any_seq[static_cast<uint32_t>(seq_ids[i]) >> 6] |= 1ull << (seq_ids[i] & 63);
-        max_pos = std::max(max_pos, positions[i]);
-    }
+    // The cells the kernel reads: the cell layout's cells below n_attend()
+    // (the kernel tells, from the device mirror, which of them each query
+    // sees); the static layout's valid rows of the queries' sequences' windows.
+    KVRT_TRY(sync_meta(s));
     const bool causal = !(params.flags & KVRT_ATTENTION_NON_CAUSAL);
-    const uint32_t n_attend = table_.n_attend();
-    std::vector<ops::AttnCell> cells;
-    std::vector<uint32_t> seq_bits;
     std::vector<ops::AttnSegment> segments;
-    cells.reserve(table_.used());
-    const uint64_t* words = table_.seq_words();
-    for (uint32_t c = 0; c < n_attend; ++c) {
-        const int32_t pos = table_.cell_pos(c);
-        if (pos < 0 || (causal && pos > max_pos)) continue;
-        const uint64_t* cw = words + size_t{c} * wpc;
-        bool member = false;
-        for (uint32_t w = 0; w < wpc && !member; ++w) member = (cw[w] & any_seq[w]) != 0;
-        if (!member) continue;
-        const RowLocation k = arena_->locate(Array::K, layer, c);
-        const RowLocation v = arena_->locate(Array::V, layer, c);
-        if (segments.empty() || segments.back().k_piece != k.piece || segments.back().v_piece != v.piece) {
-            ops::AttnSegment seg;
-            seg.k = k.buffer;
-            seg.k_piece = k.piece;
-            seg.v = v.buffer;
-            seg.v_piece = v.piece;
-            seg.first = static_cast<uint32_t>(cells.size());
-            segments.push_back(seg);
+    uint32_t n_cells = 0;
+    if (is_static()) {
+        std::vector<int32_t> seqs(seq_ids, seq_ids + n_queries);
+        std::sort(seqs.begin(), seqs.end());
+        seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
+        const uint32_t rows = geo_.k.regions.reservation_rows;
+        for (int32_t seq : seqs) {
+            const kv::StaticWindow& w = seq_windows_[static_cast<uint32_t>(seq)];
+            if (w.n_valid() == 0) continue;
+            const uint32_t base = static_cast<uint32_t>(seq) * rows;
+            attention_segments(layer, base + w.first_valid_row(), base + w.start() + w.window_rows(), &segments);
+            n_cells += w.n_valid();
         }
-        ++segments.back().count;
-        cells.push_back({static_cast<uint32_t>(k.offset), static_cast<uint32_t>(v.offset), pos, 0});
-        for (uint32_t w = 0; w < wpc; ++w) {
-            seq_bits.push_back(static_cast<uint32_t>(cw[w]));
-            seq_bits.push_back(static_cast<uint32_t>(cw[w] >> 32));
-        }
+    } else {
+        n_cells = table_.n_attend();
+        attention_segments(layer, 0, n_cells, &segments);
     }
 
     ops::AttnShape shape{};
@@ -188,7 +169,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     shape.n_kv_heads = geo_.n_kv_heads;
     shape.k_head_bytes = arena_->head_stride(Array::K);
     shape.v_head_bytes = arena_->head_stride(Array::V);
-    shape.seq_words = 2 * wpc;
+    shape.seq_words = geo_.meta_words - 1;
     const ops::Tuning tuning = ops::Tuning::of(ctx_);
     std::vector<float> thetas;
     if (deferred_) {
@@ -203,11 +184,11 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     const uint32_t group = geo_.n_heads / geo_.n_kv_heads;
     const uint32_t r = std::min<uint32_t>(tuning.attn_tile_rows, n_queries * group);
     const uint32_t n_tiles = geo_.n_kv_heads * ((n_queries * group + r - 1) / r);
-    const uint32_t total_splits = choose_splits(tuning, static_cast<uint32_t>(cells.size()), n_tiles);
+    const uint32_t total_splits = choose_splits(tuning, n_cells, n_tiles);
     uint32_t splits_total = 0;
     for (ops::AttnSegment& seg : segments) {
         seg.splits = std::max<uint32_t>(
-            1, static_cast<uint32_t>((uint64_t{total_splits} * seg.count + cells.size() - 1) / cells.size()));
+            1, static_cast<uint32_t>((uint64_t{total_splits} * seg.count + n_cells - 1) / n_cells));
         splits_total += seg.splits;
     }
     // The partial results of a pass must fit one binding: passes over as
@@ -285,7 +266,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
         shape.n_queries = count;
         io.q_offset_words = q_first + first * q_words_per_query;
         io.out_offset_words = static_cast<uint32_t>(out_offset / 4 + uint64_t{first} * io.out_stride_words);
-        KVRT_TRY(ops::record_attention(s, shape, opt, cells, seq_bits, queries, segments, io));
+        KVRT_TRY(ops::record_attention(s, shape, opt, queries, segments, io));
     }
     return KVRT_SUCCESS;
 }

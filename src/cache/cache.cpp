@@ -73,6 +73,12 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
         KVRT_TRY(CellArena::create(ctx, c->geo_, desc.label, &arena));
         c->arena_ = std::move(arena);
     }
+    // Zeroed, the mirror says what the new table says: no cell in use.
+    const std::string meta_label = std::string(desc.label && *desc.label ? desc.label : "kvrt cache") + " cells";
+    KVRT_TRY(vk::Buffer::create(ctx, uint64_t{c->geo_.capacity} * c->geo_.meta_words * 4, c->geo_.meta_piece_bytes,
+                                meta_label.c_str(), &c->meta_));
+    uint32_t lo = 0, hi = 0;
+    (void)c->table_.take_changes(&lo, &hi);
     *out = std::move(c);
     return KVRT_SUCCESS;
 }
@@ -293,7 +299,7 @@ void Cache::fill_info(kvrt_cache_info* out) const {
     out->pending_shifts = table_.shifted_cell_count();
     // Static windows have padding, not holes: nothing to compact.
     out->fragmentation = is_static() ? 0.0f : static_cast<float>(table_.fragmentation());
-    out->device_bytes = arena_->device_bytes();
+    out->device_bytes = arena_->device_bytes() + geo_.meta_bytes;
     out->bytes_per_token = geo_.bytes_per_token;
     out->k_row_bytes = geo_.k.row_bytes;
     out->v_row_bytes = geo_.v.row_bytes;

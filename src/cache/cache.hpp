@@ -11,6 +11,7 @@
 #include "kv/geometry.hpp"
 #include "kv/rope.hpp"
 #include "kv/static_window.hpp"
+#include "ops/attention.hpp"
 #include "vk/stream.hpp"
 #include "vk/transaction.hpp"
 
@@ -129,6 +130,13 @@ private:
     Result record_array(vk::Stream& s, Array array, uint32_t n, const uint32_t* cells, uint32_t layer,
                         uint32_t src_layer, const Source& src);
 
+    // Sends the cells whose metadata changed since the last call to the
+    // device mirror, recorded into `s` (the kernels after it see them); if the
+    // recording is dropped, the cells count as changed again.
+    Result sync_meta(vk::Stream& s);
+    // The runs of cells of `layer` an attention over [first, end) reads.
+    void attention_segments(uint32_t layer, uint32_t first, uint32_t end, std::vector<ops::AttnSegment>* out) const;
+
     Result record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
                             const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
                             uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
@@ -162,6 +170,9 @@ private:
     kv::CacheGeometry geo_;
     kv::CellTable table_;
     std::unique_ptr<Arena> arena_;
+    // The device mirror of the table's positions and sequence sets, which the
+    // attention kernel reads (kv::CellTable's device mirror).
+    std::unique_ptr<vk::Buffer> meta_;
     std::vector<uint32_t> windows_;
     kv::Rope rope_math_;
     bool deferred_ = false;

@@ -142,6 +142,8 @@ Result CellTable::init(uint32_t capacity, uint32_t max_seqs) {
     used_end_ = 0;
     head_ = 0;
     n_shifted_ = 0;
+    changed_lo_ = 0;
+    changed_hi_ = capacity;  // whatever a mirror held before
     touch();
     return KVRT_SUCCESS;
 }
@@ -149,6 +151,25 @@ Result CellTable::init(uint32_t capacity, uint32_t max_seqs) {
 // ---- Internal helpers ----------------------------------------------------------
 
 void CellTable::touch() { revision_ = next_revision(); }
+
+void CellTable::mark_changed(uint32_t lo, uint32_t hi) {
+    hi = std::min(hi, capacity_);
+    if (lo >= hi) return;
+    if (changed_lo_ >= changed_hi_) {
+        changed_lo_ = lo;
+        changed_hi_ = hi;
+    } else {
+        changed_lo_ = std::min(changed_lo_, lo);
+        changed_hi_ = std::max(changed_hi_, hi);
+    }
+}
+
+bool CellTable::take_changes(uint32_t* lo, uint32_t* hi) {
+    *lo = changed_lo_;
+    *hi = changed_hi_;
+    changed_lo_ = changed_hi_ = 0;
+    return *lo < *hi;
+}
 
 uint32_t CellTable::cell_seq_count(uint32_t cell) const {
     const uint64_t* w = cell_words(cell);
@@ -231,6 +252,7 @@ void CellTable::set_cell_pos(uint32_t cell, int32_t pos) {
         index_add(s, pos);
     });
     pos_[cell] = pos;
+    mark_changed(cell);
 }
 
 void CellTable::free_cell(uint32_t cell) {
@@ -240,6 +262,7 @@ void CellTable::free_cell(uint32_t cell) {
     std::fill(w, w + words_per_cell_, 0);
     set_delta(cell, 0);
     pos_[cell] = -1;
+    mark_changed(cell);
     --used_;
     if (cell + 1 == used_end_) {
         while (used_end_ > 0 && pos_[used_end_ - 1] < 0) --used_end_;
@@ -404,6 +427,7 @@ Result CellTable::apply(Placement& p) {
         }
         pos_[c] = pos;
         epoch_[c] = ++last_epoch_;
+        mark_changed(c);
         used_end_ = std::max(used_end_, c + 1);
     }
     used_ += n;
@@ -436,6 +460,7 @@ Result CellTable::rollback(Placement& p) {
         }
         std::fill(w, w + words_per_cell_, 0);
         pos_[c] = -1;  // delta is still 0: nothing changed the cell since apply()
+        mark_changed(c);
     }
     used_ -= n;
     used_end_ = p.prev_used_end_;
@@ -465,6 +490,7 @@ Result CellTable::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
             changed = true;
         } else if (has_seq(c, uint32_t(seq))) {
             cell_words(c)[seq >> 6] &= ~(uint64_t(1) << (seq & 63));
+            mark_changed(c);
             index_remove(uint32_t(seq), pos);
             if (cell_seq_count(c) == 0) free_cell(c);
             changed = true;
@@ -490,6 +516,7 @@ Result CellTable::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     for (uint32_t c = 0; c < end; ++c) {
         if (pos_[c] >= 0 && r.contains(pos_[c]) && has_seq(c, uint32_t(src)) && !has_seq(c, uint32_t(dst))) {
             cell_words(c)[dst >> 6] |= uint64_t(1) << (dst & 63);
+            mark_changed(c);
             index_add(uint32_t(dst), pos_[c]);
         }
     }
@@ -516,6 +543,7 @@ Result CellTable::seq_keep(int32_t seq) {
             });
             std::fill(w, w + words_per_cell_, 0);
             w[word] = bit;
+            mark_changed(c);
             changed = true;
         }
     }
@@ -628,6 +656,7 @@ Result CellTable::cells_of_seq(int32_t seq, std::vector<uint32_t>* out) const {
 }
 
 void CellTable::clear() {
+    mark_changed(0, used_end_);
     std::fill(pos_.begin(), pos_.end(), -1);
     std::fill(delta_.begin(), delta_.end(), 0);
     std::fill(words_.begin(), words_.end(), 0);
@@ -676,6 +705,8 @@ Result CellTable::apply_moves(const CellMove* moves, size_t n) {
         std::fill(ws, ws + words_per_cell_, 0);
         pos_[src] = -1;
         delta_[src] = 0;
+        mark_changed(src);
+        mark_changed(dst);
         used_end_ = std::max(used_end_, dst + 1);
     }
     while (used_end_ > 0 && pos_[used_end_ - 1] < 0) --used_end_;

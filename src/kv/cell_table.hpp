@@ -237,6 +237,23 @@ public:
     // Out-of-range or empty cells are ignored.
     void restore_pending_shift(uint32_t cell, int32_t delta);
 
+    // ---- Device mirror ---------------------------------------------------------
+    //
+    // A device copy of the positions and sequence sets (the cache's metadata
+    // mirror) is kept current by sending only the cells that changed. Every
+    // change of a cell's position or sequence set widens one range of changed
+    // cells; pending shifts (deltas) are not part of it. A mirror that starts
+    // zeroed (no sequence bits: no cell visible to anyone) matches a new
+    // table; init() marks every cell as changed for a mirror that held
+    // something before.
+
+    // Writes the changed range [*lo, *hi) and resets it; false when empty.
+    bool take_changes(uint32_t* lo, uint32_t* hi);
+
+    // Widens the changed range by [lo, hi) (clamped to the capacity): for a
+    // mirror update that never reached the device.
+    void mark_changed(uint32_t lo, uint32_t hi);
+
     // ---- Compaction ------------------------------------------------------------
 
     // Moves cell metadata (position, delta, sequences) for each move in order:
@@ -323,6 +340,16 @@ private:
     void set_cell_pos(uint32_t cell, int32_t pos);
     void free_cell(uint32_t cell);
     void touch();
+    void mark_changed(uint32_t cell) {
+        if (changed_lo_ >= changed_hi_) {
+            changed_lo_ = cell;
+            changed_hi_ = cell + 1;
+        } else if (cell < changed_lo_) {
+            changed_lo_ = cell;
+        } else if (cell >= changed_hi_) {
+            changed_hi_ = cell + 1;
+        }
+    }
 
     uint32_t capacity_ = 0;
     uint32_t max_seqs_ = 0;
@@ -341,6 +368,8 @@ private:
     uint32_t head_ = 0;
     uint32_t n_shifted_ = 0;
     uint64_t revision_ = 0;
+    uint32_t changed_lo_ = 0;            // cells changed since take_changes()
+    uint32_t changed_hi_ = 0;
 };
 
 }  // namespace kvrt::kv

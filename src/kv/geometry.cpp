@@ -1,5 +1,6 @@
 #include "kv/geometry.hpp"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -306,11 +307,26 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
         KVRT_TRY(static_regions("V", *chain.layout, d.n_layers, d.n_kv_heads, g.max_seqs, max_binding, &g.v));
     }
 
+    // The metadata mirror: at most 2^30 cells of at most 1 + 2 * 1024 words.
+    g.meta_words = 1 + 2 * ((g.max_seqs + 63) / 64);
+    const uint64_t meta_cell_bytes = uint64_t{g.meta_words} * 4;
+    const uint64_t meta_per_piece = std::min<uint64_t>(max_binding / meta_cell_bytes, g.capacity);
+    if (meta_per_piece == 0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "the metadata of one cell for %u sequences (%llu bytes) exceeds the largest binding", g.max_seqs,
+                    static_cast<unsigned long long>(meta_cell_bytes));
+    g.meta_cells_per_piece = static_cast<uint32_t>(meta_per_piece);
+    g.meta_piece_bytes = align_up(meta_per_piece * meta_cell_bytes, 16);
+    const uint64_t meta_pieces = (g.capacity + meta_per_piece - 1) / meta_per_piece;
+    g.meta_bytes = (meta_pieces - 1) * g.meta_piece_bytes +
+                   align_up((g.capacity - (meta_pieces - 1) * meta_per_piece) * meta_cell_bytes, 16);
+
     // The sizes fit in 64 bits by the limits above (2^30 cells * 2^12 heads *
     // 2^10 dims * 4 bytes * 2^32 layers would not, so check the layer product).
     uint64_t per_layer_token = g.k.row_bytes + g.v.row_bytes, t = 0;
     if (!checked_mul(per_layer_token, d.n_layers, &g.bytes_per_token) ||
-        !checked_add(g.k.layer_bytes, g.v.layer_bytes, &t) || !checked_mul(t, d.n_layers, &g.device_bytes))
+        !checked_add(g.k.layer_bytes, g.v.layer_bytes, &t) || !checked_mul(t, d.n_layers, &g.device_bytes) ||
+        !checked_add(g.device_bytes, g.meta_bytes, &g.device_bytes))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "the cache's size overflows 64 bits");
     if (is_static) {
         // Every row of every region: 2 * max_seqs * layers * heads * rows * row bytes.

@@ -108,7 +108,14 @@ struct CacheGeometry {
     RowGeometry v;
     uint64_t bytes_per_token = 0;  // SPEC formula, unpadded
     uint64_t data_bytes = 0;       // bytes_per_token * capacity
-    uint64_t device_bytes = 0;     // what the cache allocates
+    // The device mirror of the cell metadata: per cell one position word and
+    // 2 * ceil(max_seqs / 64) words of sequence bits (meta_words), cells
+    // split into pieces of meta_cells_per_piece, each padded to 16 bytes.
+    uint32_t meta_words = 0;
+    uint32_t meta_cells_per_piece = 0;
+    uint64_t meta_piece_bytes = 0;
+    uint64_t meta_bytes = 0;
+    uint64_t device_bytes = 0;     // what the cache allocates: K, V and the mirror
     uint64_t max_binding = 0;
     kvrt_layout layout = KVRT_LAYOUT_CELLS;
     // The chained kvrt_rope_desc (or the defaults), with n_rot resolved and

@@ -16,23 +16,23 @@ namespace {
 
 // Mirrors `Push` in shaders/attention.comp.
 struct AttnPush {
-    uint32_t n_cells, cells_offset, seq_offset, seq_words, query_offset, n_queries, n_heads, group, tiles_per_kv;
+    uint32_t n_cells, meta_first, seq_words, query_offset, n_queries, n_heads, group, tiles_per_kv;
     uint32_t n_splits, split_base, splits_total, q_offset, q_stride, k_head_bytes, v_head_bytes;
-    float scale, softcap, alibi_m0, alibi_m1;
-    uint32_t alibi_n_log2;
+    uint32_t k_base, k_row, v_base, v_row;
+    float scale, softcap;
     int32_t window, n_keep;
     uint32_t causal, n_kv_heads, partials_offset, theta_offset;
     float rope_mscale;
-    uint32_t quant_offset;
+    uint32_t params_offset;
     uint32_t q_head_stride;
 };
 // 128 bytes is the most push-constant space every device guarantees.
 static_assert(sizeof(AttnPush) == 120 && sizeof(AttnPush) <= 128, "AttnPush layout");
-static_assert(offsetof(AttnPush, n_splits) == 36 && offsetof(AttnPush, scale) == 64 &&
-                  offsetof(AttnPush, alibi_n_log2) == 80 && offsetof(AttnPush, window) == 84 &&
+static_assert(offsetof(AttnPush, n_splits) == 32 && offsetof(AttnPush, k_base) == 60 &&
+                  offsetof(AttnPush, scale) == 76 && offsetof(AttnPush, window) == 84 &&
                   offsetof(AttnPush, causal) == 92 && offsetof(AttnPush, n_kv_heads) == 96 &&
                   offsetof(AttnPush, partials_offset) == 100 && offsetof(AttnPush, theta_offset) == 104 &&
-                  offsetof(AttnPush, rope_mscale) == 108 && offsetof(AttnPush, quant_offset) == 112 &&
+                  offsetof(AttnPush, rope_mscale) == 108 && offsetof(AttnPush, params_offset) == 112 &&
                   offsetof(AttnPush, q_head_stride) == 116,
               "AttnPush offsets");
 
@@ -57,7 +57,6 @@ uint32_t pow2_at_least(uint32_t x) {
 }  // namespace
 
 Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOptions& opt,
-                        const std::vector<AttnCell>& cells, const std::vector<uint32_t>& cell_seq_words,
                         const std::vector<uint32_t>& queries, std::vector<AttnSegment> segments, const AttnIo& io) {
     // Without its scale a static-scale array would read as all zeros.
     const auto unscaled = [](kvrt_type t, const kv::StaticScale& q) { return kv::is_static_scale(t) && !(q.scale > 0.0f); };
@@ -77,11 +76,10 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     for (const AttnSegment& s : segments) splits_total += s.splits;
     if (splits_total == 0) splits_total = 1;  // no cells: one empty partial per row
 
-    // Meta: cells, then (as words) sequence bits and query pairs; sinks.
-    vk::BufferUse cells_use{}, words_use{};
-    std::vector<uint32_t> words(cell_seq_words);
-    const uint32_t query_offset = static_cast<uint32_t>(words.size());
-    words.insert(words.end(), queries.begin(), queries.end());
+    // Per call words: query pairs, RoPE frequencies, parameters, sinks.
+    vk::BufferUse words_use{};
+    std::vector<uint32_t> words(queries);
+    const uint32_t query_offset = 0;
     const uint32_t theta_offset = static_cast<uint32_t>(words.size());
     if (shape.deferred)
         for (float t : *shape.thetas) {
@@ -89,14 +87,29 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
             std::memcpy(&bits, &t, 4);
             words.push_back(bits);
         }
-    // The static-scale quantization of K and V: (scale, zero point) each.
-    const uint32_t quant_offset = static_cast<uint32_t>(words.size());
-    for (const kv::StaticScale* q : {&shape.k_scale, &shape.v_scale}) {
+    // Parameters: the static-scale quantization of K and V ((scale, zero
+    // point) each), then the ALiBi slopes' bases and head split.
+    const uint32_t params_offset = static_cast<uint32_t>(words.size());
+    const auto push_float = [&words](float f) {
         uint32_t bits;
-        std::memcpy(&bits, &q->scale, 4);
+        std::memcpy(&bits, &f, 4);
         words.push_back(bits);
+    };
+    for (const kv::StaticScale* q : {&shape.k_scale, &shape.v_scale}) {
+        push_float(q->scale);
         words.push_back(static_cast<uint32_t>(q->zero_point));
     }
+    float alibi_m0 = 0.0f, alibi_m1 = 0.0f;
+    uint32_t alibi_n_log2 = 0;
+    if (opt.max_bias > 0.0f) {
+        alibi_n_log2 = 1;
+        while (alibi_n_log2 * 2 <= shape.n_heads) alibi_n_log2 *= 2;
+        alibi_m0 = std::pow(2.0f, -opt.max_bias / static_cast<float>(alibi_n_log2));
+        alibi_m1 = std::pow(2.0f, -opt.max_bias / 2.0f / static_cast<float>(alibi_n_log2));
+    }
+    push_float(alibi_m0);
+    push_float(alibi_m1);
+    words.push_back(alibi_n_log2);
     const uint32_t sinks_offset = static_cast<uint32_t>(words.size());
     if (opt.sinks)
         for (uint32_t h = 0; h < shape.n_heads; ++h) {
@@ -104,9 +117,6 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
             std::memcpy(&bits, &opt.sinks[h], 4);
             words.push_back(bits);
         }
-    const AttnCell dummy{};
-    KVRT_TRY(stream.upload(cells.empty() ? &dummy : cells.data(), std::max<size_t>(1, cells.size()) * sizeof(AttnCell),
-                           &cells_use));
     KVRT_TRY(stream.upload(words.data(), words.size() * 4, &words_use));
 
     const uint64_t row_floats = uint64_t{shape.head_dim_v} + 2;
@@ -131,17 +141,15 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         &merge));
 
     // Uploads and scratch sit at offsets inside their (whole-bound) pieces.
-    const uint32_t cells_base = static_cast<uint32_t>(cells_use.offset / sizeof(AttnCell));
     const uint32_t words_base = static_cast<uint32_t>(words_use.offset / 4);
     const uint32_t partials_base = static_cast<uint32_t>(partials.offset / 4);
     AttnPush p{};
-    p.seq_offset = words_base;
     p.seq_words = shape.seq_words;
     p.query_offset = words_base + query_offset;
     p.partials_offset = partials_base;
     p.theta_offset = words_base + theta_offset;
     p.rope_mscale = shape.mscale;
-    p.quant_offset = words_base + quant_offset;
+    p.params_offset = words_base + params_offset;
     p.n_queries = shape.n_queries;
     p.n_heads = shape.n_heads;
     p.group = group;
@@ -154,13 +162,6 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     p.v_head_bytes = static_cast<uint32_t>(shape.v_head_bytes);
     p.scale = opt.scale;
     p.softcap = opt.softcap;
-    if (opt.max_bias > 0.0f) {
-        uint32_t n_log2 = 1;
-        while (n_log2 * 2 <= shape.n_heads) n_log2 *= 2;
-        p.alibi_n_log2 = n_log2;
-        p.alibi_m0 = std::pow(2.0f, -opt.max_bias / static_cast<float>(n_log2));
-        p.alibi_m1 = std::pow(2.0f, -opt.max_bias / 2.0f / static_cast<float>(n_log2));
-    }
     p.window = opt.window;
     p.n_keep = opt.n_keep;
     p.causal = opt.causal ? 1u : 0u;
@@ -172,23 +173,31 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     if (segments.empty()) {
         // Nothing visible: one empty split per row, so the merge writes zeros.
         AttnSegment none;
-        none.k = io.q.buffer;  // any valid binding; no cell is read
-        none.v = io.q.buffer;
+        none.k = none.v = io.q.buffer;  // any valid bindings; no cell is read
         none.k_piece = none.v_piece = io.q.piece;
+        none.meta = words_use.buffer;
+        none.meta_piece = words_use.piece;
         segments.push_back(none);
     }
     uint32_t split_base = 0;
     for (const AttnSegment& s : segments) {
         if (r != KVRT_SUCCESS) break;
         p.n_cells = s.count;
-        p.cells_offset = cells_base + s.first;
-        p.seq_offset = words_base + s.first * shape.seq_words;
+        p.meta_first = s.meta_first;
+        p.k_base = static_cast<uint32_t>(s.k_offset);
+        p.k_row = static_cast<uint32_t>(s.k_stride);
+        p.v_base = static_cast<uint32_t>(s.v_offset);
+        p.v_row = static_cast<uint32_t>(s.v_stride);
         p.n_splits = std::max<uint32_t>(1, s.splits);
         p.split_base = split_base;
         split_base += p.n_splits;
         const uint64_t lane_groups = uint64_t{n_tiles} * p.n_splits;
-        const vk::BufferUse uses[6] = {
-            {s.k, s.k_piece, 0, 0, false}, {s.v, s.v_piece, 0, 0, false}, io.q, cells_use, words_use, partials};
+        const vk::BufferUse uses[6] = {{s.k, s.k_piece, 0, 0, false},
+                                       {s.v, s.v_piece, 0, 0, false},
+                                       io.q,
+                                       {s.meta, s.meta_piece, 0, 0, false},
+                                       words_use,
+                                       partials};
         r = stream.dispatch(*attn, uses, 6, &p,
                             static_cast<uint32_t>((lane_groups + groups_per_wg - 1) / groups_per_wg));
     }

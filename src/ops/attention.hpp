@@ -11,24 +11,25 @@
 
 namespace kvrt::ops {
 
-// Per attended cell, as the kernel reads it (uvec4).
-struct AttnCell {
-    uint32_t k_byte;  // offset of the cell's K row in its piece
-    uint32_t v_byte;
-    int32_t pos;
-    uint32_t pad;
-};
-static_assert(sizeof(AttnCell) == 16, "AttnCell mirrors uvec4");
-
-// A run of attended cells whose K rows lie in one piece and V rows in one.
+// A run of consecutive cells the kernel reads from one binding each: K rows
+// in one piece at a constant stride, V rows likewise, and the cells'
+// metadata in one piece of the cache's device mirror. Cell i of the run has
+// its K row at k_offset + i * k_stride, and its metadata (position, then
+// seq_words words of sequence bits) at word (meta_first + i) * (1 + seq_words)
+// of the mirror's piece. The kernel decides what each query sees from the
+// metadata alone: empty cells (position -1, no sequence bits) are skipped.
 struct AttnSegment {
     const vk::Buffer* k = nullptr;
     size_t k_piece = 0;
+    uint64_t k_offset = 0, k_stride = 0;
     const vk::Buffer* v = nullptr;
     size_t v_piece = 0;
-    uint32_t first = 0;   // index of its first cell in the cell list
+    uint64_t v_offset = 0, v_stride = 0;
+    const vk::Buffer* meta = nullptr;
+    size_t meta_piece = 0;
+    uint32_t meta_first = 0;  // the run's first cell, as an index into the mirror's piece
     uint32_t count = 0;
-    uint32_t splits = 1;  // partial results it produces per row
+    uint32_t splits = 1;      // partial results it produces per row
 };
 
 struct AttnShape {
@@ -37,7 +38,7 @@ struct AttnShape {
     uint32_t n_heads, n_kv_heads;
     uint32_t n_queries;
     uint64_t k_head_bytes, v_head_bytes;  // bytes between heads inside a row
-    uint32_t seq_words;                   // 32-bit words of sequence bits per cell
+    uint32_t seq_words;                   // 32-bit words of sequence bits per cell in the mirror
     // Deferred RoPE (K stored unrotated): pair frequencies and magnitude.
     bool deferred = false;
     uint32_t n_rot = 0;
@@ -55,10 +56,10 @@ struct AttnOptions {
     const float* sinks;  // n_heads, or null
 };
 
-// Records both passes. `cells` and `cell_seq_words` (seq_words per cell) are
-// the attended cells, `queries` (pos, seq) pairs; `q` and `out` are the query
-// rows and the output rows (word offsets and strides inside their pieces:
-// query i's head h at offset + i * stride + h * head).
+// Records both passes over the cells of `segments`. `queries` holds (pos,
+// seq) pairs; `q` and `out` are the query rows and the output rows (word
+// offsets and strides inside their pieces: query i's head h at offset + i *
+// stride + h * head). The host's work is independent of the cell count.
 struct AttnIo {
     vk::BufferUse q;       // whole binding of the queries' piece
     uint32_t q_offset_words, q_stride_words, q_head_words;
@@ -67,7 +68,6 @@ struct AttnIo {
 };
 
 Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOptions& opt,
-                        const std::vector<AttnCell>& cells, const std::vector<uint32_t>& cell_seq_words,
                         const std::vector<uint32_t>& queries, std::vector<AttnSegment> segments, const AttnIo& io);
 
 }  // namespace kvrt::ops

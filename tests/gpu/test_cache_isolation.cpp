@@ -5,7 +5,13 @@
 // A plain model keeps, per sequence, position -> token. After every schedule
 // each sequence's cells are found through the table and read back: every
 // (sequence, position) must hold exactly its token's K and V in every layer,
-// and the table's positions must be the model's.
+// and the table's positions must be the model's. Then one attention call per
+// layer, a query for every sequence in one batch, must match the double
+// reference computed from the model alone (the tokens' known K and V): what
+// the kernel sees comes from the device's mirror of the cell metadata, which
+// every operation above changes. In some schedules the attention is first
+// recorded into a stream that is dropped unsubmitted, so the mirror update it
+// carried never runs and must be sent again.
 //
 // The seed is fixed for reproducible runs; KVRT_TEST_SEED picks another one.
 #include "gpu_test.hpp"
@@ -22,7 +28,9 @@
 #include <vector>
 
 #include "api/handles.hpp"
+#include "reference/attention.hpp"
 #include "reference/half.hpp"
+#include "reference/metrics.hpp"
 
 using namespace kvrt_test;
 
@@ -134,12 +142,14 @@ struct TableState {
 struct Stats {
     uint32_t stores = 0, scattered = 0, shared_tokens = 0, full = 0, removes = 0, copies = 0, keeps = 0, clears = 0;
     uint32_t compactions = 0, moves = 0, checks = 0;
+    uint32_t attention_checks = 0, dropped_recordings = 0;
+    double worst_nmse = 0;
 };
 
 // One cache, its model, and the operations of the schedules.
 class IsolationRun {
 public:
-    explicit IsolationRun(kvrt_context ctx, uint64_t seed) : rng_(seed) {
+    explicit IsolationRun(kvrt_context ctx, uint64_t seed) : ctx_(ctx), rng_(seed) {
         kvrt_cache_desc desc = KVRT_CACHE_DESC_INIT;
         desc.n_layers = kLayers;
         desc.n_heads = 2 * kKvHeads;
@@ -411,8 +421,88 @@ private:
         INFO(diff);
         REQUIRE(diff.empty());
         ++stats_.checks;
+        check_attention();
     }
 
+    // One query per sequence that has tokens, after all of them (position
+    // kPosRange), with random Q; K values grow with the token id, so the scale
+    // keeps the scores within a few units.
+    void check_attention() {
+        std::vector<int32_t> qpos, qseq;
+        for (int32_t s = 0; s < kSeqs; ++s)
+            if (!model_.seqs[s].empty()) {
+                qpos.push_back(kPosRange);
+                qseq.push_back(s);
+            }
+        const uint32_t nq = static_cast<uint32_t>(qpos.size());
+        if (nq == 0) return;
+        constexpr uint32_t kHeads = 2 * kKvHeads;
+        std::vector<float> q(size_t{nq} * kHeads * kHeadDim);
+        for (float& x : q) x = static_cast<float>(rng_.below(2001)) / 1000.0f - 1.0f;
+        kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+        params.scale = 32.0f / (static_cast<float>(next_token_) * kRowElems * kHeadDim);
+
+        // The reference's cells: every live token, with its sequences.
+        std::map<uint32_t, kvrt::ref::AttnCell> by_token;
+        for (int32_t s = 0; s < kSeqs; ++s)
+            for (const auto& [pos, tokens] : model_.seqs[s])
+                for (uint32_t t : tokens) {
+                    by_token[t].pos = pos;
+                    by_token[t].seq_ids.push_back(s);
+                }
+        std::vector<kvrt::ref::AttnCell> cells;
+        std::vector<uint32_t> token_ids;
+        for (const auto& [t, cell] : by_token) {
+            cells.push_back(cell);
+            token_ids.push_back(t);
+        }
+        std::vector<kvrt::ref::AttnQuery> queries(nq);
+        for (uint32_t i = 0; i < nq; ++i) queries[i] = {qpos[i], qseq[i]};
+        kvrt::ref::AttnParams rp;
+        rp.n_heads = kHeads;
+        rp.n_kv_heads = kKvHeads;
+        rp.head_dim_k = rp.head_dim_v = kHeadDim;
+        rp.scale = params.scale;
+
+        const kvrt_batch batch = make_batch(nq, qpos.data(), qseq.data());
+        const kvrt_tensor_ref qref = host_tensor(q.data());
+        if (rng_.percent(20)) {
+            // Recorded, then dropped: its mirror update never reaches the device.
+            kvrt_stream s = nullptr;
+            kvrt_stream_desc sd = KVRT_STREAM_DESC_INIT;
+            KVRT_REQUIRE_OK(kvrt_stream_create(ctx_, &sd, &s));
+            KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+            kvrt_buffer out_buf = nullptr;
+            kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+            bd.size = q.size() * 4;
+            KVRT_REQUIRE_OK(kvrt_buffer_create(ctx_, &bd, &out_buf));
+            const kvrt_output_ref oref = buffer_output(out_buf, 0);
+            KVRT_REQUIRE_OK(kvrt_cache_attention(cache_, s, 0, &batch, &qref, &oref, &params));
+            kvrt_stream_destroy(s);
+            kvrt_buffer_destroy(out_buf);
+            ++stats_.dropped_recordings;
+        }
+        std::vector<float> k(cells.size() * kRowElems), v(k.size()), out(q.size());
+        for (uint32_t l = 0; l < kLayers; ++l) {
+            for (size_t i = 0; i < token_ids.size(); ++i)
+                for (uint32_t e = 0; e < kRowElems; ++e) {
+                    k[i * kRowElems + e] = k_value(token_ids[i], l, e);
+                    v[i * kRowElems + e] = v_value(token_ids[i], l, e);
+                }
+            const std::vector<double> want = kvrt::ref::attention(rp, q.data(), queries, k.data(), v.data(), cells);
+            const kvrt_output_ref oref = host_output(out.data());
+            INFO("layer " << l);
+            KVRT_REQUIRE_OK(kvrt_cache_attention(cache_, nullptr, static_cast<int32_t>(l), &batch, &qref, &oref,
+                                                 &params));
+            const double e = kvrt::ref::nmse(out, want);
+            INFO("attention NMSE " << e << " over " << cells.size() << " tokens, " << nq << " queries");
+            REQUIRE(e <= 1e-6);
+            stats_.worst_nmse = std::max(stats_.worst_nmse, e);
+        }
+        ++stats_.attention_checks;
+    }
+
+    kvrt_context ctx_ = nullptr;
     kvrt_cache cache_ = nullptr;
     Rng rng_;
     Model model_;
@@ -438,6 +528,10 @@ TEST_CASE("random schedules of stores and sequence operations keep every sequenc
                    << s.keeps << ", clear " << s.clears << ", compactions " << s.compactions << " (" << s.moves
                    << " moves)");
     CHECK(s.checks == kSchedules);
+    INFO("attention checks " << s.attention_checks << " (" << s.dropped_recordings << " after a dropped recording), "
+                             << "worst NMSE " << s.worst_nmse);
+    CHECK(s.attention_checks >= kSchedules / 2);
+    CHECK(s.dropped_recordings >= 50);
     CHECK(s.full >= 10);
     CHECK(s.scattered >= 10);
     CHECK(s.shared_tokens >= 100);

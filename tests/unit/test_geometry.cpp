@@ -32,7 +32,11 @@ TEST_CASE("bytes per token match the published model sizes", "[geometry]") {
     REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(16, 8, 64, KVRT_TYPE_F16, 4096)), 128 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.bytes_per_token == 32 * 1024);  // Llama-3.2-1B
     CHECK(g.data_bytes == 4096ull * 32 * 1024);
-    CHECK(g.device_bytes == g.data_bytes);  // no padding for this shape
+    // No padding for this shape; the metadata mirror adds 12 bytes per cell
+    // (a position and 64 sequence bits).
+    CHECK(g.meta_words == 3);
+    CHECK(g.meta_bytes == 4096ull * 12);
+    CHECK(g.device_bytes == g.data_bytes + g.meta_bytes);
     REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(28, 8, 128, KVRT_TYPE_F16, 4096)), 128 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.bytes_per_token == 112 * 1024);  // Llama-3.2-3B
     REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(32, 32, 128, KVRT_TYPE_F16, 4096)), 128 << 20, &g) == KVRT_SUCCESS);
@@ -49,7 +53,23 @@ TEST_CASE("quantized types use 34 and 18 bytes per 32 values", "[geometry]") {
     CHECK(g.k.row_bytes == 3 * 18);  // 54 bytes: padded to 56 per cell
     CHECK(g.k.stride == 56);
     CHECK(g.bytes_per_token == 2 * 54);
-    CHECK(g.device_bytes == 2 * 560);  // K and V: 10 cells of 56 bytes, a multiple of 16 already
+    // K and V: 10 cells of 56 bytes, a multiple of 16 already; the mirror's
+    // 10 cells of 12 bytes padded to 128.
+    CHECK(g.device_bytes == 2 * 560 + 128);
+}
+
+TEST_CASE("the metadata mirror grows with max_seqs and splits into binding-sized pieces", "[geometry]") {
+    kv::CacheGeometry g;
+    kvrt_cache_desc d = desc(1, 1, 64, KVRT_TYPE_F16, 1000);
+    d.max_seqs = 130;  // 3 words of 64 bits: 7 words per cell
+    REQUIRE(kv::CacheGeometry::from_desc(&d, 4096, &g) == KVRT_SUCCESS);
+    CHECK(g.meta_words == 7);
+    CHECK(g.meta_cells_per_piece == 4096 / 28);  // 146 cells of 28 bytes
+    CHECK(g.meta_piece_bytes == 4096);           // 4088 padded to 16
+    // 6 full pieces of 146 cells, then 124 cells of 28 bytes (3472).
+    CHECK(g.meta_bytes == 6 * 4096 + 3472);
+    d.max_seqs = 65536;  // 2049 words: 8196 bytes, more than a 4096-byte binding
+    CHECK(kv::CacheGeometry::from_desc(&d, 4096, &g) == KVRT_ERROR_INVALID_ARGUMENT);
 }
 
 TEST_CASE("layers split into binding-sized pieces without splitting rows", "[geometry]") {

@@ -78,7 +78,7 @@ int run_attn_host(Env& env, const Args& args, std::vector<Row>* rows) {
     if (r == KVRT_SUCCESS) r = s.result();
 
     // Each token: place it, then record every layer's attention for it.
-    std::vector<double> per_call, per_token;
+    std::vector<double> per_call, per_token, per_place, per_first;
     const kvrt_tensor_ref qr = buffer_tensor(qbuf, 0);
     const kvrt_output_ref orf = buffer_output(obuf, 0);
     for (uint64_t t = 0; t < tokens && r == KVRT_SUCCESS; ++t) {
@@ -88,7 +88,9 @@ int run_attn_host(Env& env, const Args& args, std::vector<Row>* rows) {
         if (r != KVRT_SUCCESS) break;
         const Clock::time_point t0 = Clock::now();
         r = kvrt_cache_place(cache, &b, nullptr);
+        const double place_us = us_between(t0, Clock::now());
         std::vector<double> calls;
+        calls.reserve(layers);
         for (uint32_t l = 0; l < layers && r == KVRT_SUCCESS; ++l) {
             const Clock::time_point c0 = Clock::now();
             r = kvrt_cache_attention(cache, s, static_cast<int32_t>(l), &b, &qr, &orf, nullptr);
@@ -99,6 +101,8 @@ int run_attn_host(Env& env, const Args& args, std::vector<Row>* rows) {
         if (r == KVRT_SUCCESS) r = kvrt_stream_wait(s, UINT64_MAX);
         if (r != KVRT_SUCCESS || t < static_cast<uint64_t>(env.warmup)) continue;
         per_token.push_back(us_between(t0, t1));
+        per_place.push_back(place_us);
+        per_first.push_back(calls.front());
         per_call.insert(per_call.end(), calls.begin(), calls.end());
         if (!env.quiet)
             std::fprintf(stderr, "bench attn-host: %llu cells, token %llu of %llu\n",
@@ -121,7 +125,10 @@ int run_attn_host(Env& env, const Args& args, std::vector<Row>* rows) {
                   {"head_dim", std::to_string(dim)}};
     // Host milliseconds of each call (the "ms" columns); the medians in us.
     for (double us : per_call) out.m.ms.push_back(us / 1000.0);
-    out.extra = {{"us_per_call", median_of(per_call)}, {"us_per_token", median_of(per_token)}};
+    out.extra = {{"us_per_call", median_of(per_call)},
+                 {"us_first_call", median_of(per_first)},
+                 {"us_place", median_of(per_place)},
+                 {"us_per_token", median_of(per_token)}};
     rows->push_back(out);
     return 0;
 }
