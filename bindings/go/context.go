@@ -61,8 +61,13 @@ type ContextOptions struct {
 	PortableKernels bool
 	// ShuffleKernels forces the subgroup-shuffle kernels, also on CPU drivers
 	// (KVRT_CONTEXT_SHUFFLE_KERNELS); NewContext fails with ErrUnsupported on a
-	// device without them. KVRT_KERNELS=portable|shuffle|auto overrides both.
+	// device without them. KVRT_KERNELS=portable|shuffle|tiled|auto overrides
+	// these options.
 	ShuffleKernels bool
+	// TiledKernels runs every attention call with the kernel that loads K/V
+	// tiles into shared memory once per workgroup of query rows
+	// (KVRT_CONTEXT_TILED_KERNELS); it excludes the two options above.
+	TiledKernels bool
 	// Device picks the device: "" for the default, a decimal index in Devices
 	// order, or a case-insensitive substring of the name. KVRT_DEVICE in the
 	// environment overrides it.
@@ -131,6 +136,9 @@ func NewContext(opts ContextOptions) (*Context, error) {
 	}
 	if opts.PortableKernels {
 		flags |= C.KVRT_CONTEXT_PORTABLE_KERNELS
+	}
+	if opts.TiledKernels {
+		flags |= C.KVRT_CONTEXT_TILED_KERNELS
 	}
 	d.flags = flags
 	if opts.Device != "" {

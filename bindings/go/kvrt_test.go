@@ -715,6 +715,26 @@ func TestShuffleKernels(t *testing.T) {
 	}
 	must(t, err)
 	defer ctx.Close()
+	checkAttentionAgainstReference(t, ctx)
+}
+
+// TestTiledKernels forces the shared-memory tiled attention kernel and
+// checks attention against the reference; with another variant it is
+// refused.
+func TestTiledKernels(t *testing.T) {
+	if _, err := kvrt.NewContext(kvrt.ContextOptions{TiledKernels: true, ShuffleKernels: true}); !errors.Is(err, kvrt.ErrInvalidArgument) {
+		t.Fatalf("two variants: %v", err)
+	}
+	ctx, err := kvrt.NewContext(kvrt.ContextOptions{TiledKernels: true})
+	must(t, err)
+	defer ctx.Close()
+	checkAttentionAgainstReference(t, ctx)
+}
+
+// checkAttentionAgainstReference stores six tokens and checks one query's
+// attention against the reference.
+func checkAttentionAgainstReference(t *testing.T, ctx *kvrt.Context) {
+	t.Helper()
 	c := newCache(t, ctx, smallCache())
 	const n = 6
 	storeTokens(t, c, nil, 0, 0, n)

@@ -396,11 +396,19 @@ typedef enum kvrt_context_flag_bits {
      * more invocations (kvrt_device_info.subgroup_ops, .subgroup_size); it
      * never falls back. Excludes KVRT_CONTEXT_PORTABLE_KERNELS.
      *
-     * Without either flag kvrt picks per device. The environment variable
-     * KVRT_KERNELS, when set, overrides both flags: "portable", "shuffle"
-     * (each as its flag) or "auto" (kvrt's pick); any other value fails
-     * creation with KVRT_ERROR_INVALID_ARGUMENT. */
+     * Without any of these flags kvrt picks per device. The environment
+     * variable KVRT_KERNELS, when set, overrides the three flags:
+     * "portable", "shuffle", "tiled" (each as its flag) or "auto" (kvrt's
+     * pick); any other value fails creation with
+     * KVRT_ERROR_INVALID_ARGUMENT. */
     KVRT_CONTEXT_SHUFFLE_KERNELS = 0x00000008,
+    /* Run every attention call with the kernel that loads K/V tiles into
+     * shared memory once per workgroup of query rows, also single-query
+     * decode (kvrt picks it for calls with many query rows per KV head:
+     * prefill, batches of sequences), and the portable variants of the other
+     * kernels. Needs no optional device feature. Excludes the two flags
+     * above. */
+    KVRT_CONTEXT_TILED_KERNELS = 0x00000010,
     KVRT_CONTEXT_FLAG_MAX_ENUM = 0x7FFFFFFF
 } kvrt_context_flag_bits;
 

@@ -16,11 +16,11 @@ namespace {
 
 uint64_t elem_size(kvrt_type t) { return t == KVRT_TYPE_F16 ? 2 : 4; }
 
-// How many partial results each row gets (ops/tuning.hpp).
-uint32_t choose_splits(const ops::Tuning& t, uint32_t n_cells, uint32_t n_tiles) {
-    uint32_t splits = (t.attn_target_groups + n_tiles - 1) / n_tiles;
+// How many partial results each row gets (ops/tuning.hpp, ops::AttnPlan).
+uint32_t choose_splits(const ops::Tuning& t, const ops::AttnPlan& plan, uint32_t n_cells, uint32_t n_tiles) {
+    uint32_t splits = (plan.target_units + n_tiles - 1) / n_tiles;
     splits = std::min(splits, std::max<uint32_t>(1, n_cells / t.attn_min_split_cells));
-    splits = std::max(splits, (n_cells + t.attn_max_split_cells - 1) / t.attn_max_split_cells);
+    splits = std::max(splits, (n_cells + plan.max_split_cells - 1) / plan.max_split_cells);
     return std::max<uint32_t>(1, std::min<uint32_t>(splits, t.attn_max_splits));
 }
 
@@ -182,9 +182,10 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     }
 
     const uint32_t group = geo_.n_heads / geo_.n_kv_heads;
-    const uint32_t r = std::min<uint32_t>(tuning.attn_tile_rows, n_queries * group);
-    const uint32_t n_tiles = geo_.n_kv_heads * ((n_queries * group + r - 1) / r);
-    const uint32_t total_splits = choose_splits(tuning, n_cells, n_tiles);
+    shape.n_queries = n_queries;
+    const ops::AttnPlan plan = ops::plan_attention(tuning, shape);
+    const uint32_t n_tiles = geo_.n_kv_heads * plan.tiles_per_kv;
+    const uint32_t total_splits = choose_splits(tuning, plan, n_cells, n_tiles);
     uint32_t splits_total = 0;
     for (ops::AttnSegment& seg : segments) {
         seg.splits = std::max<uint32_t>(
@@ -200,11 +201,16 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
         for (ops::AttnSegment& seg : segments) seg.splits = 1;
         partial_bytes_per_query = uint64_t{geo_.n_heads} * std::max<size_t>(1, segments.size()) * (geo_.v.head_dim + 2) * 4;
     }
-    const uint64_t per_pass = ctx_.max_binding_bytes() / partial_bytes_per_query;
+    uint64_t per_pass = ctx_.max_binding_bytes() / partial_bytes_per_query;
     if (per_pass == 0)
         return fail(KVRT_ERROR_UNSUPPORTED,
                     "the partial results of one query (%llu bytes) exceed the device's largest binding",
                     static_cast<unsigned long long>(partial_bytes_per_query));
+    // A dispatch of one segment stays within the smallest grid limit.
+    uint32_t most_splits = 1;
+    for (const ops::AttnSegment& seg : segments) most_splits = std::max(most_splits, seg.splits);
+    const uint64_t workgroups_per_kv = std::max<uint64_t>(1, 65535 / (uint64_t{geo_.n_kv_heads} * most_splits));
+    per_pass = std::min<uint64_t>(per_pass, std::max<uint64_t>(1, workgroups_per_kv * plan.rows_per_workgroup / group));
 
     ops::AttnOptions opt{};
     opt.scale = params.scale != 0.0f ? params.scale : 1.0f / std::sqrt(static_cast<float>(geo_.k.head_dim));

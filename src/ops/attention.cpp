@@ -56,6 +56,34 @@ uint32_t pow2_at_least(uint32_t x) {
 
 }  // namespace
 
+AttnPlan plan_attention(const Tuning& tuning, const AttnShape& shape) {
+    AttnPlan p;
+    const uint32_t rows_per_kv = std::max<uint32_t>(1, shape.n_queries * (shape.n_heads / shape.n_kv_heads));
+    const uint32_t tile_cells = tuning.attn_tile_cells(shape.head_dim_k, shape.head_dim_v);
+    p.tiled = tile_cells > 0 && (tuning.attn_tiled_forced || rows_per_kv >= tuning.attn_tiled_min_rows);
+    if (p.tiled) {
+        p.rows = tuning.attn_tiled_workgroup;
+        p.tile_cells = tile_cells;
+        p.target_units = tuning.attn_tiled_target_groups;
+        // llvmpipe's 65535 back-edges per invocation: per tile, the tile loop
+        // and the loops of its cooperative loads (and of the RoPE rotation).
+        const uint32_t load_iters =
+            (tile_cells * (shape.head_dim_k + shape.head_dim_v) / 8 + p.rows - 1) / p.rows;
+        const uint32_t rot_iters = shape.deferred ? (tile_cells * shape.n_rot / 2 + p.rows - 1) / p.rows : 0;
+        const uint32_t per_tile = 1 + load_iters + rot_iters + tile_cells;
+        p.max_split_cells = std::min<uint32_t>(tuning.attn_max_split_cells, 60000 / per_tile * tile_cells);
+        p.rows_per_workgroup = p.rows;
+    } else {
+        p.rows = std::min<uint32_t>(tuning.attn_tile_rows, pow2_at_least(rows_per_kv));
+        p.target_units = tuning.attn_target_groups;
+        p.max_split_cells = tuning.attn_max_split_cells;
+        const Tuning::Lanes lanes = tuning.attn_lanes(std::max(shape.head_dim_k, shape.head_dim_v) / 8);
+        p.rows_per_workgroup = p.rows * (lanes.workgroup / lanes.lanes);
+    }
+    p.tiles_per_kv = (rows_per_kv + p.rows - 1) / p.rows;
+    return p;
+}
+
 Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOptions& opt,
                         const std::vector<uint32_t>& queries, std::vector<AttnSegment> segments, const AttnIo& io) {
     // Without its scale a static-scale array would read as all zeros.
@@ -63,13 +91,14 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     if (unscaled(shape.k_type, shape.k_scale) || unscaled(shape.v_type, shape.v_scale))
         return fail(KVRT_ERROR_INTERNAL, "attention over a static-scale K or V without its scale");
     const uint32_t group = shape.n_heads / shape.n_kv_heads;
-    const uint32_t rows_per_kv = shape.n_queries * group;
     const Tuning tuning = Tuning::of(stream.context());
-    const uint32_t R = std::min<uint32_t>(tuning.attn_tile_rows, pow2_at_least(rows_per_kv));
-    const uint32_t tiles_per_kv = (rows_per_kv + R - 1) / R;
+    const AttnPlan plan = plan_attention(tuning, shape);
+    const uint32_t tiles_per_kv = plan.tiles_per_kv;
     const uint32_t n_tiles = tiles_per_kv * shape.n_kv_heads;
     // Lane groups: enough lanes to cover the head's octets, within a subgroup.
-    const Tuning::Lanes lanes = tuning.attn_lanes(std::max(shape.head_dim_k, shape.head_dim_v) / 8);
+    // The tiled kernel: one row per invocation, a workgroup per tile.
+    Tuning::Lanes lanes = tuning.attn_lanes(std::max(shape.head_dim_k, shape.head_dim_v) / 8);
+    if (plan.tiled) lanes = Tuning::Lanes{1, 0, false, plan.rows};
     const uint32_t lg = lanes.lanes;
     const uint32_t wg = lanes.workgroup;
     uint32_t splits_total = 0;
@@ -125,13 +154,15 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     KVRT_TRY(stream.scratch(n_rows * splits_total * row_floats * 4, &partials));
     partials.write = true;
 
+    const char* kind = plan.tiled ? "_tiled" : tuning.attn_portable ? "_portable" : "_shuffle";
     const std::string variant = std::string("attn_") + kv::type_name(shape.k_type) + "_" + kv::type_name(shape.v_type) +
-                                "_q" + kv::type_name(shape.q_type) + (tuning.attn_portable ? "_portable" : "_shuffle");
+                                "_q" + kv::type_name(shape.q_type) + kind;
     const vk::Pipeline* attn = nullptr;
     const vk::Pipeline* merge = nullptr;
     KVRT_TRY(stream.context().pipelines().get(
         {variant, 6, uint32_t{sizeof(AttnPush)},
-         {wg, shape.head_dim_k, shape.head_dim_v, R, lg, shape.deferred ? 1u : 0u, shape.deferred ? shape.n_rot : 0u,
+         {wg, shape.head_dim_k, shape.head_dim_v, plan.tiled ? plan.tile_cells : plan.rows, lg, shape.deferred ? 1u : 0u,
+          shape.deferred ? shape.n_rot : 0u,
           shape.deferred && shape.neox ? 1u : 0u},
          lanes.required_subgroup, lanes.full_subgroups},
         &attn));
@@ -167,7 +198,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     p.causal = opt.causal ? 1u : 0u;
     p.n_kv_heads = shape.n_kv_heads;
 
-    const uint32_t groups_per_wg = wg / lg;
+    const uint32_t groups_per_wg = plan.tiled ? 1 : wg / lg;
     stream.begin_op("attention");
     Result r = KVRT_SUCCESS;
     if (segments.empty()) {

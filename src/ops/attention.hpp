@@ -7,6 +7,7 @@
 
 #include "core/result.hpp"
 #include "kv/geometry.hpp"
+#include "ops/tuning.hpp"
 #include "vk/stream.hpp"
 
 namespace kvrt::ops {
@@ -48,6 +49,23 @@ struct AttnShape {
     // The layer's quantization of static-scale K / V types; ignored for others.
     kv::StaticScale k_scale, v_scale;
 };
+
+// How a call's rows are cut into tiles. The row-tile kernel
+// (attention.comp) gives each lane group `rows` rows of one KV head; the
+// tiled kernel (attention_tiled.comp) gives each workgroup `rows` rows and
+// loads K/V tiles of `tile_cells` cells into shared memory. Either way a
+// tile times a split of the cells is one unit of work, and the split counts
+// aim at `target_units` of them. Depends only on the tuning and the shape.
+struct AttnPlan {
+    bool tiled = false;
+    uint32_t rows = 1;             // query rows per tile
+    uint32_t tiles_per_kv = 1;     // ceil(n_queries * group / rows)
+    uint32_t tile_cells = 0;       // tiled: cells per shared-memory tile
+    uint32_t target_units = 1;
+    uint32_t max_split_cells = 1;  // cells of one split, at most
+    uint32_t rows_per_workgroup = 1;  // query rows a workgroup covers per split
+};
+AttnPlan plan_attention(const Tuning& tuning, const AttnShape& shape);
 
 struct AttnOptions {
     float scale, softcap, max_bias;

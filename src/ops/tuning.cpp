@@ -14,8 +14,11 @@ Tuning Tuning::of(const vk::Context& ctx) {
     t.cpu = dev.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 
     const bool shuffle_ok = vk::supports_shuffle_kernels(dev);
-    t.attn_portable = choice == vk::KernelChoice::Portable || !shuffle_ok ||
+    t.attn_portable = choice == vk::KernelChoice::Portable || choice == vk::KernelChoice::Tiled || !shuffle_ok ||
                       (t.cpu && choice != vk::KernelChoice::Shuffle);
+    t.attn_tiled_forced = choice == vk::KernelChoice::Tiled;
+    t.attn_tiled_target_groups = t.cpu ? 16 : 512;
+    t.shared_memory_bytes = dev.props.limits.maxComputeSharedMemorySize;
     t.subgroup_size = dev.subgroup_size;
     t.subgroup_min = std::min(dev.min_subgroup_size, dev.subgroup_size);
     t.subgroup_max = std::max(dev.max_subgroup_size, dev.subgroup_size);
@@ -26,7 +29,8 @@ Tuning Tuning::of(const vk::Context& ctx) {
     t.attn_target_groups = t.cpu ? 64 : 1024;
     t.attn_min_split_cells = t.cpu ? 128 : 64;
 
-    t.memory_wide = t.cpu && ctx.enabled().shader_int64 && choice != vk::KernelChoice::Portable;
+    t.memory_wide = t.cpu && ctx.enabled().shader_int64 && choice != vk::KernelChoice::Portable &&
+                    choice != vk::KernelChoice::Tiled;
     t.memory_softmax_workgroup = t.cpu ? 8 : 64;
     t.memory_rows = t.memory_wide ? 16 : 8;
     t.memory_cols = t.memory_wide ? 2 : 1;
@@ -34,6 +38,12 @@ Tuning Tuning::of(const vk::Context& ctx) {
     t.memory_update_m = t.memory_wide ? 16 : 8;
     t.memory_update_dg = t.memory_wide ? 2 : 1;
     return t;
+}
+
+uint32_t Tuning::attn_tile_cells(uint32_t dk, uint32_t dv) const {
+    // K and V values and one position per cell.
+    const uint64_t per_cell = (uint64_t{dk} + dv) * 4 + 4;
+    return static_cast<uint32_t>(std::min<uint64_t>(attn_tiled_max_cells, shared_memory_bytes / per_cell));
 }
 
 Tuning::Lanes Tuning::attn_lanes(uint32_t octets) const {

@@ -47,6 +47,21 @@ struct Tuning {
     // split at or below 32768 cells.
     uint32_t attn_max_split_cells = 32768;
     uint32_t attn_max_splits = 4096;
+    // The shared-memory tiled kernel (attention_tiled.comp): used for calls
+    // with at least attn_tiled_min_rows query rows per KV head (every call
+    // when forced), WG rows per workgroup, tiles of cells as large as the
+    // shared memory holds, up to attn_tiled_max_cells. Splits: enough
+    // workgroups in flight to fill the device. Not picked by default on any
+    // device yet: on lavapipe it is 10x slower than the row-tile kernel for
+    // 32 queries over 4,096 cells (1,266 ms against 114 ms: llvmpipe runs a
+    // workgroup with barriers as coroutines, and compiles it for seconds),
+    // and it has not been measured on a GPU.
+    bool attn_tiled_forced = false;
+    uint32_t attn_tiled_min_rows = UINT32_MAX;
+    uint32_t attn_tiled_workgroup = 64;
+    uint32_t attn_tiled_max_cells = 32;
+    uint32_t attn_tiled_target_groups = 512;  // CPU: 16
+    uint32_t shared_memory_bytes = 16384;     // maxComputeSharedMemorySize
 
     // ---- Fixed-capacity memory (ops/memory_kernels.cpp) ----
     // "wide" kernels (64-bit loads, 32-row tiles) on CPU implementations with
@@ -103,6 +118,10 @@ struct Tuning {
         uint32_t workgroup = 64;
     };
     Lanes attn_lanes(uint32_t octets) const;
+    // Cells per tile of the tiled kernel for heads of dk and dv values: the
+    // most (up to attn_tiled_max_cells) whose f32 K and V fit the shared
+    // memory; 0 when not even one does.
+    uint32_t attn_tile_cells(uint32_t dk, uint32_t dv) const;
 };
 
 }  // namespace kvrt::ops

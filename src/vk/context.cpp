@@ -138,13 +138,18 @@ Result ContextOptions::from_desc(const kvrt_context_desc* desc, ContextOptions* 
                         "kvrt_context_desc.type must be KVRT_STRUCT_TYPE_CONTEXT_DESC "
                         "(use KVRT_CONTEXT_DESC_INIT)");
         const kvrt_flags known = KVRT_CONTEXT_VALIDATION | KVRT_CONTEXT_FORCE_STAGING |
-                                 KVRT_CONTEXT_PORTABLE_KERNELS | KVRT_CONTEXT_SHUFFLE_KERNELS;
+                                 KVRT_CONTEXT_PORTABLE_KERNELS | KVRT_CONTEXT_SHUFFLE_KERNELS |
+                                 KVRT_CONTEXT_TILED_KERNELS;
         if (desc->flags & ~known)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown context flags 0x%x",
                         static_cast<unsigned>(desc->flags & ~known));
-        if ((desc->flags & KVRT_CONTEXT_PORTABLE_KERNELS) && (desc->flags & KVRT_CONTEXT_SHUFFLE_KERNELS))
+        const kvrt_flags choices =
+            desc->flags & (KVRT_CONTEXT_PORTABLE_KERNELS | KVRT_CONTEXT_SHUFFLE_KERNELS | KVRT_CONTEXT_TILED_KERNELS);
+        if (choices & (choices - 1))
             return fail(KVRT_ERROR_INVALID_ARGUMENT,
-                        "KVRT_CONTEXT_PORTABLE_KERNELS and KVRT_CONTEXT_SHUFFLE_KERNELS exclude each other");
+                        "KVRT_CONTEXT_PORTABLE_KERNELS, KVRT_CONTEXT_SHUFFLE_KERNELS and KVRT_CONTEXT_TILED_KERNELS "
+                        "exclude each other (flags 0x%x)",
+                        static_cast<unsigned>(choices));
         if (desc->log_level > KVRT_LOG_LEVEL_NONE)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "log_level %d is not a kvrt_log_level",
                         static_cast<int>(desc->log_level));
@@ -152,6 +157,7 @@ Result ContextOptions::from_desc(const kvrt_context_desc* desc, ContextOptions* 
         o.force_staging = desc->flags & KVRT_CONTEXT_FORCE_STAGING;
         if (desc->flags & KVRT_CONTEXT_PORTABLE_KERNELS) o.kernels = KernelChoice::Portable;
         if (desc->flags & KVRT_CONTEXT_SHUFFLE_KERNELS) o.kernels = KernelChoice::Shuffle;
+        if (desc->flags & KVRT_CONTEXT_TILED_KERNELS) o.kernels = KernelChoice::Tiled;
         if (desc->device) o.device_selector = desc->device;
         o.logger = Logger(desc->log_callback, desc->log_user_data, desc->log_level);
         if (desc->wait_timeout_ns) o.wait_timeout_ns = desc->wait_timeout_ns;
@@ -166,9 +172,10 @@ Result ContextOptions::from_desc(const kvrt_context_desc* desc, ContextOptions* 
         if (std::strcmp(k, "auto") == 0) o.kernels = KernelChoice::Auto;
         else if (std::strcmp(k, "portable") == 0) o.kernels = KernelChoice::Portable;
         else if (std::strcmp(k, "shuffle") == 0) o.kernels = KernelChoice::Shuffle;
+        else if (std::strcmp(k, "tiled") == 0) o.kernels = KernelChoice::Tiled;
         else
             return fail(KVRT_ERROR_INVALID_ARGUMENT,
-                        "KVRT_KERNELS is '%s'; it may be portable, shuffle or auto", k);
+                        "KVRT_KERNELS is '%s'; it may be portable, shuffle, tiled or auto", k);
     }
     *out = std::move(o);
     return KVRT_SUCCESS;

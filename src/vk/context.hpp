@@ -56,9 +56,9 @@ uint64_t object_bits(T handle) {
 }
 
 // Which kernel variants a context records: kvrt's choice for the device, or
-// one forced (KVRT_CONTEXT_PORTABLE_KERNELS / KVRT_CONTEXT_SHUFFLE_KERNELS,
-// or the KVRT_KERNELS environment variable).
-enum class KernelChoice { Auto, Portable, Shuffle };
+// one forced (KVRT_CONTEXT_PORTABLE_KERNELS / _SHUFFLE_KERNELS /
+// _TILED_KERNELS, or the KVRT_KERNELS environment variable).
+enum class KernelChoice { Auto, Portable, Shuffle, Tiled };
 
 // Options common to created and imported contexts, read from kvrt_context_desc
 // and the environment.

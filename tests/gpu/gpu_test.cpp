@@ -45,6 +45,7 @@ const std::vector<KernelVariant>& kernel_variants() {
         if (r == KVRT_SUCCESS) v.push_back({KVRT_CONTEXT_SHUFFLE_KERNELS, "shuffle"});
         else if (r != KVRT_ERROR_UNSUPPORTED)  // a device that has none at all fails every test anyway
             v.push_back({KVRT_CONTEXT_SHUFFLE_KERNELS, "shuffle (context creation failed)"});
+
         return v;
     }();
     return variants;

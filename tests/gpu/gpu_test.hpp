@@ -44,7 +44,8 @@ struct KernelVariant {
 
 // The kernel variants this device runs: the portable kernels, and the
 // subgroup-shuffle kernels where the device has what they need (found by
-// creating a context that forces them). When KVRT_KERNELS is set it decides
+// creating a context that forces them). The shared-memory tiled attention
+// kernel has tests of its own (test_kernel_variants.cpp). When KVRT_KERNELS is set it decides
 // for every context, so the list is that one choice.
 const std::vector<KernelVariant>& kernel_variants();
 

@@ -117,6 +117,82 @@ TEST_CASE("a forced kernel variant is the one attention records, and it is accur
     }
 }
 
+// The shared-memory tiled kernel (KVRT_CONTEXT_TILED_KERNELS) against the
+// reference: every K/V type (one pipeline each; it compiles slowly on
+// lavapipe, so this is its own test rather than a third variant of every
+// attention test), head dims whose tiles hold 32 down to 7 cells in 32 KiB,
+// GQA and MQA, f16 queries and outputs, every option, holes and shared
+// prefixes, windows, and cells spread over binding pieces.
+TEST_CASE("the tiled attention kernel matches the reference for every type and option", "[kernels][attention]") {
+    if (std::getenv("KVRT_KERNELS")) {
+        WARN("KVRT_KERNELS is set: it decides the kernels of every context");
+        return;
+    }
+    GpuContext ctx(KVRT_CONTEXT_TILED_KERNELS);
+    const kvrt::ops::Tuning t = tuning_of(ctx);
+    REQUIRE(t.attn_tiled_forced);
+    const auto check = [&](AttnCase c, const char* what) {
+        c.capacity = 512;
+        const AttnOutcome o = run_attention_case(ctx, c);
+        INFO(what << ": dims " << c.dk << "/" << c.dv << ", types " << kvrt_type_name(c.k_type) << "/"
+                  << kvrt_type_name(c.v_type) << ", " << t.attn_tile_cells(c.dk, c.dv) << " cells per tile, nmse "
+                  << o.nmse);
+        CHECK(o.values > 0);
+        CHECK(o.nmse <= 1e-6);
+        CHECK(o.guard_ok);
+    };
+    const std::pair<kvrt_type, kvrt_type> types[] = {
+        {KVRT_TYPE_F32, KVRT_TYPE_F32}, {KVRT_TYPE_F16, KVRT_TYPE_F16},   {KVRT_TYPE_Q8_0, KVRT_TYPE_Q8_0},
+        {KVRT_TYPE_Q4_0, KVRT_TYPE_Q4_0}, {KVRT_TYPE_Q8_0, KVRT_TYPE_F16}, {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}};
+    for (const auto& [kt, vt] : types) {
+        AttnCase c;
+        c.k_type = kt;
+        c.v_type = vt;
+        if (kt == KVRT_TYPE_U8_STATIC) c.k_scales = {{1.0f / 32, 128}};
+        if (vt == KVRT_TYPE_U16_STATIC) c.v_scales = {{1.0f / 4096, 32768}};
+        c.n_seqs = 2;
+        c.tokens_per_seq = 90;
+        c.n_queries = 9;  // prefill-like: 9 queries per sequence
+        c.seed = 11 + static_cast<uint32_t>(kt) * 7 + static_cast<uint32_t>(vt);
+        check(c, "types");
+    }
+    for (uint32_t dim : {32u, 64u, 256u}) {
+        AttnCase c;
+        c.dk = c.dv = dim;
+        c.tokens_per_seq = 70;
+        c.n_queries = 5;
+        c.seed = dim;
+        check(c, "head dim");
+    }
+    {
+        AttnCase c;  // GQA 8:1 and f16 queries and outputs, holes, a shared prefix over 3 sequences
+        c.n_heads = 8;
+        c.n_kv_heads = 1;
+        c.q_type = c.out_type = KVRT_TYPE_F16;
+        c.n_seqs = 3;
+        c.shared_prefix = 20;
+        c.holes = 5;
+        c.n_queries = 4;
+        check(c, "GQA, f16, holes, shared prefix");
+    }
+    {
+        AttnCase c;  // every option at once, and a sliding window with sinks
+        c.window = 24;
+        c.params.n_keep = 4;
+        c.params.softcap = 20.0f;
+        c.params.max_bias = 8.0f;
+        c.n_queries = 6;
+        std::vector<float> sinks(c.n_heads);
+        for (uint32_t h = 0; h < c.n_heads; ++h) sinks[h] = 0.5f * static_cast<float>(h) - 1.0f;
+        c.params.sinks = sinks.data();
+        check(c, "options");
+        c.params = KVRT_ATTENTION_PARAMS_INIT;
+        c.window = 0;
+        c.params.flags = KVRT_ATTENTION_NON_CAUSAL;
+        check(c, "non-causal");
+    }
+}
+
 TEST_CASE("lane groups fit the subgroups of every kind of device", "[kernels]") {
     // Tables as devices report them: fixed subgroups with size control,
     // ranges that may be required, and no size control at all.
@@ -160,6 +236,26 @@ TEST_CASE("forcing kernels: conflicting flags, a device without subgroup shuffle
           KVRT_ERROR_INVALID_ARGUMENT);
     CHECK(ctx == nullptr);
     CHECK(std::string(kvrt_last_error_message()).find("exclude each other") != std::string::npos);
+    for (kvrt_flags other : {KVRT_CONTEXT_PORTABLE_KERNELS, KVRT_CONTEXT_SHUFFLE_KERNELS}) {
+        CHECK(create_with(KVRT_CONTEXT_TILED_KERNELS | other, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
+        CHECK(ctx == nullptr);
+    }
+    // The tiled kernel is kvrt's own pick nowhere yet; forced, it serves
+    // every call, with the portable variants of the other kernels.
+    REQUIRE(create_with(0, &ctx) == KVRT_SUCCESS);
+    CHECK(!tuning_of(ctx).attn_tiled_forced);
+    kvrt_context_destroy(ctx);
+    REQUIRE(create_with(KVRT_CONTEXT_TILED_KERNELS, &ctx) == KVRT_SUCCESS);
+    CHECK(tuning_of(ctx).attn_tiled_forced);
+    CHECK(tuning_of(ctx).attn_portable);
+    CHECK(!tuning_of(ctx).memory_wide);
+    kvrt_context_destroy(ctx);
+    {
+        ScopedEnv env("KVRT_KERNELS", "tiled");
+        REQUIRE(create_with(KVRT_CONTEXT_SHUFFLE_KERNELS, &ctx) == KVRT_SUCCESS);
+        CHECK(tuning_of(ctx).attn_tiled_forced);
+        kvrt_context_destroy(ctx);
+    }
 
     // A device that lacks subgroup shuffles refuses them: no silent fallback.
     kvrt::fault::arm_site("device without subgroup shuffles");

@@ -255,9 +255,19 @@ impl ContextBuilder {
     /// (`KVRT_CONTEXT_SHUFFLE_KERNELS`): building fails with
     /// [`Error::Unsupported`](crate::Error::Unsupported) on a device without
     /// them, and with both this and [`portable_kernels`](Self::portable_kernels).
-    /// `KVRT_KERNELS=portable|shuffle|auto` in the environment overrides both.
+    /// `KVRT_KERNELS=portable|shuffle|tiled|auto` in the environment overrides
+    /// these options.
     pub fn shuffle_kernels(self, on: bool) -> Self {
         self.flag(sys::KVRT_CONTEXT_SHUFFLE_KERNELS, on)
+    }
+
+    /// Runs every attention call with the kernel that loads K/V tiles into
+    /// shared memory once per workgroup of query rows
+    /// (`KVRT_CONTEXT_TILED_KERNELS`); building fails with it and
+    /// [`portable_kernels`](Self::portable_kernels) or
+    /// [`shuffle_kernels`](Self::shuffle_kernels).
+    pub fn tiled_kernels(self, on: bool) -> Self {
+        self.flag(sys::KVRT_CONTEXT_TILED_KERNELS, on)
     }
 
     /// Picks the device: a decimal index or a case-insensitive substring of

@@ -373,6 +373,28 @@ fn shuffle_kernels_forced() {
         Err(kvrt::Error::Unsupported(_)) if std::env::var_os("KVRT_KERNELS").is_none() => return,
         Err(e) => panic!("{e}"),
     };
+    attention_matches_reference(&ctx);
+}
+
+// The shared-memory tiled attention kernel forced for every call: the same
+// attention as the reference; asking for it with another variant is refused.
+#[test]
+fn tiled_kernels_forced() {
+    let both = kvrt::Context::builder()
+        .tiled_kernels(true)
+        .portable_kernels(true)
+        .build();
+    assert!(matches!(both, Err(kvrt::Error::InvalidArgument(_))), "{both:?}");
+    let ctx = kvrt::Context::builder()
+        .validation(true)
+        .tiled_kernels(true)
+        .build()
+        .unwrap();
+    attention_matches_reference(&ctx);
+}
+
+// Five stored tokens and one query, against the f64 reference.
+fn attention_matches_reference(ctx: &kvrt::Context) {
     let mut cache = ctx
         .create_cache(&CacheDesc::new(1, H as u32, KV as u32, D as u32, 32))
         .unwrap();
