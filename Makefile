@@ -15,6 +15,9 @@
 #   make mutations
 #                check that the GPU tests fail for each deliberately broken
 #                kernel in tools/mutations (tens of minutes)
+#   make fuzz    build the state parser's libFuzzer target with clang in
+#                build-fuzz/ and run it on tests/fuzz/corpus for FUZZ_SECONDS
+#                (60; also part of make test)
 #   make abi-baseline
 #                after an intended ABI change: rebuild the library, then
 #                rewrite tests/abi/kvrt.symbols (from the headers' KVRT_API
@@ -28,7 +31,8 @@ TSAN_BUILD ?= build-tsan
 BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all setup build test test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations abi-baseline clean
+
+.PHONY: all setup build test test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations fuzz abi-baseline clean
 
 all: build
 
@@ -139,7 +143,7 @@ test-llm: llm
 	@cd $(LLM_DIR) && $(LLM_ENV) cargo fmt --check
 	@cd $(LLM_DIR) && $(LLM_ENV) cargo clippy --release --locked --all-targets -- -D warnings
 
-test: build test-asan test-tsan test-rust test-go test-llm
+test: build test-asan test-tsan test-rust test-go test-llm fuzz
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # SmolLM2 answering a chat prompt with its KV cache in kvrt, checked step by
@@ -171,6 +175,26 @@ test-android:
 # and must make at least one GPU test fail. NAMES=... runs only those.
 mutations: setup
 	@JOBS=$(JOBS) bash tools/mutations/run.sh $(NAMES)
+
+# The libFuzzer target of the state parser (tests/fuzz/fuzz_state.cpp), built
+# with clang in its own directory (the parser and the rest of the CPU
+# internals instrumented for coverage, ASan and UBSan) and run for
+# FUZZ_SECONDS on the committed seed corpus (tests/fuzz/corpus, valid states);
+# new inputs go to $(FUZZ_BUILD)/corpus. Any crash or sanitizer report fails.
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS := -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+$(FUZZ_BUILD)/build.ninja: Makefile | setup
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang-14 \
+	  -DCMAKE_CXX_COMPILER=clang++-14 -DKVRT_UNIT_TESTS_ONLY=ON -DKVRT_BUILD_TESTS=OFF -DKVRT_BUILD_FUZZERS=ON \
+	  "-DCMAKE_CXX_FLAGS=$(FUZZ_FLAGS)" "-DCMAKE_C_FLAGS=$(FUZZ_FLAGS)" >/dev/null
+
+fuzz: setup $(FUZZ_BUILD)/build.ninja
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target kvrt_fuzz_state
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	@UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FUZZ_BUILD)/bin/kvrt_fuzz_state \
+	  -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus
 
 abi-baseline: setup $(BUILD)/build.ninja
 	@cmake --build $(BUILD) --target abi-baseline

@@ -17,6 +17,8 @@ packages=(
   catch2
   abigail-tools
   libclang-dev
+  libxxhash-dev
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

@@ -12,6 +12,7 @@
 #include "kv/rope.hpp"
 #include "kv/static_window.hpp"
 #include "ops/attention.hpp"
+#include "state/state_format.hpp"
 #include "vk/stream.hpp"
 #include "vk/transaction.hpp"
 
@@ -114,6 +115,24 @@ public:
     Result read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* cells, void* out, uint64_t out_bytes);
     // ---- end of stored bytes ----
 
+    // ---- State (state.cpp, state_file.cpp) ----
+    // kvrt_cache_state_save: the state of `seq` (-1: the whole cache). With
+    // `out` null, writes its size to *size and changes nothing; otherwise
+    // applies pending shifts, then writes the state when *size holds it.
+    Result state_save(int32_t seq, void* out, uint64_t* size);
+    // kvrt_cache_state_load: replaces the whole cache (seq -1, a whole-cache
+    // state) or sequence `seq` (a sequence state), all or nothing.
+    Result state_load(int32_t seq, const void* data, uint64_t size);
+    // kvrt_cache_state_save_file / _load_file (written atomically).
+    Result state_save_file(int32_t seq, const char* path);
+    Result state_load_file(int32_t seq, const char* path);
+    // kvrt_cache_seq_swap_out / _out_file / _in / _in_file.
+    Result seq_swap_out(int32_t seq, void* out, uint64_t* size);
+    Result seq_swap_out_file(int32_t seq, const char* path);
+    Result seq_swap_in(int32_t seq, const void* data, uint64_t size);
+    Result seq_swap_in_file(int32_t seq, const char* path);
+    // ---- end of state ----
+
     // kvrt_cache_attention.
     Result attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
                      const int32_t* seq_ids, const Source& q, const Output& out, const kvrt_attention_params& params);
@@ -165,6 +184,13 @@ private:
     // tokens in src_cells -> dst_cells, every layer, K and V.
     Result record_copy_cells(vk::Stream& s, const Cache& src, const std::vector<uint32_t>& src_cells,
                              const std::vector<uint32_t>& dst_cells);
+
+    // State (state.cpp): the description of `seq`'s state (-1: all cells);
+    // applying a parsed plan to either layout.
+    Result describe_state(int32_t seq, state::Description* out) const;
+    Result check_state_fits(int32_t seq, const state::Plan& plan) const;
+    Result load_cells(int32_t seq, const state::Plan& plan);
+    Result load_static(int32_t seq, const state::Plan& plan);
 
     vk::Context& ctx_;
     kv::CacheGeometry geo_;

@@ -660,6 +660,7 @@ TEST_CASE("bad input: every exported function, table driven", "[bad_input]") {
     add_stream_rows(w, &rows);
     add_cache_rows(w, &rows);
     add_memory_rows(w, &rows);
+    add_state_rows(w, &rows);
 
     struct Tally {
         int rows = 0, errors = 0, noops = 0, failures = 0;

@@ -122,5 +122,6 @@ void add_general_rows(World& w, std::vector<Row>* rows);
 void add_stream_rows(World& w, std::vector<Row>* rows);
 void add_cache_rows(World& w, std::vector<Row>* rows);
 void add_memory_rows(World& w, std::vector<Row>* rows);
+void add_state_rows(World& w, std::vector<Row>* rows);
 
 }  // namespace kvrt_test::bad_input

@@ -1,0 +1,330 @@
+// Cache state: saving the cells of the whole cache or of one sequence in the
+// state format (state/state_format.hpp), and applying a parsed state, all or
+// nothing, in either layout and from any stored type.
+//
+// The table is never written directly: a load builds the new table on a copy
+// through CellTable's own mutators (clear, seq_rm, plan with exact cells,
+// apply), swaps it in once the rows are recorded, and swaps the old one back
+// if the device work fails. The copy carries the table's record of changed
+// cells, widened by every mutator, so the device mirror of the metadata is
+// brought up to date by the next attention as after any other change.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "cache/cache.hpp"
+#include "core/checked.hpp"
+#include "kv/format.hpp"
+
+namespace kvrt::cache {
+
+namespace {
+
+bool same_scales(const std::vector<kv::StaticScale>& a, const std::vector<kv::StaticScale>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+        if (a[i].scale != b[i].scale || a[i].zero_point != b[i].zero_point) return false;
+    return true;
+}
+
+// The rows of one array (K or V) of a plan as a Source for every layer at
+// once (layer_stride apart), for the tokens `order` (record indices): the
+// state's bytes in place when they can be given as they are, else a packed
+// copy, else values decoded to f32 for the store kernels to quantize.
+struct LoadRows {
+    std::vector<uint8_t> owned;
+    Source src;
+};
+
+Result make_rows(const state::Plan& plan, Array array, const kv::RowGeometry& g, uint32_t n_kv_heads,
+                 const std::vector<uint32_t>* order, LoadRows* out) {
+    const state::Header& h = plan.desc.header;
+    const bool is_k = array == Array::K;
+    const kvrt_type from = is_k ? h.type_k : h.type_v;
+    const uint32_t head_dim = is_k ? h.head_dim_k : h.head_dim_v;
+    const std::vector<kv::StaticScale>& scales = is_k ? plan.desc.k_scales : plan.desc.v_scales;
+    const uint64_t row = is_k ? plan.extents.k_row_bytes : plan.extents.v_row_bytes;
+    const uint32_t n_tok = order ? static_cast<uint32_t>(order->size()) : h.n_cells;
+    const uint64_t head_bytes = row / n_kv_heads;
+    // Bytes as they are: the same type (and the same scales); F32 and F16
+    // rows go through the store kernel as values, bit for bit.
+    const uint64_t align = from == KVRT_TYPE_U8_STATIC ? 1 : (from == KVRT_TYPE_F32 || from == KVRT_TYPE_F16) ? 4 : 2;
+    const bool same = from == g.type && same_scales(scales, g.scales) && head_bytes % align == 0;
+    Source& s = out->src;
+    s.type = same ? from : KVRT_TYPE_F32;
+    s.head_stride = 0;
+    if (same && !order && plan.extents.data_offset % align == 0 && plan.extents.layer_bytes % align == 0 &&
+        (plan.extents.k_row_bytes * h.n_cells) % align == 0) {
+        s.host = plan.bytes;
+        s.offset = is_k ? plan.extents.k_offset(0) : plan.extents.v_offset(0, h.n_cells);
+        s.row_stride = row;
+        s.layer_stride = plan.extents.layer_bytes;
+        return KVRT_SUCCESS;
+    }
+    auto src_row = [&](uint32_t layer, uint32_t t) {
+        const uint32_t rec = order ? (*order)[t] : t;
+        return (is_k ? plan.k_rows(layer) : plan.v_rows(layer)) + uint64_t{rec} * row;
+    };
+    // The copy's size, checked against what the host can address.
+    const uint64_t unit = same ? row : uint64_t{n_kv_heads} * head_dim * 4;
+    uint64_t total = 0;
+    if (!checked_mul(uint64_t{h.n_layers} * n_tok, unit, &total) || total > SIZE_MAX)
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "converting the state needs %llu bytes of host memory",
+                    static_cast<unsigned long long>(total));
+    if (same) {
+        out->owned.resize(static_cast<size_t>(total));
+        for (uint32_t l = 0; l < h.n_layers; ++l)
+            for (uint32_t t = 0; t < n_tok; ++t)
+                std::memcpy(out->owned.data() + (uint64_t{l} * n_tok + t) * row, src_row(l, t), static_cast<size_t>(row));
+        s.row_stride = row;
+    } else {
+        const size_t elems = size_t{n_kv_heads} * head_dim;
+        out->owned.resize(static_cast<size_t>(total));
+        auto* f = reinterpret_cast<float*>(out->owned.data());
+        for (uint32_t l = 0; l < h.n_layers; ++l)
+            for (uint32_t t = 0; t < n_tok; ++t)
+                kv::decode_row(from, src_row(l, t), elems, f + (size_t{l} * n_tok + t) * elems,
+                               scales.empty() ? nullptr : &scales[l]);
+        s.row_stride = elems * 4;
+    }
+    s.host = out->owned.data();
+    s.offset = 0;
+    s.layer_stride = s.row_stride * n_tok;
+    if (n_tok == 0) s.layer_stride = 0;
+    return KVRT_SUCCESS;
+}
+
+}  // namespace
+
+Result Cache::describe_state(int32_t seq, state::Description* out) const {
+    if (seq < -1 || seq >= static_cast<int32_t>(geo_.max_seqs))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (-1 or 0..%u)", seq, geo_.max_seqs - 1);
+    state::Description d;
+    state::Header& h = d.header;
+    h.flags = (seq >= 0 ? state::kFlagSequence : 0) | (deferred_ ? state::kFlagDeferredRope : 0);
+    h.n_layers = geo_.n_layers;
+    h.n_kv_heads = geo_.n_kv_heads;
+    h.head_dim_k = geo_.k.head_dim;
+    h.head_dim_v = geo_.v.head_dim;
+    h.type_k = geo_.k.type;
+    h.type_v = geo_.v.type;
+    h.layout = static_cast<uint32_t>(geo_.layout);
+    h.capacity = table_.capacity();
+    h.max_seqs = geo_.max_seqs;
+    h.seq = seq;
+    d.k_scales = geo_.k.scales;
+    d.v_scales = geo_.v.scales;
+    if (seq >= 0) {
+        std::vector<uint32_t> cells;
+        KVRT_TRY(table_.cells_of_seq(seq, &cells));
+        for (uint32_t c : cells) {
+            d.cells.push_back({c, table_.cell_pos(c), static_cast<uint32_t>(d.seq_ids.size()), 1});
+            d.seq_ids.push_back(seq);
+        }
+    } else {
+        for (uint32_t c = 0; c < table_.used_end(); ++c) {
+            if (table_.cell_is_empty(c)) continue;
+            state::CellRecord r{c, table_.cell_pos(c), static_cast<uint32_t>(d.seq_ids.size()), 0};
+            for (uint32_t s = 0; s < geo_.max_seqs; ++s)
+                if (table_.cell_has_seq(c, static_cast<int32_t>(s))) {
+                    d.seq_ids.push_back(static_cast<int32_t>(s));
+                    ++r.n_seq;
+                }
+            d.cells.push_back(r);
+        }
+    }
+    h.n_cells = static_cast<uint32_t>(d.cells.size());
+    *out = std::move(d);
+    return KVRT_SUCCESS;
+}
+
+Result Cache::state_save(int32_t seq, void* out, uint64_t* size) {
+    if (!size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "size is NULL");
+    state::Description d;
+    state::Extents e;
+    KVRT_TRY(describe_state(seq, &d));
+    KVRT_TRY(state::extents_of(d, &e));
+    if (!out) {
+        *size = e.total;
+        return KVRT_SUCCESS;
+    }
+    if (*size < e.total)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "buffer too small: the state needs %llu bytes, *size is %llu",
+                    static_cast<unsigned long long>(e.total), static_cast<unsigned long long>(*size));
+    // Saved K is rotated to the cells' current positions: pending shifts
+    // first (deferred RoPE: they are metadata only and simply cleared).
+    if (table_.has_pending_shift()) KVRT_TRY(apply_shifts(nullptr));
+    auto* b = static_cast<uint8_t*>(out);
+    state::write_prefix(d, e, b);
+    std::vector<uint32_t> cells(d.cells.size());
+    for (size_t i = 0; i < cells.size(); ++i) cells[i] = d.cells[i].cell;
+    const uint32_t n = d.header.n_cells;
+    for (uint32_t l = 0; l < geo_.n_layers; ++l) {
+        KVRT_TRY(read_raw(static_cast<int32_t>(l), Array::K, n, cells.data(), b + e.k_offset(l), n * e.k_row_bytes));
+        KVRT_TRY(read_raw(static_cast<int32_t>(l), Array::V, n, cells.data(), b + e.v_offset(l, n), n * e.v_row_bytes));
+    }
+    state::seal(b, e.total);
+    *size = e.total;
+    return KVRT_SUCCESS;
+}
+
+Result Cache::check_state_fits(int32_t seq, const state::Plan& plan) const {
+    const state::Header& h = plan.desc.header;
+    if (seq < -1 || seq >= static_cast<int32_t>(geo_.max_seqs))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (-1 or 0..%u)", seq, geo_.max_seqs - 1);
+    const bool one = h.flags & state::kFlagSequence;
+    if (seq < 0 && one)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "the state holds sequence %d only; load it into a sequence (seq >= 0)",
+                    h.seq);
+    if (seq >= 0 && !one)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "the state holds the whole cache; load it with seq -1");
+    if (h.n_layers != geo_.n_layers || h.n_kv_heads != geo_.n_kv_heads || h.head_dim_k != geo_.k.head_dim ||
+        h.head_dim_v != geo_.v.head_dim)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "the state's geometry (layers %u, KV heads %u, head dims %u, %u) differs from the cache's (%u, %u, "
+                    "%u, %u)",
+                    h.n_layers, h.n_kv_heads, h.head_dim_k, h.head_dim_v, geo_.n_layers, geo_.n_kv_heads,
+                    geo_.k.head_dim, geo_.v.head_dim);
+    if (bool(h.flags & state::kFlagDeferredRope) != deferred_)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "the state's K is stored %s, the cache %s",
+                    deferred_ ? "rotated" : "before rotation (deferred RoPE)",
+                    deferred_ ? "defers RoPE" : "stores it rotated");
+    if (seq < 0)
+        for (int32_t s : plan.desc.seq_ids)
+            if (static_cast<uint32_t>(s) >= geo_.max_seqs)
+                return fail(KVRT_ERROR_INVALID_ARGUMENT, "the state uses sequence %d; the cache has ids 0..%u", s,
+                            geo_.max_seqs - 1);
+    return KVRT_SUCCESS;
+}
+
+Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
+    const state::Description& d = plan.desc;
+    const uint32_t n = d.header.n_cells;
+    const uint32_t cap = table_.capacity();
+    // The new table, built on a copy through the table's mutators.
+    auto other = std::make_shared<kv::CellTable>(table_);
+    std::vector<uint32_t> at(n);
+    bool saved_cells = true;
+    for (uint32_t i = 0; i < n; ++i) saved_cells = saved_cells && d.cells[i].cell < cap;
+    if (seq < 0) {
+        other->clear();
+        if (n > cap)
+            return fail(KVRT_ERROR_CACHE_FULL, "the state holds %u cells, the cache has %u", n, cap);
+        // The saved cells when they exist here, else the lowest ones in order.
+        for (uint32_t i = 0; i < n; ++i) at[i] = saved_cells ? d.cells[i].cell : i;
+    } else {
+        KVRT_TRY(other->seq_rm(seq, -1, -1));
+        // Cells free before the load first (the saved ones when all are free,
+        // so a swapped-out sequence comes back where it was): rows written
+        // there cannot harm the cache as it was, whatever happens on the
+        // device. Only when those are too few, also the sequence's own.
+        for (uint32_t i = 0; i < n && saved_cells; ++i) saved_cells = table_.cell_is_empty(d.cells[i].cell);
+        if (saved_cells) {
+            for (uint32_t i = 0; i < n; ++i) at[i] = d.cells[i].cell;
+        } else {
+            uint32_t k = 0;
+            for (uint32_t c = 0; c < cap && k < n; ++c)
+                if (table_.cell_is_empty(c)) at[k++] = c;
+            if (k < n) {
+                k = 0;
+                for (uint32_t c = 0; c < cap && k < n; ++c)
+                    if (other->cell_is_empty(c)) at[k++] = c;
+            }
+            if (k < n)
+                return fail(KVRT_ERROR_CACHE_FULL, "the state holds %u cells, the cache has %u free for it", n, k);
+        }
+    }
+    std::vector<kv::Token> tokens(n);
+    for (uint32_t i = 0; i < n; ++i) {
+        const state::CellRecord& c = d.cells[i];
+        tokens[i] = seq < 0 ? kv::Token{c.pos, d.seq_ids.data() + c.seq_begin, c.n_seq} : kv::Token{c.pos, &seq, 1};
+    }
+    kv::Placement placement;
+    KVRT_TRY(other->plan(tokens.data(), n, &placement, at.data()));
+    KVRT_TRY(other->apply(placement));
+
+    LoadRows k, v;
+    KVRT_TRY(make_rows(plan, Array::K, geo_.k, geo_.n_kv_heads, nullptr, &k));
+    KVRT_TRY(make_rows(plan, Array::V, geo_.v, geo_.n_kv_heads, nullptr, &v));
+    vk::Transaction tx(this, nullptr, own_);
+    KVRT_TRY(tx.begin());
+    if (n) KVRT_TRY(record_writes(tx.stream(), n, at.data(), -1, k.src, v.src));
+    std::swap(table_, *other);
+    tx.on_undo([this, other]() { std::swap(table_, *other); });
+    // Past a timed-out wait the rows land later: the new table describes them.
+    tx.keep_on_timeout();
+    return tx.finish();
+}
+
+Result Cache::load_static(int32_t seq, const state::Plan& plan) {
+    const state::Description& d = plan.desc;
+    // Tokens per sequence in rising position order (a cell shared by several
+    // sequences becomes a row of each one's window), the newest S-1 kept.
+    std::vector<std::vector<std::pair<int32_t, uint32_t>>> per_seq(geo_.max_seqs);  // (pos, record)
+    for (uint32_t i = 0; i < d.header.n_cells; ++i) {
+        const state::CellRecord& c = d.cells[i];
+        for (uint32_t j = 0; j < c.n_seq; ++j) {
+            const int32_t s = seq >= 0 ? seq : d.seq_ids[c.seq_begin + j];
+            per_seq[static_cast<size_t>(s)].emplace_back(c.pos, i);
+        }
+    }
+    std::vector<uint32_t> order;
+    std::vector<int32_t> seq_of;
+    std::vector<kv::Token> tokens;
+    const uint32_t W = static_geo_.window_rows;
+    for (uint32_t s = 0; s < geo_.max_seqs; ++s) {
+        auto& list = per_seq[s];
+        std::sort(list.begin(), list.end());
+        const size_t first = list.size() > W ? list.size() - W : 0;
+        for (size_t i = first; i < list.size(); ++i) {
+            order.push_back(list[i].second);
+            seq_of.push_back(static_cast<int32_t>(s));
+            tokens.push_back(kv::Token{list[i].first, nullptr, 1});
+        }
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i].seq_ids = &seq_of[i];
+    LoadRows k, v;
+    KVRT_TRY(make_rows(plan, Array::K, geo_.k, geo_.n_kv_heads, &order, &k));
+    KVRT_TRY(make_rows(plan, Array::V, geo_.v, geo_.n_kv_heads, &order, &v));
+
+    // Empty the sequences being replaced, then append; on failure the table
+    // and the windows as they were come back.
+    kv::CellTable table_before = table_;
+    std::vector<kv::StaticWindow> windows_before = seq_windows_;
+    Result r = seq < 0 ? (clear(), KVRT_SUCCESS) : seq_rm(seq, -1, -1);
+    if (r == KVRT_SUCCESS && !tokens.empty())
+        r = static_append(nullptr, tokens.data(), static_cast<uint32_t>(tokens.size()), -1, &k.src, &v.src, nullptr);
+    if (r != KVRT_SUCCESS && r != KVRT_ERROR_TIMEOUT) {
+        std::swap(table_, table_before);
+        seq_windows_ = std::move(windows_before);
+    }
+    return r;
+}
+
+Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
+    state::Plan plan;
+    KVRT_TRY(state::parse(data, size, &plan));
+    KVRT_TRY(check_state_fits(seq, plan));
+    return is_static() ? load_static(seq, plan) : load_cells(seq, plan);
+}
+
+Result Cache::seq_swap_out(int32_t seq, void* out, uint64_t* size) {
+    if (seq < 0 || seq >= static_cast<int32_t>(geo_.max_seqs))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
+    KVRT_TRY(state_save(seq, out, size));
+    if (out) KVRT_TRY(seq_rm(seq, -1, -1));
+    return KVRT_SUCCESS;
+}
+
+Result Cache::seq_swap_in(int32_t seq, const void* data, uint64_t size) {
+    if (seq < 0 || seq >= static_cast<int32_t>(geo_.max_seqs))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
+    if (table_.seq_cell_count(seq) != 0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d holds %u tokens; swap in needs it empty", seq,
+                    table_.seq_cell_count(seq));
+    return state_load(seq, data, size);
+}
+
+}  // namespace kvrt::cache
