@@ -245,6 +245,7 @@ pub const KVRT_CONTEXT_VALIDATION: kvrt_context_flag_bits = 1;
 pub const KVRT_CONTEXT_FORCE_STAGING: kvrt_context_flag_bits = 2;
 pub const KVRT_CONTEXT_PORTABLE_KERNELS: kvrt_context_flag_bits = 4;
 pub const KVRT_CONTEXT_SHUFFLE_KERNELS: kvrt_context_flag_bits = 8;
+pub const KVRT_CONTEXT_TILED_KERNELS: kvrt_context_flag_bits = 16;
 pub const KVRT_CONTEXT_FLAG_MAX_ENUM: kvrt_context_flag_bits = 2147483647;
 pub type kvrt_context_flag_bits = ::core::ffi::c_uint;
 #[repr(C)]
@@ -1353,5 +1354,65 @@ unsafe extern "C" {
         dst: kvrt_cache,
         dst_seq: i32,
         out_count: *mut u32,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_state_save(
+        cache: kvrt_cache,
+        seq: i32,
+        data: *mut ::core::ffi::c_void,
+        size: *mut u64,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_state_load(
+        cache: kvrt_cache,
+        seq: i32,
+        data: *const ::core::ffi::c_void,
+        size: u64,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_state_save_file(
+        cache: kvrt_cache,
+        seq: i32,
+        path: *const ::core::ffi::c_char,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_state_load_file(
+        cache: kvrt_cache,
+        seq: i32,
+        path: *const ::core::ffi::c_char,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_seq_swap_out(
+        cache: kvrt_cache,
+        seq: i32,
+        data: *mut ::core::ffi::c_void,
+        size: *mut u64,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_seq_swap_out_file(
+        cache: kvrt_cache,
+        seq: i32,
+        path: *const ::core::ffi::c_char,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_seq_swap_in(
+        cache: kvrt_cache,
+        seq: i32,
+        data: *const ::core::ffi::c_void,
+        size: u64,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_seq_swap_in_file(
+        cache: kvrt_cache,
+        seq: i32,
+        path: *const ::core::ffi::c_char,
     ) -> kvrt_result;
 }
