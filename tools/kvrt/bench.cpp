@@ -41,13 +41,14 @@ const kvrt_static_scales_desc* bench_scales(kvrt_type type_k, kvrt_type type_v, 
     return storage->k_scales || storage->v_scales ? storage : nullptr;
 }
 
-double Measurement::median() const {
-    if (ms.empty()) return 0;
-    std::vector<double> v = ms;
+double median_of(std::vector<double> v) {
+    if (v.empty()) return 0;
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+double Measurement::median() const { return median_of(ms); }
 
 double Measurement::min() const { return ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end()); }
 

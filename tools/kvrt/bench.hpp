@@ -22,6 +22,10 @@ struct Env {
     bool quiet = false;  // no progress lines
 };
 
+// The median of `v` (the mean of the middle two for an even count); 0 when
+// empty.
+double median_of(std::vector<double> v);
+
 // GPU milliseconds of each timed run.
 struct Measurement {
     std::vector<double> ms;

@@ -22,13 +22,6 @@ double us_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
-double median_of(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int run_attn_host(Env& env, const Args& args, std::vector<Row>* rows) {
     std::string error;
     uint64_t cells, layers, heads, kv_heads, dim, tokens;
