@@ -25,7 +25,7 @@ Tuning Tuning::of(const vk::Context& ctx) {
     t.subgroup_require = ctx.enabled().subgroup_size_control && dev.compute_subgroup_size_required;
     t.subgroup_full = ctx.enabled().compute_full_subgroups;
     t.subgroup_max_per_workgroup = dev.max_compute_workgroup_subgroups;
-    t.attn_workgroup = 64;
+    t.attn_workgroup = t.cpu ? 8 : 64;
     t.attn_target_groups = t.cpu ? 64 : 1024;
     t.attn_min_split_cells = t.cpu ? 128 : 64;
 
