@@ -403,11 +403,10 @@ typedef enum kvrt_context_flag_bits {
      * KVRT_ERROR_INVALID_ARGUMENT. */
     KVRT_CONTEXT_SHUFFLE_KERNELS = 0x00000008,
     /* Run every attention call with the kernel that loads K/V tiles into
-     * shared memory once per workgroup of query rows, also single-query
-     * decode (kvrt picks it for calls with many query rows per KV head:
-     * prefill, batches of sequences), and the portable variants of the other
-     * kernels. Needs no optional device feature. Excludes the two flags
-     * above. */
+     * shared memory once per workgroup of query rows (meant for prefill and
+     * large batches on GPUs; kvrt does not pick it on its own yet), and the
+     * portable variants of the other kernels. Needs no optional device
+     * feature. Excludes the two flags above. */
     KVRT_CONTEXT_TILED_KERNELS = 0x00000010,
     KVRT_CONTEXT_FLAG_MAX_ENUM = 0x7FFFFFFF
 } kvrt_context_flag_bits;
