@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Mutation testing of the kernels: do the GPU tests notice a broken kernel?
+# Mutation testing of the kernels and of the host-side allocators: do the tests
+# notice a broken one?
 #
 #   tools/mutations/run.sh [NAME...]     every tools/mutations/*.patch, or those named
 #
-# Each patch breaks a kernel on purpose (its `# what:` line says how) and
+# Each patch breaks a kernel or allocator on purpose (its `# what:` line says how) and
 # names the tests that cover it (`# tests:`, a ctest regular expression over
-# the GPU tests). For each one, the script applies it to a copy of the source
+# the GPU and unit tests). For each one, the script applies it to a copy of the source
 # tree, builds the copy, runs those tests, and records which failed; then it
 # takes the patch out again. A mutation that no test catches fails the run,
 # as does a test that fails without any mutation (checked first, over the
@@ -88,16 +89,16 @@ build() {
             -DKVRT_TESTS_ONLY=ON -DKVRT_BUILD_TOOLS=OFF -DKVRT_BUILD_EXAMPLES=OFF \
             -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache >"$log" 2>&1
     fi
-    cmake --build "$BUILD" -j "$JOBS" --target kvrt_gpu_tests >>"$log" 2>&1
+    cmake --build "$BUILD" -j "$JOBS" --target kvrt_gpu_tests kvrt_unit_tests >>"$log" 2>&1
 }
 
-# Runs the GPU tests matching $1 (output in log $2); prints the names of those
+# Runs the GPU and unit tests matching $1 (output in log $2); prints the names of those
 # that failed, "(timed out)" after the name of one that only ran out of time
 # (ctest's limit, or a wait of kvrt's), which says nothing of the mutation.
 run_tests() {
     local regex=$1 log=$2
     rm -f "$BUILD/Testing/Temporary/LastTestsFailed.log"
-    (cd "$BUILD" && ctest -L gpu -R "$regex" -j "$JOBS" --timeout 1800 --output-on-failure >"$log" 2>&1) || true
+    (cd "$BUILD" && ctest -L 'gpu|unit' -R "$regex" -j "$JOBS" --timeout 1800 --output-on-failure >"$log" 2>&1) || true
     if ! grep -q "tests passed" "$log"; then
         echo "ctest did not run (see $log)" >&2
         return 2
@@ -108,7 +109,7 @@ run_tests() {
             cur = ""
             if ($0 ~ /\*\*\*(Failed|Timeout|Exception)/) {
                 cur = $0
-                sub(/^.*Test +#[0-9]+: gpu: */, "", cur)
+                sub(/^.*Test +#[0-9]+: (gpu|unit): */, "", cur)
                 sub(/ \.+ *\**(Failed|Timeout|Exception).*$/, "", cur)
                 order[++n] = cur
                 if ($0 ~ /\*\*\*Timeout/) slow[cur] = 1
