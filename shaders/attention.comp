@@ -94,6 +94,7 @@ layout(push_constant) uniform Push {
     uint params_offset;    // word offset in meta_words of (K scale, K zero point, V scale, V zero point,
                            // ALiBi m0, m1, n_log2: slopes when max_bias > 0, else m0 = 0)
     uint q_head_stride;    // words between the heads of one query (D_K values when packed)
+    uint cell_first;       // the dispatch's first cell in the cache (token trees)
 } pc;
 
 // The layer's static-scale quantization, read once per invocation.
@@ -118,6 +119,8 @@ float load_q(uint word_base, uint e) {
     return uintBitsToFloat(q_words[word_base + e]);
 #endif
 }
+
+#include "attn_tree.glsl"
 
 float alibi_slope(uint h) {
     const float m0 = uintBitsToFloat(meta_words[pc.params_offset + 4u]);
@@ -242,11 +245,14 @@ void main() {
     const uint c0 = split * per_split;
     const uint c1 = min(pc.n_cells, c0 + per_split);
     const uint meta_stride = 1u + pc.seq_words;
+    const TreeView tree = tree_view();
     for (uint c = c0; c < c1; ++c) {
         // Which rows see the cell: in one of its sequences, not after the
-        // row's query (causal), inside the window (or a sink).
+        // row's query (causal), inside the window (or a sink), and, for a
+        // cell of the batch's token tree, an ancestor of the row's query.
         const uint mb = (pc.meta_first + c) * meta_stride;
         const int cpos = int(cell_meta[mb]);
+        const uint node = tree_node(tree, pc.cell_first + c);
         bool vis[R];
         bool any = false;
         [[unroll]] for (uint r = 0u; r < R; ++r) {
@@ -254,6 +260,7 @@ void main() {
             bool v = r_live[r] && cpos >= 0 && ((sw >> (r_seq[r] & 31u)) & 1u) != 0u;
             if (pc.causal != 0u) v = v && cpos <= r_pos[r];
             if (pc.window > 0 && cpos >= pc.n_keep) v = v && r_pos[r] - cpos < pc.window;
+            if (node != NO_NODE) v = v && tree_sees(tree, r_query[r], node);
             vis[r] = v;
             any = any || v;
         }

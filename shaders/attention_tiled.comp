@@ -77,6 +77,7 @@ layout(push_constant) uniform Push {
     float rope_mscale;
     uint params_offset;
     uint q_head_stride;
+    uint cell_first;
 } pc;
 
 // The tile: K and V values of T cells, dim-major (value d of cell t at
@@ -90,6 +91,8 @@ int k_zp = 0, v_zp = 0;
 
 KVRT_DEFINE_OCTET_LOADER(load_k, k_words, K_FMT, k_scale, k_zp)
 KVRT_DEFINE_OCTET_LOADER(load_v, v_words, V_FMT, v_scale, v_zp)
+
+#include "attn_tree.glsl"
 
 float alibi_slope(uint h) {
     const float m0 = uintBitsToFloat(meta_words[pc.params_offset + 4u]);
@@ -148,6 +151,7 @@ void main() {
     const uint c1 = min(pc.n_cells, c0 + per_split);
     const uint meta_stride = 1u + pc.seq_words;
     const uint k_octets = D_K / 8u, v_octets = D_V / 8u;
+    const TreeView tree = tree_view();
     for (uint first = c0; first < c1; first += T) {
         // Load the tile: every invocation some octets of K and V rows.
         if (lid < T) {
@@ -198,6 +202,10 @@ void main() {
             }
             if (pc.causal != 0u) v = v && cpos <= qpos;
             if (pc.window > 0 && cpos >= pc.n_keep) v = v && qpos - cpos < pc.window;
+            if (v) {
+                const uint node = tree_node(tree, pc.cell_first + first + t);
+                if (node != NO_NODE) v = tree_sees(tree, query, node);
+            }
             if (!v) continue;
             float x = 0.0;
             [[unroll]] for (uint d = 0u; d < D_K; ++d) x += q[d] * tile_k[d * T + t];

@@ -552,6 +552,28 @@ func (c *Cache) Clear() error {
 	return c.meta("kvrt_cache_clear", func(h C.kvrt_cache) C.kvrt_result { return C.kvrt_cache_clear(h) })
 }
 
+// TreeAccept ends the verification of a token tree (kvrt_cache_tree_accept):
+// tree is the batch that stored it, with Parents and Cells set. It keeps
+// each token of leaves (indices into the batch) and its ancestors, and drops
+// every other token of the tree, all or nothing. No leaves drops the whole
+// tree.
+func (c *Cache) TreeAccept(tree Batch, leaves []int32) error {
+	const op = "kvrt_cache_tree_accept"
+	if tree.Parents == nil || tree.Cells == nil {
+		return argError(op, "the batch needs Parents and Cells")
+	}
+	var p runtime.Pinner
+	defer p.Unpin()
+	cb, err := tree.toC(op, &p)
+	if err != nil {
+		return err
+	}
+	lp := (*C.int32_t)(pinSlice(&p, leaves))
+	return c.meta(op, func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_tree_accept(h, cb, C.uint32_t(len(leaves)), lp)
+	})
+}
+
 // Compact moves up to maxMoves cells (0 = no limit) from the end into the
 // lowest holes when the empty share below NAttend exceeds threshold (0..1)
 // (kvrt_cache_compact). It returns the number of cells moved.

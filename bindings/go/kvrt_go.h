@@ -28,6 +28,7 @@ KVRT_GO_INIT_FN(go_static_layout_desc_init, kvrt_static_layout_desc, KVRT_STATIC
 KVRT_GO_INIT_FN(go_static_scales_desc_init, kvrt_static_scales_desc, KVRT_STATIC_SCALES_DESC_INIT)
 KVRT_GO_INIT_FN(go_cache_estimate_init, kvrt_cache_estimate, KVRT_CACHE_ESTIMATE_INIT)
 KVRT_GO_INIT_FN(go_batch_init, kvrt_batch, KVRT_BATCH_INIT)
+KVRT_GO_INIT_FN(go_batch_tree_init, kvrt_batch_tree, KVRT_BATCH_TREE_INIT)
 KVRT_GO_INIT_FN(go_tensor_ref_init, kvrt_tensor_ref, KVRT_TENSOR_REF_INIT)
 KVRT_GO_INIT_FN(go_output_ref_init, kvrt_output_ref, KVRT_OUTPUT_REF_INIT)
 KVRT_GO_INIT_FN(go_cache_info_init, kvrt_cache_info, KVRT_CACHE_INFO_INIT)

@@ -748,3 +748,53 @@ func checkAttentionAgainstReference(t *testing.T, ctx *kvrt.Context) {
 		t.Errorf("max diff %g", d)
 	}
 }
+
+func TestTreeAttention(t *testing.T) {
+	ctx := newContext(t)
+	c := newCache(t, ctx, smallCache())
+	storeTokens(t, c, nil, 0, 0, 3)
+	// Two candidates for position 3 (rows of tokens 3 and 4) and a child of
+	// the second at position 4 (row 5).
+	tree := kvrt.Batch{Positions: []int32{3, 3, 4}, SeqIDs: []int32{0, 0, 0}, Parents: []int32{-1, -1, 1}}
+	k := append(rows(3, 3, nKVHeads, headDim, keyOf), rows(3, 3, nKVHeads, headDim, keyOf)...)
+	v := append(rows(3, 3, nKVHeads, headDim, valueOf), rows(3, 3, nKVHeads, headDim, valueOf)...)
+	cells, err := c.Store(nil, tree, kvrt.AllLayers, kvrt.HostF32(k), kvrt.HostF32(v))
+	must(t, err)
+	tree.Cells = cells
+
+	keys := tokenRows(0, 6, nKVHeads, headDim, keyOf)
+	values := tokenRows(0, 6, nKVHeads, headDim, valueOf)
+	q := rows(10, 3, nHeads, headDim, queryOf)
+	out := make([]float32, 3*nHeads*headDim)
+	must(t, c.Attention(nil, 0, tree, kvrt.HostF32(q), kvrt.Output{F32: out}, nil))
+	// Each query sees the prompt and, of the tree, its ancestors and itself.
+	for i, seen := range [][]int{{0, 1, 2, 3}, {0, 1, 2, 4}, {0, 1, 2, 4, 5}} {
+		var ks, vs [][]float64
+		for _, r := range seen {
+			ks = append(ks, keys[r])
+			vs = append(vs, values[r])
+		}
+		want := refAttention(q[i*nHeads*headDim:], ks, vs, nHeads, nKVHeads, headDim)
+		if d := maxDiff(out[i*nHeads*headDim:], want); d > 2e-3 {
+			t.Errorf("tree query %d: max diff %g", i, d)
+		}
+	}
+
+	// A stale tree is refused and changes nothing; the right one keeps the
+	// branch of token 2 and drops token 0.
+	stale := tree
+	stale.Cells = []uint32{cells[2], cells[1], cells[0]} // positions 3 and 4 swapped
+	if err := c.TreeAccept(stale, []int32{2}); !errors.Is(err, kvrt.ErrInvalidArgument) {
+		t.Fatalf("TreeAccept of a stale tree: %v", err)
+	}
+	if info, _ := c.Info(); info.Used != 6 {
+		t.Fatalf("used %d after a refused TreeAccept", info.Used)
+	}
+	must(t, c.TreeAccept(tree, []int32{2}))
+	if info, _ := c.Info(); info.Used != 5 {
+		t.Fatalf("used %d after TreeAccept", info.Used)
+	}
+	if p, _ := c.SeqPosMax(0); p != 4 {
+		t.Fatalf("SeqPosMax after TreeAccept = %d", p)
+	}
+}

@@ -12,10 +12,20 @@ import (
 // and belongs to the SeqIDCounts[i] sequences listed next in SeqIDs
 // (flattened, in token order). With SeqIDCounts nil every token has exactly
 // one sequence, SeqIDs[i]. The slices are read during the call only.
+//
+// With Parents set the batch is a token tree (kvrt_batch_tree), the draft
+// tokens of speculative decoding: token i's parent is token Parents[i]
+// (earlier in the batch, same sequence, lower position) or -1. Siblings may
+// share a position; each token attends to the cache and, of the tree, to its
+// ancestors and itself only. Cells, the cells Store or Place returned for the
+// tree, is needed when the tree is the queries of Attention and by
+// TreeAccept.
 type Batch struct {
 	Positions   []int32  // one per token
 	SeqIDs      []int32  // the tokens' sequences
 	SeqIDCounts []uint32 // sequences per token; nil = one each
+	Parents     []int32  // token tree: each token's parent, -1 for none; nil = not a tree
+	Cells       []uint32 // token tree: each token's cell; nil when storing it
 }
 
 // SeqBatch returns a batch of n tokens of sequence seq at positions first,
@@ -51,12 +61,29 @@ func (b *Batch) toC(op string, p *runtime.Pinner) (*C.kvrt_batch, error) {
 			return nil, argError(op, "batch: sequence id counts add up to %d, but %d ids given", total, len(b.SeqIDs))
 		}
 	}
+	if b.Parents == nil && b.Cells != nil {
+		return nil, argError(op, "batch: Cells belong to a token tree, but Parents is nil")
+	}
+	if b.Parents != nil && len(b.Parents) != n {
+		return nil, argError(op, "batch: %d positions but %d parents", n, len(b.Parents))
+	}
+	if b.Cells != nil && len(b.Cells) != n {
+		return nil, argError(op, "batch: %d positions but %d cells", n, len(b.Cells))
+	}
 	cb := new(C.kvrt_batch)
 	*cb = C.go_batch_init()
 	cb.n_tokens = C.uint32_t(n)
 	cb.positions = (*C.int32_t)(pinSlice(p, b.Positions))
 	cb.seq_ids = (*C.int32_t)(pinSlice(p, b.SeqIDs))
 	cb.seq_id_counts = (*C.uint32_t)(pinSlice(p, b.SeqIDCounts))
+	if b.Parents != nil {
+		tree := new(C.kvrt_batch_tree)
+		*tree = C.go_batch_tree_init()
+		tree.parents = (*C.int32_t)(pinSlice(p, b.Parents))
+		tree.cells = (*C.uint32_t)(pinSlice(p, b.Cells))
+		p.Pin(tree)
+		cb.next = unsafe.Pointer(tree)
+	}
 	p.Pin(cb)
 	return cb, nil
 }

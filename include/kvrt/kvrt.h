@@ -221,6 +221,7 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_MEMORY_BATCH = 21,
     KVRT_STRUCT_TYPE_MEMORY_INIT = 22,
     KVRT_STRUCT_TYPE_MEMORY_ESTIMATE = 23,
+    KVRT_STRUCT_TYPE_BATCH_TREE = 24,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
     KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC = 101,
     KVRT_STRUCT_TYPE_VULKAN_COMPLETION = 102,
@@ -854,6 +855,35 @@ typedef struct kvrt_batch {
 
 #define KVRT_BATCH_INIT { KVRT_STRUCT_TYPE_BATCH, NULL, 0, NULL, NULL, NULL }
 
+/* The most tokens a batch with a kvrt_batch_tree may have. */
+#define KVRT_MAX_TREE_TOKENS 1024u
+
+/* A tree of tokens, chained on a kvrt_batch (kvrt_batch.next): the draft
+ * tokens that speculative decoding (Medusa, EAGLE, lookahead) verifies in one
+ * batch. Token i's parent is token parents[i] of the same batch, with
+ * parents[i] < i, or -1 for a token whose only context is the cache. Every
+ * token belongs to exactly one sequence, its parent's, and has a position
+ * greater than its parent's (usually the parent's + 1): siblings share
+ * positions. Each token sees the cache's cells of its sequence as any query
+ * does, but of the tree's own tokens only its ancestors and itself.
+ * - kvrt_cache_store, kvrt_cache_place: the batch's tokens may share
+ *   (sequence, position) pairs with each other (not with cells already in the
+ *   cache); `cells` is not read. Not for the static layout
+ *   (KVRT_ERROR_UNSUPPORTED).
+ * - kvrt_cache_attention: query i is token i of the tree, stored in cell
+ *   cells[i] (as kvrt_cache_store returned it); of those cells, query i sees
+ *   its own and its ancestors' only. Every other cell follows the usual rules.
+ * - kvrt_cache_tree_accept: keeps the accepted branches, drops the rest.
+ * A batch with a tree has at most KVRT_MAX_TREE_TOKENS tokens. */
+typedef struct kvrt_batch_tree {
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_BATCH_TREE */
+    const void* next;
+    const int32_t* parents;  /* n_tokens entries */
+    const uint32_t* cells;   /* n_tokens entries: each token's cell */
+} kvrt_batch_tree;
+
+#define KVRT_BATCH_TREE_INIT { KVRT_STRUCT_TYPE_BATCH_TREE, NULL, NULL, NULL }
+
 /* Data for kvrt to read: for each token, one row per head of `head_dim`
  * values (n_kv_heads rows of K or V for a store, n_heads rows of Q for
  * attention), at
@@ -985,8 +1015,9 @@ KVRT_API kvrt_result kvrt_cache_get_info(kvrt_cache cache, kvrt_cache_info* info
  * geometry or lies outside its buffer, or a stream or buffer of another
  * context; KVRT_ERROR_INVALID_STATE for a stream that is not recording; and
  * the device errors KVRT_ERROR_OUT_OF_DEVICE_MEMORY, _OUT_OF_HOST_MEMORY,
- * _DEVICE_LOST and _TIMEOUT. Thread-safety: Unsafe (on the cache and the
- * stream). */
+ * _DEVICE_LOST and _TIMEOUT. A batch with a kvrt_batch_tree chained may
+ * repeat (sequence, position) pairs among its own tokens (see
+ * kvrt_batch_tree). Thread-safety: Unsafe (on the cache and the stream). */
 KVRT_API kvrt_result kvrt_cache_store(kvrt_cache cache, kvrt_stream stream, const kvrt_batch* batch,
                                       int32_t layer, const kvrt_tensor_ref* k,
                                       const kvrt_tensor_ref* v, uint32_t* out_cells);
@@ -1069,6 +1100,22 @@ KVRT_API kvrt_result kvrt_cache_seq_pos_min(kvrt_cache cache, int32_t seq, int32
 KVRT_API kvrt_result kvrt_cache_seq_pos_max(kvrt_cache cache, int32_t seq, int32_t* out_pos);
 /* Frees every cell. Fails with KVRT_ERROR_INVALID_HANDLE. */
 KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache);
+
+/* Ends the verification of a token tree: `tree` is the batch that stored it,
+ * with its kvrt_batch_tree chained and `cells` set. Keeps each token listed
+ * in `leaves` (indices into the batch) and all its ancestors, and removes
+ * every other token of the tree from its cell (the cell becomes free unless
+ * another sequence uses it). n_leaves 0 drops the whole tree; one leaf per
+ * sequence keeps each sequence's accepted branch. All or nothing: fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad cache; KVRT_ERROR_INVALID_ARGUMENT
+ * (nothing changed) for a NULL or mistyped batch or tree, a tree that breaks
+ * the rules of kvrt_batch_tree, a leaf out of range or a NULL `leaves` with
+ * n_leaves > 0, or a token whose cell no longer holds its position and
+ * sequence; KVRT_ERROR_UNSUPPORTED for the static layout;
+ * KVRT_ERROR_OUT_OF_HOST_MEMORY. Metadata only, like the sequence
+ * operations. Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_tree_accept(kvrt_cache cache, const kvrt_batch* tree, uint32_t n_leaves,
+                                            const int32_t* leaves);
 
 /* Compaction: when the empty share of the cells below n_attend exceeds
  * `threshold` (0..1; 0 = any hole), moves up to `max_moves` cells (0 = no
@@ -1170,7 +1217,9 @@ typedef struct kvrt_attention_params {
  * query head h reading KV head h / (n_heads / n_kv_heads). A query that sees
  * no cell gets zeros. Store the queries' own K/V first so that they see
  * themselves; tokens of one batch never see later positions of the same
- * batch. Pending RoPE shifts are applied first (recorded into the same
+ * batch, unless `queries` chains a kvrt_batch_tree: then each query sees, of
+ * the tree's cells, only its ancestors' and its own. Pending RoPE shifts are
+ * applied first (recorded into the same
  * stream). Decode (few queries) splits the cells across workgroups and merges
  * the partial results; prefill (up to thousands of queries) tiles the
  * queries. Head dims must be multiples of 8. `params` may be NULL for the
@@ -1180,7 +1229,9 @@ typedef struct kvrt_attention_params {
  * layer out of range, a query with other than one sequence, unknown
  * sequences, negative positions, data outside its buffer, element types other
  * than F32/F16 for q and out, overlapping output rows, host output with a
- * stream, or a stream or buffer of another context; KVRT_ERROR_INVALID_STATE
+ * stream, a stream or buffer of another context, or a tree that breaks the
+ * rules of kvrt_batch_tree or whose cells do not hold its tokens;
+ * KVRT_ERROR_UNSUPPORTED for a tree over the static layout; KVRT_ERROR_INVALID_STATE
  * for a stream that is not recording; and the device errors of
  * kvrt_cache_store. Thread-safety: Unsafe (on the cache and the stream). */
 KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, int32_t layer,

@@ -6,6 +6,7 @@
 #include "api/handles.hpp"
 #include "core/raw_enum.hpp"
 #include "kv/geometry.hpp"
+#include "kv/token_tree.hpp"
 
 using namespace kvrt;
 using namespace kvrt::api;
@@ -83,9 +84,22 @@ Result resolve_output(kvrt_cache_T* c, const char* what, const kvrt_output_ref* 
     return KVRT_SUCCESS;
 }
 
-// Turns a kvrt_batch into tokens (pointing into the batch's arrays).
-Result resolve_batch(const char* what, const kvrt_batch* b, std::vector<kv::Token>* out) {
-    KVRT_TRY(check_struct(what, b, KVRT_STRUCT_TYPE_BATCH));
+// The kvrt_batch_tree chained on a batch (checked: the tree's rules), or
+// null in *out.
+Result resolve_tree(const char* what, const kvrt_batch* b, const kvrt_batch_tree** out) {
+    const void* found[1] = {nullptr};
+    KVRT_TRY(check_struct(what, b, KVRT_STRUCT_TYPE_BATCH, {KVRT_STRUCT_TYPE_BATCH_TREE}, found));
+    *out = static_cast<const kvrt_batch_tree*>(found[0]);
+    if (!*out) return KVRT_SUCCESS;
+    return kv::check_tree(b->n_tokens, b->positions, b->seq_id_counts, b->seq_ids, (*out)->parents);
+}
+
+// Turns a kvrt_batch into tokens (pointing into the batch's arrays); *tree
+// says whether it chains a token tree.
+Result resolve_batch(const char* what, const kvrt_batch* b, std::vector<kv::Token>* out, bool* tree) {
+    const kvrt_batch_tree* t = nullptr;
+    KVRT_TRY(resolve_tree(what, b, &t));
+    *tree = t != nullptr;
     out->clear();
     if (b->n_tokens == 0) return KVRT_SUCCESS;
     if (!b->positions || !b->seq_ids)
@@ -174,11 +188,13 @@ KVRT_API kvrt_result kvrt_cache_store(kvrt_cache cache, kvrt_stream stream, cons
         vk::Stream* s = nullptr;
         KVRT_TRY(resolve_stream(cache, stream, &s));
         std::vector<kv::Token> tokens;
-        KVRT_TRY(resolve_batch("batch", batch, &tokens));
+        bool tree = false;
+        KVRT_TRY(resolve_batch("batch", batch, &tokens, &tree));
         cache::Source ks, vs;
         KVRT_TRY(resolve_tensor(cache, "k", k, &ks));
         KVRT_TRY(resolve_tensor(cache, "v", v, &vs));
-        return cache->cache->store(s, tokens.data(), static_cast<uint32_t>(tokens.size()), layer, ks, vs, out_cells);
+        return cache->cache->store(s, tokens.data(), static_cast<uint32_t>(tokens.size()), layer, ks, vs, out_cells,
+                                   tree);
     });
 }
 
@@ -186,8 +202,23 @@ KVRT_API kvrt_result kvrt_cache_place(kvrt_cache cache, const kvrt_batch* batch,
     return guarded([&]() -> Result {
         KVRT_TRY(check_cache(cache));
         std::vector<kv::Token> tokens;
-        KVRT_TRY(resolve_batch("batch", batch, &tokens));
-        return cache->cache->place(tokens.data(), static_cast<uint32_t>(tokens.size()), out_cells);
+        bool tree = false;
+        KVRT_TRY(resolve_batch("batch", batch, &tokens, &tree));
+        return cache->cache->place(tokens.data(), static_cast<uint32_t>(tokens.size()), out_cells, tree);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_tree_accept(kvrt_cache cache, const kvrt_batch* tree, uint32_t n_leaves,
+                                            const int32_t* leaves) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_cache(cache));
+        const kvrt_batch_tree* t = nullptr;
+        KVRT_TRY(resolve_tree("tree", tree, &t));
+        if (!t) return fail(KVRT_ERROR_INVALID_ARGUMENT, "tree: no kvrt_batch_tree is chained on the batch");
+        const uint32_t n = tree->n_tokens;
+        if (n > 0 && !t->cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "tree's kvrt_batch_tree: cells is NULL");
+        return cache->cache->tree_accept(n, tree->positions, tree->seq_ids, cache::Cache::Tree{t->parents, t->cells},
+                                         n_leaves, leaves);
     });
 }
 
@@ -289,7 +320,8 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
         KVRT_TRY(check_cache(cache));
         vk::Stream* s = nullptr;
         KVRT_TRY(resolve_stream(cache, stream, &s));
-        KVRT_TRY(check_struct("queries", queries, KVRT_STRUCT_TYPE_BATCH));
+        const kvrt_batch_tree* tree = nullptr;
+        KVRT_TRY(resolve_tree("queries", queries, &tree));
         const uint32_t n = queries->n_tokens;
         if (n > 0 && (!queries->positions || !queries->seq_ids))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "queries->positions or queries->seq_ids is NULL");
@@ -309,7 +341,12 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
         kvrt_attention_params p = KVRT_ATTENTION_PARAMS_INIT;
         if (params) p = *params;
         p.next = nullptr;
-        return cache->cache->attention(s, layer, n, queries->positions, queries->seq_ids, qs, o, p);
+        cache::Cache::Tree t;
+        if (tree) {
+            if (n > 0 && !tree->cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "queries' kvrt_batch_tree: cells is NULL");
+            t = cache::Cache::Tree{tree->parents, tree->cells};
+        }
+        return cache->cache->attention(s, layer, n, queries->positions, queries->seq_ids, qs, o, p, tree ? &t : nullptr);
     });
 }
 

@@ -28,7 +28,7 @@ uint32_t choose_splits(const ops::Tuning& t, const ops::AttnPlan& plan, uint32_t
 
 Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
                         const int32_t* seq_ids, const Source& q, const Output& out,
-                        const kvrt_attention_params& params) {
+                        const kvrt_attention_params& params, const Tree* tree) {
     if (layer < 0 || layer >= static_cast<int32_t>(geo_.n_layers))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (0..%u)", layer, geo_.n_layers - 1);
     if (n_queries == 0) return KVRT_SUCCESS;
@@ -46,6 +46,12 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown attention flags 0x%x", static_cast<unsigned>(params.flags));
     if (!(params.softcap >= 0.0f) || !(params.max_bias >= 0.0f) || !std::isfinite(params.scale))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "softcap and max_bias must be >= 0 and scale finite");
+    ops::AttnTree tree_in;
+    if (tree) {
+        KVRT_TRY(require_cells("a token tree"));
+        KVRT_TRY(tree_inputs(n_queries, positions, seq_ids, *tree, &tree_in));
+    }
+    const ops::AttnTree* tree_use = tree ? &tree_in : nullptr;
 
     // out: n_heads rows of head_dim_v values per query, that must not overlap.
     if (out.type != KVRT_TYPE_F32 && out.type != KVRT_TYPE_F16)
@@ -96,7 +102,7 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
         // own: they stay recorded even if the attention fails to record.
         KVRT_TRY(apply_shifts(stream));
         return record_attention(*stream, static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use, off,
-                                o.row, o.head, out.type, params);
+                                o.row, o.head, out.type, params, tree_use);
     }
 
     // Synchronous: host output goes through scratch memory of the stream,
@@ -115,7 +121,7 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
     }
     KVRT_TRY(record_shifts(tx));
     KVRT_TRY(record_attention(tx.stream(), static_cast<uint32_t>(layer), n_queries, positions, seq_ids, q, out_use,
-                              off, row, head, out.type, params));
+                              off, row, head, out.type, params, tree_use));
     KVRT_TRY(tx.finish());
     if (out.host) {
         std::vector<uint8_t> packed(static_cast<size_t>(row * n_queries));
@@ -131,7 +137,7 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
 Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
                                const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
                                uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
-                               kvrt_type out_type, const kvrt_attention_params& params) {
+                               kvrt_type out_type, const kvrt_attention_params& params, const ops::AttnTree* tree) {
     // The cells the kernel reads: the cell layout's cells below n_attend()
     // (the kernel tells, from the device mirror, which of them each query
     // sees); the static layout's valid rows of the queries' sequences' windows.
@@ -220,6 +226,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     opt.n_keep = static_cast<int32_t>(params.n_keep);
     opt.causal = causal;
     opt.sinks = params.sinks;
+    opt.tree = tree;
 
     // Queries: a piece of the caller's buffer (checked by attention()), or
     // host rows gathered into upload memory, packed. Strides that only ever
@@ -270,6 +277,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
             queries[2 * i + 1] = static_cast<uint32_t>(seq_ids[first + i]);
         }
         shape.n_queries = count;
+        opt.tree_first_query = first;
         io.q_offset_words = q_first + first * q_words_per_query;
         io.out_offset_words = static_cast<uint32_t>(out_offset / 4 + uint64_t{first} * io.out_stride_words);
         KVRT_TRY(ops::record_attention(s, shape, opt, queries, segments, io));

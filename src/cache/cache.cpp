@@ -92,12 +92,13 @@ Cache::~Cache() {
 // paths): cache/store_rows.cpp.
 
 Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source& k,
-                    const Source& v, uint32_t* out_cells) {
+                    const Source& v, uint32_t* out_cells, bool tree) {
+    if (tree) KVRT_TRY(require_cells("a token tree"));
     if (is_static()) return static_append(stream, tokens, n, layer, &k, &v, out_cells);
     KVRT_TRY(check_write(n, layer, k, v));
     if (stream) KVRT_TRY(stream->require_recording());
     auto batch = std::make_shared<PlacedBatch>();
-    KVRT_TRY(table_.plan(tokens, n, &batch->placement));
+    KVRT_TRY(table_.plan(tokens, n, &batch->placement, nullptr, tree));
     if (n == 0) return KVRT_SUCCESS;
 
     vk::Transaction tx(this, stream, own_);
@@ -111,10 +112,11 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
     return KVRT_SUCCESS;
 }
 
-Result Cache::place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells) {
+Result Cache::place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells, bool tree) {
+    if (tree) KVRT_TRY(require_cells("a token tree"));
     if (is_static()) return static_append(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
     kv::Placement p;
-    KVRT_TRY(table_.plan(tokens, n, &p));
+    KVRT_TRY(table_.plan(tokens, n, &p, nullptr, tree));
     if (n == 0) return KVRT_SUCCESS;
     KVRT_TRY(table_.apply(p));
     if (out_cells) std::copy(p.cells().begin(), p.cells().end(), out_cells);

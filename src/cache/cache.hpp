@@ -47,11 +47,13 @@ public:
     const kv::CellTable& table() const { return table_; }
     const Arena& arena() const { return *arena_; }
 
-    // kvrt_cache_store: place and write, all or nothing. `stream` null: synchronous.
+    // kvrt_cache_store: place and write, all or nothing. `stream` null:
+    // synchronous. `tree`: the tokens form a token tree (checked by the
+    // caller), whose siblings may share (sequence, position) pairs.
     Result store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source& k,
-                 const Source& v, uint32_t* out_cells);
+                 const Source& v, uint32_t* out_cells, bool tree = false);
     // kvrt_cache_place.
-    Result place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells);
+    Result place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells, bool tree = false);
     // kvrt_cache_write.
     Result write(vk::Stream* stream, uint32_t n, const uint32_t* cells, int32_t layer, const Source& k,
                  const Source& v);
@@ -133,9 +135,20 @@ public:
     Result seq_swap_in_file(int32_t seq, const char* path);
     // ---- end of state ----
 
-    // kvrt_cache_attention.
+    // A token tree of a batch (kvrt_batch_tree, its rules checked by the
+    // caller with kv::check_tree): each token's parent and cell.
+    struct Tree {
+        const int32_t* parents = nullptr;
+        const uint32_t* cells = nullptr;
+    };
+    // kvrt_cache_attention. `tree` (may be null): the queries are the tokens
+    // of a tree.
     Result attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
-                     const int32_t* seq_ids, const Source& q, const Output& out, const kvrt_attention_params& params);
+                     const int32_t* seq_ids, const Source& q, const Output& out, const kvrt_attention_params& params,
+                     const Tree* tree = nullptr);
+    // kvrt_cache_tree_accept (tree.cpp).
+    Result tree_accept(uint32_t n, const int32_t* positions, const int32_t* seq_ids, const Tree& tree,
+                       uint32_t n_leaves, const int32_t* leaves);
 
 private:
     explicit Cache(vk::Context& ctx) : ctx_(ctx), own_(ctx, "kvrt cache", vk::PrivateStream::AfterFailure::Wait) {}
@@ -159,7 +172,11 @@ private:
     Result record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
                             const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
                             uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
-                            kvrt_type out_type, const kvrt_attention_params& params);
+                            kvrt_type out_type, const kvrt_attention_params& params, const ops::AttnTree* tree);
+    // The kernels' view of a token tree among n queries (tree.cpp): checks
+    // that cell i holds query i's position and sequence, each cell once.
+    Result tree_inputs(uint32_t n, const int32_t* positions, const int32_t* seq_ids, const Tree& tree,
+                       ops::AttnTree* out) const;
 
     // Records the pending shifts into the transaction's stream and clears
     // them, with an undo that restores them.

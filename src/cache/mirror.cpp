@@ -75,6 +75,7 @@ void Cache::attention_segments(uint32_t layer, uint32_t first, uint32_t end,
         seg.meta = meta_.get();
         seg.meta_piece = c / geo_.meta_cells_per_piece;
         seg.meta_first = meta_in;
+        seg.first_cell = c;
         seg.count = n;
         out->push_back(seg);
         c += n;

@@ -242,7 +242,9 @@ Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
         tokens[i] = seq < 0 ? kv::Token{c.pos, d.seq_ids.data() + c.seq_begin, c.n_seq} : kv::Token{c.pos, &seq, 1};
     }
     kv::Placement placement;
-    KVRT_TRY(other->plan(tokens.data(), n, &placement, at.data()));
+    // A saved table may hold one (sequence, position) pair in several cells
+    // (an open token tree; seq_div merging positions).
+    KVRT_TRY(other->plan(tokens.data(), n, &placement, at.data(), true));
     KVRT_TRY(other->apply(placement));
 
     LoadRows k, v;

@@ -32,6 +32,7 @@ const char* struct_type_name(kvrt_struct_type type) {
         case KVRT_STRUCT_TYPE_MEMORY_BATCH: return "kvrt_memory_batch";
         case KVRT_STRUCT_TYPE_MEMORY_INIT: return "kvrt_memory_init";
         case KVRT_STRUCT_TYPE_MEMORY_ESTIMATE: return "kvrt_memory_estimate";
+        case KVRT_STRUCT_TYPE_BATCH_TREE: return "kvrt_batch_tree";
         case KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC: return "kvrt_vulkan_import_desc";
         case KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC: return "kvrt_vulkan_submit_desc";
         case KVRT_STRUCT_TYPE_VULKAN_COMPLETION: return "kvrt_vulkan_completion";

@@ -272,7 +272,7 @@ void CellTable::free_cell(uint32_t cell) {
 
 // ---- Placement -----------------------------------------------------------------
 
-Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out, const uint32_t* at) const {
+Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out, const uint32_t* at, bool repeats) const {
     if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: out is NULL");
     out->reset_batch();
     if (capacity_ == 0) return fail(KVRT_ERROR_INVALID_STATE, "plan: the cell table is not initialized");
@@ -310,12 +310,19 @@ Result CellTable::plan(const Token* tokens, uint32_t n, Placement* out, const ui
     }
 
     try {
-        // A (sequence, position) pair may appear once in the batch; this also
-        // catches an id repeated inside one token.
+        // A (sequence, position) pair may appear once in the batch (unless
+        // repeats are allowed); this also catches an id repeated inside one
+        // token, which is refused either way.
         std::vector<uint64_t>& keys = out->scratch_;
+        for (uint32_t i = 0; repeats && i < n; ++i) {
+            keys.assign(tokens[i].seq_ids, tokens[i].seq_ids + tokens[i].n_seq);
+            std::sort(keys.begin(), keys.end());
+            if (std::adjacent_find(keys.begin(), keys.end()) != keys.end())
+                return fail(KVRT_ERROR_INVALID_ARGUMENT, "plan: token %u lists a sequence id twice", i);
+        }
         keys.clear();
         keys.reserve(pairs);
-        for (uint32_t i = 0; i < n; ++i) {
+        for (uint32_t i = 0; !repeats && i < n; ++i) {
             for (uint32_t j = 0; j < tokens[i].n_seq; ++j) {
                 keys.push_back(uint64_t(uint32_t(tokens[i].seq_ids[j])) << 32 | uint32_t(tokens[i].pos));
             }
@@ -416,13 +423,18 @@ Result CellTable::apply(Placement& p) {
         for (size_t k = p.seq_begin_[i]; k < p.seq_begin_[i + 1]; ++k) {
             const uint32_t s = uint32_t(p.seq_ids_[k]);
             w[s >> 6] |= uint64_t(1) << (s & 63);
-            // The pair is new (checked by plan), so this links a node in.
-            auto node = p.nodes_.extract(p.nodes_.begin());
-            node.key() = pos;
-            node.mapped() = 1;
-            const auto r = index_[s].insert(std::move(node));
-            assert(r.inserted);
-            (void)r;
+            // The pair is new to the table (checked by plan): the first token
+            // with it links a node in, its siblings in the batch count on it.
+            SeqIndex& idx = index_[s];
+            const auto at = idx.lower_bound(pos);
+            if (at != idx.end() && at->first == pos) {
+                ++at->second;
+            } else {
+                auto node = p.nodes_.extract(p.nodes_.begin());
+                node.key() = pos;
+                node.mapped() = 1;
+                idx.insert(at, std::move(node));
+            }
             ++seq_cells_[s];
         }
         pos_[c] = pos;
@@ -450,12 +462,13 @@ Result CellTable::rollback(Placement& p) {
         uint64_t* w = cell_words(c);
         for (size_t k = p.seq_begin_[i]; k < p.seq_begin_[i + 1]; ++k) {
             const uint32_t s = uint32_t(p.seq_ids_[k]);
-            // Each of these entries has count 1 (the pair was new); give the
-            // node back to the placement for its next plan().
+            // The pair was new to the table: its count comes from this batch
+            // alone. The last token with it gives the node back to the
+            // placement for its next plan().
             SeqIndex& idx = index_[s];
             auto it = idx.find(pos);
-            assert(it != idx.end() && it->second == 1);
-            p.nodes_.insert(p.nodes_.end(), idx.extract(it));
+            assert(it != idx.end() && it->second >= 1);
+            if (--it->second == 0) p.nodes_.insert(p.nodes_.end(), idx.extract(it));
             --seq_cells_[s];
         }
         std::fill(w, w + words_per_cell_, 0);
@@ -548,6 +561,39 @@ Result CellTable::seq_keep(int32_t seq) {
         }
     }
     if (changed) touch();
+    return KVRT_SUCCESS;
+}
+
+Result CellTable::remove_cells(const uint32_t* cells, const int32_t* positions, const int32_t* seqs, uint32_t n) {
+    if (n == 0) return KVRT_SUCCESS;
+    if (!cells || !positions || !seqs) return fail(KVRT_ERROR_INVALID_ARGUMENT, "remove_cells: NULL array");
+    for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t c = cells[i];
+        if (c >= capacity_ || pos_[c] < 0)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "cell %u (token %u) is out of range or empty", c, i);
+        KVRT_TRY(check_seq("remove_cells", seqs[i]));
+        if (pos_[c] != positions[i] || !has_seq(c, uint32_t(seqs[i])))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "cell %u (token %u) no longer holds position %d of sequence %d (it holds position %d)", c, i,
+                        positions[i], seqs[i], pos_[c]);
+    }
+    try {
+        std::vector<uint32_t> sorted(cells, cells + n);
+        std::sort(sorted.begin(), sorted.end());
+        const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+        if (dup != sorted.end()) return fail(KVRT_ERROR_INVALID_ARGUMENT, "cell %u is given twice", *dup);
+    } catch (const std::bad_alloc&) {
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "remove_cells: out of host memory for %u cells", n);
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t c = cells[i];
+        const uint32_t s = uint32_t(seqs[i]);
+        cell_words(c)[s >> 6] &= ~(uint64_t(1) << (s & 63));
+        mark_changed(c);
+        index_remove(s, pos_[c]);
+        if (cell_seq_count(c) == 0) free_cell(c);
+    }
+    touch();
     return KVRT_SUCCESS;
 }
 

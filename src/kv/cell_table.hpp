@@ -138,8 +138,12 @@ public:
     // repeated inside one token); KVRT_ERROR_OUT_OF_HOST_MEMORY. On failure
     // *out holds no plan. With `at` (n cells), token i goes to cell at[i]
     // instead of a free cell the table picks; each must be empty and given
-    // once (else KVRT_ERROR_INVALID_ARGUMENT).
-    Result plan(const Token* tokens, uint32_t n, Placement* out, const uint32_t* at = nullptr) const;
+    // once (else KVRT_ERROR_INVALID_ARGUMENT). With `repeats`, a (sequence,
+    // position) pair may repeat in the batch (the siblings of a token tree,
+    // or a saved table in which seq_div merged positions); pairs already in
+    // the table are still refused.
+    Result plan(const Token* tokens, uint32_t n, Placement* out, const uint32_t* at = nullptr,
+                bool repeats = false) const;
 
     // Writes the planned batch into its cells. Allocates nothing and has no
     // resource failure; it returns KVRT_ERROR_INVALID_STATE (and changes
@@ -175,6 +179,14 @@ public:
     // Removes every sequence other than `seq` from every cell; cells that `seq`
     // does not use become empty.
     Result seq_keep(int32_t seq);
+
+    // Removes sequence seqs[i] from cell cells[i] for each i < n, and empties
+    // the cells no sequence uses any more (a token tree's rejected branches).
+    // Each cell must be in use, hold position positions[i] and sequence
+    // seqs[i], and appear once; otherwise KVRT_ERROR_INVALID_ARGUMENT and
+    // nothing changes. KVRT_ERROR_OUT_OF_HOST_MEMORY possible (before any
+    // change).
+    Result remove_cells(const uint32_t* cells, const int32_t* positions, const int32_t* seqs, uint32_t n);
 
     // Adds `delta` to the position of every cell of `seq` with a position in
     // [p0, p1) and accumulates it in the cell's pending shift. As in llama.cpp,

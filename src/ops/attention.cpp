@@ -25,15 +25,16 @@ struct AttnPush {
     float rope_mscale;
     uint32_t params_offset;
     uint32_t q_head_stride;
+    uint32_t cell_first;
 };
 // 128 bytes is the most push-constant space every device guarantees.
-static_assert(sizeof(AttnPush) == 120 && sizeof(AttnPush) <= 128, "AttnPush layout");
+static_assert(sizeof(AttnPush) == 124 && sizeof(AttnPush) <= 128, "AttnPush layout");
 static_assert(offsetof(AttnPush, n_splits) == 32 && offsetof(AttnPush, k_base) == 60 &&
                   offsetof(AttnPush, scale) == 76 && offsetof(AttnPush, window) == 84 &&
                   offsetof(AttnPush, causal) == 92 && offsetof(AttnPush, n_kv_heads) == 96 &&
                   offsetof(AttnPush, partials_offset) == 100 && offsetof(AttnPush, theta_offset) == 104 &&
                   offsetof(AttnPush, rope_mscale) == 108 && offsetof(AttnPush, params_offset) == 112 &&
-                  offsetof(AttnPush, q_head_stride) == 116,
+                  offsetof(AttnPush, q_head_stride) == 116 && offsetof(AttnPush, cell_first) == 120,
               "AttnPush offsets");
 
 // Mirrors `Push` in shaders/attention_merge.comp.
@@ -139,6 +140,11 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     push_float(alibi_m0);
     push_float(alibi_m1);
     words.push_back(alibi_n_log2);
+    // The token tree: words per ancestor row (0: no tree), its first cell,
+    // its cell count, then the offsets from params_offset of the cell map and
+    // of this call's first ancestor row.
+    const size_t tree_at = words.size();
+    words.insert(words.end(), 5, 0u);
     const uint32_t sinks_offset = static_cast<uint32_t>(words.size());
     if (opt.sinks)
         for (uint32_t h = 0; h < shape.n_heads; ++h) {
@@ -146,6 +152,17 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
             std::memcpy(&bits, &opt.sinks[h], 4);
             words.push_back(bits);
         }
+    if (opt.tree && opt.tree->words > 0) {
+        const AttnTree& t = *opt.tree;
+        words[tree_at] = t.words;
+        words[tree_at + 1] = t.first_cell;
+        words[tree_at + 2] = static_cast<uint32_t>(t.map.size());
+        words[tree_at + 3] = static_cast<uint32_t>(words.size()) - params_offset;
+        words.insert(words.end(), t.map.begin(), t.map.end());
+        words[tree_at + 4] = static_cast<uint32_t>(words.size()) - params_offset;
+        const auto rows = t.ancestors.begin() + ptrdiff_t{opt.tree_first_query} * t.words;
+        words.insert(words.end(), rows, rows + ptrdiff_t{shape.n_queries} * t.words);
+    }
     KVRT_TRY(stream.upload(words.data(), words.size() * 4, &words_use));
 
     const uint64_t row_floats = uint64_t{shape.head_dim_v} + 2;
@@ -215,6 +232,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         if (r != KVRT_SUCCESS) break;
         p.n_cells = s.count;
         p.meta_first = s.meta_first;
+        p.cell_first = s.first_cell;
         p.k_base = static_cast<uint32_t>(s.k_offset);
         p.k_row = static_cast<uint32_t>(s.k_stride);
         p.v_base = static_cast<uint32_t>(s.v_offset);

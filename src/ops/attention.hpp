@@ -29,6 +29,7 @@ struct AttnSegment {
     const vk::Buffer* meta = nullptr;
     size_t meta_piece = 0;
     uint32_t meta_first = 0;  // the run's first cell, as an index into the mirror's piece
+    uint32_t first_cell = 0;  // the run's first cell in the cache
     uint32_t count = 0;
     uint32_t splits = 1;      // partial results it produces per row
 };
@@ -67,11 +68,25 @@ struct AttnPlan {
 };
 AttnPlan plan_attention(const Tuning& tuning, const AttnShape& shape);
 
+// A token tree among the queries: of the cells [first_cell, first_cell +
+// map.size()), those whose map entry is a tree token j (not kNoNode) are
+// visible to query i only when bit j of i's ancestor row is set (ancestors:
+// `words` words per query of the whole batch, i itself included).
+struct AttnTree {
+    static constexpr uint32_t kNoNode = 0xFFFFFFFFu;
+    uint32_t words = 0;
+    uint32_t first_cell = 0;
+    std::vector<uint32_t> map;
+    std::vector<uint32_t> ancestors;
+};
+
 struct AttnOptions {
     float scale, softcap, max_bias;
     int32_t window, n_keep;
     bool causal;
     const float* sinks;  // n_heads, or null
+    const AttnTree* tree = nullptr;  // or null
+    uint32_t tree_first_query = 0;   // the batch index of this call's query 0
 };
 
 // Records both passes over the cells of `segments`. `queries` holds (pos,

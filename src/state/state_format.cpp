@@ -209,18 +209,6 @@ Result parse_v1(const uint8_t* b, uint64_t size, Plan* out, const ParseOptions& 
                     static_cast<unsigned long long>(e.total - e.data_offset),
                     static_cast<unsigned long long>(size - e.data_offset));
 
-    // A (sequence, position) pair may appear once.
-    std::vector<uint64_t> keys;
-    keys.reserve(d.seq_ids.size());
-    for (const CellRecord& c : d.cells)
-        for (uint32_t j = 0; j < c.n_seq; ++j)
-            keys.push_back(uint64_t(uint32_t(d.seq_ids[c.seq_begin + j])) << 32 | uint32_t(c.pos));
-    std::sort(keys.begin(), keys.end());
-    for (size_t i = 1; i < keys.size(); ++i)
-        if (keys[i] == keys[i - 1])
-            return fail(KVRT_ERROR_CORRUPT_STATE, "state: sequence %u has position %u in two cells",
-                        static_cast<unsigned>(keys[i] >> 32), static_cast<unsigned>(keys[i] & 0xFFFFFFFFu));
-
     if (options.verify_checksum) {
         const uint64_t stored = get_u64(b + size - kChecksumBytes);
         const uint64_t actual = checksum(b, static_cast<size_t>(size - kChecksumBytes));

@@ -31,6 +31,24 @@ struct Store {
     Store& operator=(const Store&) = delete;
 };
 
+// A token tree of sequence 0 as if stored at positions 8, 8 and 9 in cells
+// 0, 1 and 2 (which hold other positions: accepting it must fail there).
+struct Tree {
+    int32_t pos[3] = {8, 8, 9}, seq[3] = {0, 0, 0}, parents[3] = {-1, -1, 1};
+    uint32_t cells[3] = {0, 1, 2};
+    kvrt_batch batch = KVRT_BATCH_INIT;
+    kvrt_batch_tree tree = KVRT_BATCH_TREE_INIT;
+
+    Tree() {
+        batch = make_batch(3, pos, seq);
+        tree.parents = parents;
+        tree.cells = cells;
+        batch.next = &tree;
+    }
+    Tree(const Tree&) = delete;
+    Tree& operator=(const Tree&) = delete;
+};
+
 // An attention that would succeed: one query of sequence 0 at position 8
 // over layer 0, host f32 q and out.
 struct Attend {
@@ -245,6 +263,10 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_cache_seq_rm", what, hnd, N, [c] { return out(kvrt_cache_seq_rm(c, 0, -1, -1)); }));
         r.push_back(err("kvrt_cache_seq_cp", what, hnd, N, [c] { return out(kvrt_cache_seq_cp(c, 0, 1, -1, -1)); }));
         r.push_back(err("kvrt_cache_seq_keep", what, hnd, N, [c] { return out(kvrt_cache_seq_keep(c, 0)); }));
+        r.push_back(err("kvrt_cache_tree_accept", what, hnd, N, [c] {
+            Tree t;
+            return out(kvrt_cache_tree_accept(c, &t.batch, 0, nullptr));
+        }));
         r.push_back(err("kvrt_cache_seq_add", what, hnd, N, [c] { return out(kvrt_cache_seq_add(c, 0, -1, -1, 1)); }));
         r.push_back(err("kvrt_cache_seq_div", what, hnd, N, [c] { return out(kvrt_cache_seq_div(c, 0, -1, -1, 2)); }));
         r.push_back(err("kvrt_cache_seq_pos_min", what, hnd, N, [c] {
@@ -503,6 +525,99 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     r.push_back(err("kvrt_cache_seq_add", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_add(w.static_cache, 0, -1, -1, 1)); }));
     r.push_back(err("kvrt_cache_seq_div", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_div(w.static_cache, 0, -1, -1, 2)); }));
     r.push_back(err("kvrt_cache_seq_keep", "static: sequence INT32_MAX", inv, S, [&w] { return out(kvrt_cache_seq_keep(w.static_cache, kMax32)); }));
+
+    // Token trees.
+    r.push_back(err("kvrt_cache_tree_accept", "tree NULL", inv, C, [&w] { return out(kvrt_cache_tree_accept(w.cache, nullptr, 0, nullptr)); }));
+    r.push_back(err("kvrt_cache_tree_accept", "no kvrt_batch_tree chained", inv, C, [&w] {
+        Tree t;
+        t.batch.next = nullptr;
+        return out(kvrt_cache_tree_accept(w.cache, &t.batch, 0, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_tree_accept", "a foreign struct chained", inv, C, [&w] {
+        Tree t;
+        Foreign f;
+        t.tree.next = &f;
+        return out(kvrt_cache_tree_accept(w.cache, &t.batch, 0, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_tree_accept", "cells NULL", inv, C, [&w] {
+        Tree t;
+        t.tree.cells = nullptr;
+        return out(kvrt_cache_tree_accept(w.cache, &t.batch, 0, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_tree_accept", "parents NULL", inv, C, [&w] {
+        Tree t;
+        t.tree.parents = nullptr;
+        return out(kvrt_cache_tree_accept(w.cache, &t.batch, 0, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_tree_accept", "a parent after its child", inv, C, [&w] {
+        Tree t;
+        t.parents[1] = 2;
+        return out(kvrt_cache_tree_accept(w.cache, &t.batch, 0, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_tree_accept", "cells that hold other tokens", inv, C, [&w] {
+        Tree t;
+        return out(kvrt_cache_tree_accept(w.cache, &t.batch, 0, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_tree_accept", "cell out of range", inv, C, [&w] {
+        Tree t;
+        t.cells[2] = kMaxU32;
+        return out(kvrt_cache_tree_accept(w.cache, &t.batch, 0, nullptr));
+    }));
+    for (int32_t leaf : {-1, 3, kMax32})
+        r.push_back(err("kvrt_cache_tree_accept", "leaf " + std::to_string(leaf), inv, C, [&w, leaf] {
+            // A chain over what cells 0..2 really hold (sequence 0,
+            // positions 0..2), so that only the leaf is wrong.
+            Tree t;
+            for (int32_t i = 0; i < 3; ++i) {
+                t.pos[i] = i;
+                t.parents[i] = i - 1;
+            }
+            return out(kvrt_cache_tree_accept(w.cache, &t.batch, 1, &leaf));
+        }));
+    r.push_back(err("kvrt_cache_tree_accept", "leaves NULL with n_leaves 1", inv, C, [&w] {
+        Tree t;
+        return out(kvrt_cache_tree_accept(w.cache, &t.batch, 1, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_tree_accept", "static layout", unsup, S, [&w] {
+        Tree t;
+        return out(kvrt_cache_tree_accept(w.static_cache, &t.batch, 0, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_store", "a tree whose parent comes later", inv, C, [&w] {
+        Store s;
+        const int32_t parent = 0;  // token 0 cannot be its own parent
+        kvrt_batch_tree t = KVRT_BATCH_TREE_INIT;
+        t.parents = &parent;
+        s.batch.next = &t;
+        return out(kvrt_cache_store(w.cache, nullptr, &s.batch, -1, &s.kt, &s.vt, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_store", "a tree on the static layout", unsup, S, [&w] {
+        std::vector<float> kv(World::kDim, 0.25f);
+        const int32_t pos = 3, seq = 0, parent = -1;
+        kvrt_batch b = make_batch(1, &pos, &seq);
+        kvrt_batch_tree t = KVRT_BATCH_TREE_INIT;
+        t.parents = &parent;
+        b.next = &t;
+        const kvrt_tensor_ref k = host_tensor(kv.data()), v = host_tensor(kv.data());
+        return out(kvrt_cache_store(w.static_cache, nullptr, &b, -1, &k, &v, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_attention", "a tree without cells", inv, C, [&w] {
+        Attend a;
+        const int32_t parent = -1;
+        kvrt_batch_tree t = KVRT_BATCH_TREE_INIT;
+        t.parents = &parent;
+        a.batch.next = &t;
+        return out(kvrt_cache_attention(w.cache, nullptr, a.layer, &a.batch, &a.qt, &a.ot, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_attention", "a tree whose cell holds another position", inv, C, [&w] {
+        Attend a;
+        const int32_t parent = -1;
+        const uint32_t cell = 0;  // position 0, not 8
+        kvrt_batch_tree t = KVRT_BATCH_TREE_INIT;
+        t.parents = &parent;
+        t.cells = &cell;
+        a.batch.next = &t;
+        return out(kvrt_cache_attention(w.cache, nullptr, a.layer, &a.batch, &a.qt, &a.ot, nullptr));
+    }));
     r.push_back(err("kvrt_cache_context_shift", "static layout", unsup, S,
                     [&w] { return out(kvrt_cache_context_shift(w.static_cache, 0, 0, 0, nullptr)); }));
     r.push_back(err("kvrt_cache_discard_for_reevaluation", "static layout", unsup, S, [&w] {

@@ -100,7 +100,7 @@ std::vector<double> attention_weights(const AttnParams& p, const float* q_head,
     double max_logit = -std::numeric_limits<double>::infinity();
     bool any = false;
     for (size_t c = 0; c < cells.size(); ++c) {
-        if (!cell_visible(p, cells[c], query)) {
+        if (!cell_visible(p, cells[c], query) || (query.hidden && (*query.hidden)[c] != 0)) {
             continue;
         }
         const float* k_head = k + c * k_row + static_cast<size_t>(g) * dk;

@@ -19,7 +19,8 @@
 //   - causal (on by default): cell.pos <= q.pos;
 //   - window W > 0: q.pos - cell.pos < W, except that cells with
 //     pos < n_keep (StreamingLLM attention sinks) pass the window test; they
-//     still need the sequence and causal tests.
+//     still need the sequence and causal tests;
+//   - the cell is not hidden from the query (AttnQuery::hidden).
 //
 // A query (head) that sees no cell gets an all-zero output, as in ggml (which
 // uses 1/S = 0 when the softmax sum S is 0). With a learned sink it is zero
@@ -51,6 +52,10 @@ struct AttnCell {
 struct AttnQuery {
     int32_t pos = 0;
     int32_t seq_id = 0;
+    // Optional: per cell (indexed like `cells`), nonzero when the query must
+    // not see the cell whatever the rules below (the other branches of a
+    // token tree). Null: no such cells.
+    const std::vector<uint8_t>* hidden = nullptr;
 };
 
 // Geometry and options of one attention call.

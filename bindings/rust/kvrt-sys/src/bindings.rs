@@ -5,6 +5,7 @@
 pub const KVRT_VERSION_MAJOR: u32 = 0;
 pub const KVRT_VERSION_MINOR: u32 = 1;
 pub const KVRT_VERSION_PATCH: u32 = 0;
+pub const KVRT_MAX_TREE_TOKENS: u32 = 1024;
 pub const KVRT_SUCCESS: kvrt_result = 0;
 pub const KVRT_ERROR_INVALID_ARGUMENT: kvrt_result = -1;
 pub const KVRT_ERROR_INVALID_HANDLE: kvrt_result = -2;
@@ -57,6 +58,7 @@ pub const KVRT_STRUCT_TYPE_MEMORY_DESC: kvrt_struct_type = 20;
 pub const KVRT_STRUCT_TYPE_MEMORY_BATCH: kvrt_struct_type = 21;
 pub const KVRT_STRUCT_TYPE_MEMORY_INIT: kvrt_struct_type = 22;
 pub const KVRT_STRUCT_TYPE_MEMORY_ESTIMATE: kvrt_struct_type = 23;
+pub const KVRT_STRUCT_TYPE_BATCH_TREE: kvrt_struct_type = 24;
 pub const KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC: kvrt_struct_type = 100;
 pub const KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC: kvrt_struct_type = 101;
 pub const KVRT_STRUCT_TYPE_VULKAN_COMPLETION: kvrt_struct_type = 102;
@@ -847,6 +849,33 @@ const _: () = {
 };
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct kvrt_batch_tree {
+    pub type_: kvrt_struct_type,
+    pub next: *const ::core::ffi::c_void,
+    pub parents: *const i32,
+    pub cells: *const u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of kvrt_batch_tree"][::core::mem::size_of::<kvrt_batch_tree>() - 32usize];
+    [
+        "Alignment of kvrt_batch_tree",
+    ][::core::mem::align_of::<kvrt_batch_tree>() - 8usize];
+    [
+        "Offset of field: kvrt_batch_tree::type_",
+    ][::core::mem::offset_of!(kvrt_batch_tree, type_) - 0usize];
+    [
+        "Offset of field: kvrt_batch_tree::next",
+    ][::core::mem::offset_of!(kvrt_batch_tree, next) - 8usize];
+    [
+        "Offset of field: kvrt_batch_tree::parents",
+    ][::core::mem::offset_of!(kvrt_batch_tree, parents) - 16usize];
+    [
+        "Offset of field: kvrt_batch_tree::cells",
+    ][::core::mem::offset_of!(kvrt_batch_tree, cells) - 24usize];
+};
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct kvrt_tensor_ref {
     pub type_: kvrt_struct_type,
     pub next: *const ::core::ffi::c_void,
@@ -1126,6 +1155,14 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn kvrt_cache_clear(cache: kvrt_cache) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_tree_accept(
+        cache: kvrt_cache,
+        tree: *const kvrt_batch,
+        n_leaves: u32,
+        leaves: *const i32,
+    ) -> kvrt_result;
 }
 unsafe extern "C" {
     pub fn kvrt_cache_compact(

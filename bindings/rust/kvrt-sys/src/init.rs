@@ -160,6 +160,14 @@ pub const KVRT_BATCH_INIT: kvrt_batch = kvrt_batch {
     seq_ids: core::ptr::null(),
 };
 
+/// The value of `KVRT_BATCH_TREE_INIT`: `type` set and every field at its default.
+pub const KVRT_BATCH_TREE_INIT: kvrt_batch_tree = kvrt_batch_tree {
+    type_: KVRT_STRUCT_TYPE_BATCH_TREE,
+    next: core::ptr::null(),
+    parents: core::ptr::null(),
+    cells: core::ptr::null(),
+};
+
 /// The value of `KVRT_TENSOR_REF_INIT`: `type` set and every field at its default.
 pub const KVRT_TENSOR_REF_INIT: kvrt_tensor_ref = kvrt_tensor_ref {
     type_: KVRT_STRUCT_TYPE_TENSOR_REF,

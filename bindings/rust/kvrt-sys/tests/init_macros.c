@@ -23,6 +23,7 @@ int main(void) {
     { static const kvrt_static_scales_desc v = KVRT_STATIC_SCALES_DESC_INIT; dump("KVRT_STATIC_SCALES_DESC_INIT", &v, sizeof v); }
     { static const kvrt_cache_estimate v = KVRT_CACHE_ESTIMATE_INIT; dump("KVRT_CACHE_ESTIMATE_INIT", &v, sizeof v); }
     { static const kvrt_batch v = KVRT_BATCH_INIT; dump("KVRT_BATCH_INIT", &v, sizeof v); }
+    { static const kvrt_batch_tree v = KVRT_BATCH_TREE_INIT; dump("KVRT_BATCH_TREE_INIT", &v, sizeof v); }
     { static const kvrt_tensor_ref v = KVRT_TENSOR_REF_INIT; dump("KVRT_TENSOR_REF_INIT", &v, sizeof v); }
     { static const kvrt_output_ref v = KVRT_OUTPUT_REF_INIT; dump("KVRT_OUTPUT_REF_INIT", &v, sizeof v); }
     { static const kvrt_cache_info v = KVRT_CACHE_INFO_INIT; dump("KVRT_CACHE_INFO_INIT", &v, sizeof v); }

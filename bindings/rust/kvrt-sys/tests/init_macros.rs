@@ -106,6 +106,7 @@ fn init_constants_match_c_macros() {
         kvrt_sys::KVRT_CACHE_ESTIMATE_INIT,
     );
     check(&values, "KVRT_BATCH_INIT", kvrt_sys::KVRT_BATCH_INIT);
+    check(&values, "KVRT_BATCH_TREE_INIT", kvrt_sys::KVRT_BATCH_TREE_INIT);
     check(&values, "KVRT_TENSOR_REF_INIT", kvrt_sys::KVRT_TENSOR_REF_INIT);
     check(&values, "KVRT_OUTPUT_REF_INIT", kvrt_sys::KVRT_OUTPUT_REF_INIT);
     check(&values, "KVRT_CACHE_INFO_INIT", kvrt_sys::KVRT_CACHE_INFO_INIT);

@@ -528,7 +528,8 @@ impl Cache {
     /// Places `batch` without writing data (`kvrt_cache_place`); write each
     /// layer with [`Cache::write`] afterwards. Returns the cells.
     pub fn place(&mut self, batch: &Batch) -> Result<Vec<u32>> {
-        let b = batch.raw();
+        let mut tree = sys::KVRT_BATCH_TREE_INIT;
+        let b = batch.raw(&mut tree);
         let mut cells = out_cell_vec(batch.len());
         // SAFETY: Unsafe on the cache (&mut); batch slices and `cells`
         // (n_tokens entries) live through the call.
@@ -660,6 +661,20 @@ impl Cache {
     pub fn clear(&mut self) -> Result<()> {
         // SAFETY: Unsafe on the cache (&mut).
         check(unsafe { sys::kvrt_cache_clear(self.raw) })
+    }
+
+    /// Ends the verification of a token tree (`kvrt_cache_tree_accept`):
+    /// `tree` is the batch that stored it, with its cells
+    /// ([`Batch::with_cells`]). Keeps each token of `leaves` (indices into
+    /// the batch) and its ancestors, and drops every other token of the
+    /// tree, all or nothing. An empty `leaves` drops the whole tree.
+    pub fn tree_accept(&mut self, tree: &Batch, leaves: &[i32]) -> Result<()> {
+        let n = len_u32(leaves.len(), "leaves")?;
+        let mut t = sys::KVRT_BATCH_TREE_INIT;
+        let b = tree.raw(&mut t);
+        // SAFETY: Unsafe on the cache (&mut); the batch's slices, `t` and
+        // `leaves` live through the call.
+        check(unsafe { sys::kvrt_cache_tree_accept(self.raw, &b, n, leaves.as_ptr()) })
     }
 
     /// Moves up to `max_moves` cells (0 = no limit) into the lowest holes when
@@ -830,7 +845,8 @@ fn store_raw(
 ) -> Result<Vec<u32>> {
     cache.check_kv(layers, batch.n_tokens(), k, v)?;
     let layer = layers.raw()?;
-    let (b, kr, vr) = (batch.raw(), k.raw(), v.raw());
+    let mut tree = sys::KVRT_BATCH_TREE_INIT;
+    let (b, kr, vr) = (batch.raw(&mut tree), k.raw(), v.raw());
     let mut cells = out_cell_vec(batch.len());
     // SAFETY: the caller holds the cache exclusively (&mut, or a Recording's
     // borrow on this thread) and the stream; host data was checked against
@@ -895,7 +911,8 @@ fn attention_raw(
     p.max_bias = params.max_bias;
     p.n_keep = params.n_keep;
     p.sinks = params.sinks.as_ref().map_or(ptr::null(), |s| s.as_ptr());
-    let (b, qr, or) = (queries.raw(), q.raw(), out.raw());
+    let mut tree = sys::KVRT_BATCH_TREE_INIT;
+    let (b, qr, or) = (queries.raw(&mut tree), q.raw(), out.raw());
     // SAFETY: as in store_raw; host output was checked to hold every row.
     check(unsafe { sys::kvrt_cache_attention(cache.raw, stream, layer, &b, &qr, &or, &p) })
 }

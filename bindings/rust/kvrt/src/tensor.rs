@@ -26,6 +26,8 @@ pub struct Batch<'a> {
     positions: &'a [i32],
     seq_id_counts: Option<&'a [u32]>,
     seq_ids: Cow<'a, [i32]>,
+    parents: Option<&'a [i32]>,
+    cells: Option<&'a [u32]>,
 }
 
 impl<'a> Batch<'a> {
@@ -44,6 +46,8 @@ impl<'a> Batch<'a> {
             positions,
             seq_id_counts: None,
             seq_ids: Cow::Borrowed(seq_ids),
+            parents: None,
+            cells: None,
         })
     }
 
@@ -53,6 +57,8 @@ impl<'a> Batch<'a> {
             positions,
             seq_id_counts: None,
             seq_ids: Cow::Owned(vec![seq; positions.len()]),
+            parents: None,
+            cells: None,
         }
     }
 
@@ -82,7 +88,60 @@ impl<'a> Batch<'a> {
             positions,
             seq_id_counts: Some(seq_id_counts),
             seq_ids: Cow::Borrowed(seq_ids),
+            parents: None,
+            cells: None,
         })
+    }
+
+    /// Makes the batch a token tree (`kvrt_batch_tree`), the draft tokens
+    /// of speculative decoding: token `i`'s parent is token `parents[i]`
+    /// (earlier in the batch, same sequence, lower position) or -1. Siblings
+    /// may share a position; each token attends to the cache and, of the
+    /// tree, to its ancestors and itself only. kvrt checks the rules when the
+    /// batch is used; this fails only when the lengths differ.
+    ///
+    /// ```
+    /// // Two candidates for position 5, and a child of the second at 6.
+    /// let positions = [5, 5, 6];
+    /// let tree = kvrt::Batch::for_seq(0, &positions).with_parents(&[-1, -1, 1]).unwrap();
+    /// assert_eq!(tree.parents(), Some(&[-1, -1, 1][..]));
+    /// ```
+    pub fn with_parents(mut self, parents: &'a [i32]) -> Result<Self> {
+        if parents.len() != self.positions.len() {
+            return Err(Error::invalid(format!(
+                "batch: {} positions but {} parents",
+                self.positions.len(),
+                parents.len()
+            )));
+        }
+        self.parents = Some(parents);
+        Ok(self)
+    }
+
+    /// The cells that hold a tree's tokens (what [`crate::Cache::store`] or
+    /// [`crate::Cache::place`] returned for it): needed to attend with the
+    /// tree as queries and by [`crate::Cache::tree_accept`]. Fails when the
+    /// batch is not a tree or the lengths differ.
+    pub fn with_cells(mut self, cells: &'a [u32]) -> Result<Self> {
+        if self.parents.is_none() {
+            return Err(Error::invalid(
+                "batch: cells belong to a token tree; call with_parents first",
+            ));
+        }
+        if cells.len() != self.positions.len() {
+            return Err(Error::invalid(format!(
+                "batch: {} positions but {} cells",
+                self.positions.len(),
+                cells.len()
+            )));
+        }
+        self.cells = Some(cells);
+        Ok(self)
+    }
+
+    /// The parent of each token, when the batch is a token tree.
+    pub fn parents(&self) -> Option<&[i32]> {
+        self.parents
     }
 
     /// The number of tokens.
@@ -104,12 +163,20 @@ impl<'a> Batch<'a> {
         self.positions.len() as u32
     }
 
-    pub(crate) fn raw(&self) -> sys::kvrt_batch {
+    /// The C batch; a tree's `kvrt_batch_tree` is written to `tree` and
+    /// chained, so `tree` must outlive every use of the result.
+    pub(crate) fn raw(&self, tree: &mut sys::kvrt_batch_tree) -> sys::kvrt_batch {
         let mut b = sys::KVRT_BATCH_INIT;
         b.n_tokens = self.n_tokens();
         b.positions = self.positions.as_ptr();
         b.seq_id_counts = self.seq_id_counts.map_or(std::ptr::null(), |c| c.as_ptr());
         b.seq_ids = self.seq_ids.as_ptr();
+        if let Some(parents) = self.parents {
+            *tree = sys::KVRT_BATCH_TREE_INIT;
+            tree.parents = parents.as_ptr();
+            tree.cells = self.cells.map_or(std::ptr::null(), |c| c.as_ptr());
+            b.next = (tree as *const sys::kvrt_batch_tree).cast();
+        }
         b
     }
 }

@@ -428,3 +428,81 @@ fn attention_matches_reference(ctx: &kvrt::Context) {
     close(&out, &reference(&q, &kr, &vr, H, KV, D), 2e-3);
     assert_eq!(ctx.stats().unwrap().validation_errors, 0);
 }
+
+#[test]
+fn tree_attention_sees_ancestors_and_accept_keeps_a_branch() {
+    let ctx = context();
+    let mut cache = ctx
+        .create_cache(&CacheDesc::new(1, H as u32, KV as u32, D as u32, 64))
+        .unwrap();
+    let row = KV * D;
+    // A prompt of 3 tokens, then a tree: two candidates for position 3
+    // (tokens 0 and 1) and a child of the second at 4 (token 2).
+    let prompt_pos = [0, 1, 2];
+    let pk = values(40, 3 * row);
+    let pv = values(41, 3 * row);
+    let prompt_cells = cache
+        .store(
+            &Batch::for_seq(0, &prompt_pos),
+            Layers::All,
+            &TensorRef::host_f32(&pk),
+            &TensorRef::host_f32(&pv),
+        )
+        .unwrap();
+    let tree_pos = [3, 3, 4];
+    let parents = [-1, -1, 1];
+    let tk = values(42, 3 * row);
+    let tv = values(43, 3 * row);
+    let tree = Batch::for_seq(0, &tree_pos).with_parents(&parents).unwrap();
+    let cells = cache
+        .store(
+            &tree,
+            Layers::All,
+            &TensorRef::host_f32(&tk),
+            &TensorRef::host_f32(&tv),
+        )
+        .unwrap();
+    assert_eq!(cache.info().unwrap().used, 6);
+
+    // Each query sees the prompt and, of the tree, its ancestors and itself.
+    let queries = tree.clone().with_cells(&cells).unwrap();
+    let q = values(44, 3 * H * D);
+    let mut out = vec![0f32; 3 * H * D];
+    cache
+        .attention(
+            0,
+            &queries,
+            &TensorRef::host_f32(&q),
+            &mut OutputRef::host_f32(&mut out),
+            &AttentionParams::default(),
+        )
+        .unwrap();
+    let rows = |seen: &[usize], src: &[f32]| -> Vec<f32> {
+        seen.iter()
+            .flat_map(|&t| src[t * row..(t + 1) * row].iter().map(|&x| f16_round(x)))
+            .collect()
+    };
+    for (i, seen) in [vec![0usize], vec![1], vec![1, 2]].iter().enumerate() {
+        let mut k = rows(&[0, 1, 2], &pk);
+        k.extend(rows(seen, &tk));
+        let mut v = rows(&[0, 1, 2], &pv);
+        v.extend(rows(seen, &tv));
+        let want = reference(&q[i * H * D..(i + 1) * H * D], &k, &v, H, KV, D);
+        close(&out[i * H * D..(i + 1) * H * D], &want, 2e-3);
+    }
+
+    // A stale tree is refused and changes nothing; the right one keeps the
+    // branch of token 2 and drops token 0.
+    let wrong_cells = [cells[2], cells[1], cells[0]]; // positions 3 and 4 swapped
+    let wrong = tree.clone().with_cells(&wrong_cells).unwrap();
+    assert!(cache.tree_accept(&wrong, &[2]).is_err());
+    assert_eq!(cache.info().unwrap().used, 6);
+    assert!(tree.clone().with_cells(&cells[..2]).is_err());
+    cache.tree_accept(&queries, &[2]).unwrap();
+    assert_eq!(cache.info().unwrap().used, 5);
+    assert_eq!(cache.seq_pos_max(0).unwrap(), Some(4));
+    let mut kr = vec![0f32; 3 * row];
+    cache.read(0, &prompt_cells, Some(&mut kr), None).unwrap();
+    close(&kr, &rows(&[0, 1, 2], &pk), 1e-6);
+    assert_eq!(ctx.stats().unwrap().validation_errors, 0);
+}
