@@ -129,6 +129,18 @@
 #  define KVRT_API
 #endif
 
+/* KVRT_ALIGN8 marks every 64-bit member (uint64_t, double, and the Vulkan
+ * handles that are 64-bit integers on 32-bit targets) of every public struct,
+ * so that a struct has one layout on all 32-bit targets: 32-bit ARM, MSVC's
+ * x86 and the other 32-bit ABIs align such members to 8 bytes inside structs,
+ * the System V i386 ABI (Linux and Android x86) to 4. Under __i386__ with GCC
+ * or Clang it asks for 8; everywhere else it is empty and changes nothing. */
+#if defined(__i386__) && (defined(__GNUC__) || defined(__clang__)) && !defined(_WIN32)
+#  define KVRT_ALIGN8 __attribute__((aligned(8)))
+#else
+#  define KVRT_ALIGN8
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -362,9 +374,9 @@ typedef struct kvrt_device_info {
     uint32_t max_shared_memory_bytes;
     uint32_t max_workgroup_invocations;
     uint32_t max_push_constants_bytes;
-    uint64_t max_storage_buffer_range; /* largest storage-buffer binding, bytes */
-    uint64_t max_memory_allocation_size;
-    uint64_t device_local_bytes;     /* size of the largest device-local heap */
+    KVRT_ALIGN8 uint64_t max_storage_buffer_range; /* largest storage-buffer binding, bytes */
+    KVRT_ALIGN8 uint64_t max_memory_allocation_size;
+    KVRT_ALIGN8 uint64_t device_local_bytes;     /* size of the largest device-local heap */
     float timestamp_period_ns;       /* nanoseconds per timestamp tick */
 } kvrt_device_info;
 
@@ -426,11 +438,11 @@ typedef struct kvrt_context_desc {
     kvrt_log_level log_level;   /* lowest level delivered; 0 = WARN */
     /* Limit for waits the library does on its own (uploads, downloads,
      * destruction); 0 = 60 s. A wait past it fails with KVRT_ERROR_TIMEOUT. */
-    uint64_t wait_timeout_ns;
+    KVRT_ALIGN8 uint64_t wait_timeout_ns;
     /* Largest single storage-buffer binding kvrt will use, in bytes; 0 = the
      * device's maxStorageBufferRange. A smaller value splits arenas into more,
      * smaller pieces (useful to emulate small-limit mobile GPUs). */
-    uint64_t max_binding_bytes;
+    KVRT_ALIGN8 uint64_t max_binding_bytes;
 } kvrt_context_desc;
 
 #define KVRT_CONTEXT_DESC_INIT \
@@ -447,7 +459,7 @@ typedef struct kvrt_pipeline_cache_desc {
     kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_PIPELINE_CACHE_DESC */
     const void* next;
     const void* data;        /* may be NULL when size is 0 */
-    uint64_t size;           /* bytes */
+    KVRT_ALIGN8 uint64_t size;           /* bytes */
 } kvrt_pipeline_cache_desc;
 
 #define KVRT_PIPELINE_CACHE_DESC_INIT { KVRT_STRUCT_TYPE_PIPELINE_CACHE_DESC, NULL, NULL, 0 }
@@ -456,11 +468,11 @@ typedef struct kvrt_pipeline_cache_desc {
 typedef struct kvrt_context_stats {
     kvrt_struct_type type;
     const void* next;
-    uint64_t validation_errors;   /* validation-layer errors seen so far */
-    uint64_t validation_warnings;
-    uint64_t device_bytes;        /* device memory held by kvrt now */
-    uint64_t peak_device_bytes;   /* most device memory held at once */
-    uint64_t submissions;         /* queue submissions made so far */
+    KVRT_ALIGN8 uint64_t validation_errors;   /* validation-layer errors seen so far */
+    KVRT_ALIGN8 uint64_t validation_warnings;
+    KVRT_ALIGN8 uint64_t device_bytes;        /* device memory held by kvrt now */
+    KVRT_ALIGN8 uint64_t peak_device_bytes;   /* most device memory held at once */
+    KVRT_ALIGN8 uint64_t submissions;         /* queue submissions made so far */
 } kvrt_context_stats;
 
 #define KVRT_CONTEXT_STATS_INIT { KVRT_STRUCT_TYPE_CONTEXT_STATS, NULL, 0, 0, 0, 0, 0 }
@@ -526,7 +538,7 @@ KVRT_API kvrt_result kvrt_context_get_pipeline_cache(kvrt_context context, void*
 typedef struct kvrt_buffer_desc {
     kvrt_struct_type type;
     const void* next;
-    uint64_t size;       /* bytes, > 0 */
+    KVRT_ALIGN8 uint64_t size;       /* bytes, > 0 */
     kvrt_flags flags;    /* reserved, must be 0 */
     const char* label;   /* debug name for Vulkan tools; may be NULL */
 } kvrt_buffer_desc;
@@ -608,7 +620,7 @@ typedef struct kvrt_timing {
     kvrt_struct_type type;  /* KVRT_STRUCT_TYPE_TIMING */
     const void* next;
     const char* label;      /* static string naming the operation, e.g. "fill" */
-    uint64_t ns;            /* time between the operation's start and end stamps */
+    KVRT_ALIGN8 uint64_t ns;            /* time between the operation's start and end stamps */
 } kvrt_timing;
 
 #define KVRT_TIMING_INIT { KVRT_STRUCT_TYPE_TIMING, NULL, NULL, 0 }
@@ -788,7 +800,7 @@ typedef struct kvrt_static_layout_desc {
     kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC */
     const void* next;
     uint32_t seq_len;        /* S >= 2: the graph's sequence length */
-    double reserve;          /* R >= 1 (1.5 allowed); 0 = 2 */
+    KVRT_ALIGN8 double reserve;          /* R >= 1 (1.5 allowed); 0 = 2 */
 } kvrt_static_layout_desc;
 
 #define KVRT_STATIC_LAYOUT_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC, NULL, 0, 0.0 }
@@ -818,11 +830,11 @@ typedef struct kvrt_cache_estimate {
     /* K and V bytes of one token over all layers:
      * n_layers * n_kv_heads * (head_dim_k * size(type_k) + head_dim_v * size(type_v)),
      * with size(Q8_0) = 34/32 and size(Q4_0) = 18/32 bytes. */
-    uint64_t bytes_per_token;
+    KVRT_ALIGN8 uint64_t bytes_per_token;
     /* bytes_per_token * capacity. With KVRT_LAYOUT_STATIC: the regions,
      * 2 * max_seqs * n_layers * n_kv_heads * ceil(R*(S-1)) * row_stride (for
      * Llama-2-7B, f16, S = 2048, R = 2, one sequence: 2,146,435,072). */
-    uint64_t data_bytes;
+    KVRT_ALIGN8 uint64_t data_bytes;
     /* The device memory kvrt_cache_create allocates: data_bytes plus alignment
      * padding (each cell's row is padded to a multiple of 4 bytes, and each
      * layer's K and V are split into pieces no larger than the largest storage
@@ -831,10 +843,10 @@ typedef struct kvrt_cache_estimate {
      * cell, in pieces padded the same way. Equals the growth of
      * kvrt_context_stats.device_bytes on creation, up to the driver's own
      * allocation rounding. */
-    uint64_t device_bytes;
+    KVRT_ALIGN8 uint64_t device_bytes;
     /* The largest binding the estimate assumed (the context's, or 128 MiB
      * without a context). */
-    uint64_t max_binding_bytes;
+    KVRT_ALIGN8 uint64_t max_binding_bytes;
 } kvrt_cache_estimate;
 
 #define KVRT_CACHE_ESTIMATE_INIT { KVRT_STRUCT_TYPE_CACHE_ESTIMATE, NULL, 0, 0, 0, 0 }
@@ -913,10 +925,10 @@ typedef struct kvrt_tensor_ref {
     kvrt_buffer buffer;       /* a kvrt buffer (also one wrapping an app's VkBuffer) */
     const void* host;         /* or host memory */
     kvrt_type element_type;
-    uint64_t offset;          /* bytes to the first value */
-    uint64_t row_stride;      /* bytes between tokens; 0 = packed */
-    uint64_t head_stride;     /* bytes between heads of one token; 0 = packed */
-    uint64_t layer_stride;    /* bytes between layers when a call covers all
+    KVRT_ALIGN8 uint64_t offset;          /* bytes to the first value */
+    KVRT_ALIGN8 uint64_t row_stride;      /* bytes between tokens; 0 = packed */
+    KVRT_ALIGN8 uint64_t head_stride;     /* bytes between heads of one token; 0 = packed */
+    KVRT_ALIGN8 uint64_t layer_stride;    /* bytes between layers when a call covers all
                                * layers; 0 = packed */
 } kvrt_tensor_ref;
 
@@ -935,10 +947,10 @@ typedef struct kvrt_output_ref {
     kvrt_buffer buffer;
     void* host;
     kvrt_type element_type;   /* F32 or F16 (KVRT_OUTPUT_REF_INIT: F32) */
-    uint64_t offset;          /* bytes to the first value */
-    uint64_t row_stride;      /* bytes between tokens; 0 = packed */
-    uint64_t head_stride;     /* bytes between heads of one token; 0 = packed */
-    uint64_t layer_stride;    /* bytes between layers when a call covers all
+    KVRT_ALIGN8 uint64_t offset;          /* bytes to the first value */
+    KVRT_ALIGN8 uint64_t row_stride;      /* bytes between tokens; 0 = packed */
+    KVRT_ALIGN8 uint64_t head_stride;     /* bytes between heads of one token; 0 = packed */
+    KVRT_ALIGN8 uint64_t layer_stride;    /* bytes between layers when a call covers all
                                * layers; 0 = packed */
 } kvrt_output_ref;
 
@@ -954,13 +966,13 @@ typedef struct kvrt_cache_info {
                                * cell + 1, rounded up to 32 */
     uint32_t pending_shifts;  /* cells whose K awaits a RoPE shift */
     float fragmentation;      /* empty share of the cells below n_attend */
-    uint64_t device_bytes;    /* device memory the cache holds */
-    uint64_t bytes_per_token;
+    KVRT_ALIGN8 uint64_t device_bytes;    /* device memory the cache holds */
+    KVRT_ALIGN8 uint64_t bytes_per_token;
     /* Stored bytes of one cell's K (and V) in one layer, all KV heads, as
      * kvrt_cache_read_raw gives them: n_kv_heads * head_dim / block size *
      * block bytes of the stored type. */
-    uint64_t k_row_bytes;
-    uint64_t v_row_bytes;
+    KVRT_ALIGN8 uint64_t k_row_bytes;
+    KVRT_ALIGN8 uint64_t v_row_bytes;
 } kvrt_cache_info;
 
 #define KVRT_CACHE_INFO_INIT { KVRT_STRUCT_TYPE_CACHE_INFO, NULL, 0, 0, 0, 0, 0.0f, 0, 0, 0, 0 }
@@ -1289,9 +1301,9 @@ typedef struct kvrt_static_window {
      * regions of one (layer, K|V); kvrt_buffer_get_vulkan gives its VkBuffer
      * for `offset` (a window never crosses one of its VkBuffers). */
     kvrt_buffer buffer;
-    uint64_t offset;          /* bytes to the window's first row (row 0 of [1,1,S-1,D]) */
-    uint64_t row_stride;      /* bytes between rows: head_dim * element size */
-    uint64_t bytes;           /* (S-1) * row_stride */
+    KVRT_ALIGN8 uint64_t offset;          /* bytes to the window's first row (row 0 of [1,1,S-1,D]) */
+    KVRT_ALIGN8 uint64_t row_stride;      /* bytes between rows: head_dim * element size */
+    KVRT_ALIGN8 uint64_t bytes;           /* (S-1) * row_stride */
     uint32_t rows;            /* S-1 */
     uint32_t n_valid;         /* valid rows: the window's last n_valid rows */
     int32_t pos_first;        /* position of the first valid row; -1 when empty */
@@ -1332,10 +1344,10 @@ KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, k
 typedef struct kvrt_static_stats {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_STATS */
     const void* next;
-    uint64_t rows_appended;   /* tokens appended */
-    uint64_t slides;          /* slides that copied rows */
-    uint64_t rows_moved;      /* rows copied per (layer, KV head, K|V) region */
-    uint64_t bytes_moved;     /* device bytes copied by slides, over all layers,
+    KVRT_ALIGN8 uint64_t rows_appended;   /* tokens appended */
+    KVRT_ALIGN8 uint64_t slides;          /* slides that copied rows */
+    KVRT_ALIGN8 uint64_t rows_moved;      /* rows copied per (layer, KV head, K|V) region */
+    KVRT_ALIGN8 uint64_t bytes_moved;     /* device bytes copied by slides, over all layers,
                                * heads, K and V */
 } kvrt_static_stats;
 

@@ -82,8 +82,8 @@ typedef struct kvrt_memory_init {
     kvrt_type element_type;     /* of host or buffer data: F32 (the INIT) or F16 */
     const void* host;           /* KVRT_MEMORY_SOURCE_HOST */
     kvrt_buffer buffer;         /* KVRT_MEMORY_SOURCE_BUFFER */
-    uint64_t offset;            /* bytes into `buffer`; a multiple of 4 */
-    uint64_t seed;              /* KVRT_MEMORY_SOURCE_SEED */
+    KVRT_ALIGN8 uint64_t offset;            /* bytes into `buffer`; a multiple of 4 */
+    KVRT_ALIGN8 uint64_t seed;              /* KVRT_MEMORY_SOURCE_SEED */
 } kvrt_memory_init;
 
 #define KVRT_MEMORY_INIT_INIT \
@@ -149,13 +149,13 @@ typedef struct kvrt_memory_estimate {
      * ever processed. Calls add only transient upload memory (host inputs, in
      * their stream) and, for reads into host memory, a staging buffer of the
      * outputs. The driver's own allocation rounding is not included. */
-    uint64_t device_bytes;
+    KVRT_ALIGN8 uint64_t device_bytes;
     /* The device bytes of one sequence's state over all layers (one slot),
      * alignment padding included. */
-    uint64_t state_bytes_per_seq;
+    KVRT_ALIGN8 uint64_t state_bytes_per_seq;
     /* The largest binding the estimate assumed: the context's, capped at
      * 128 MiB (a memory never binds more), or 128 MiB without a context. */
-    uint64_t max_binding_bytes;
+    KVRT_ALIGN8 uint64_t max_binding_bytes;
 } kvrt_memory_estimate;
 
 #define KVRT_MEMORY_ESTIMATE_INIT { KVRT_STRUCT_TYPE_MEMORY_ESTIMATE, NULL, 0, 0, 0 }

@@ -156,9 +156,9 @@ KVRT_API kvrt_result kvrt_stream_submit_vulkan(kvrt_stream stream, const kvrt_vu
 typedef struct kvrt_vulkan_completion {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_VULKAN_COMPLETION */
     const void* next;
-    VkSemaphore semaphore;    /* a timeline semaphore */
-    uint64_t value;           /* the value it reaches once the work completed */
-    VkFence fence;            /* or a fence */
+    KVRT_ALIGN8 VkSemaphore semaphore;    /* a timeline semaphore */
+    KVRT_ALIGN8 uint64_t value;           /* the value it reaches once the work completed */
+    KVRT_ALIGN8 VkFence fence;            /* or a fence */
 } kvrt_vulkan_completion;
 
 #define KVRT_VULKAN_COMPLETION_INIT { KVRT_STRUCT_TYPE_VULKAN_COMPLETION, NULL, VK_NULL_HANDLE, 0, VK_NULL_HANDLE }

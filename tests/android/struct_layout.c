@@ -1,6 +1,6 @@
 /* Compile-time check of every public struct's size and field offsets against
  * struct_layout_expected.h, for the target being compiled: LP64 (arm64-v8a,
- * x86_64), ILP32 (armeabi-v7a) or i686 (x86). Compiled by struct_layout.py
+ * x86_64) or ILP32 (armeabi-v7a, x86). Compiled by struct_layout.py
  * for the four Android targets with clang's freestanding headers:
  *
  *     clang --target=i686-linux-android24 -ffreestanding -nostdlibinc \
@@ -12,18 +12,16 @@
 #include <kvrt/kvrt_memory.h>
 #include <kvrt/kvrt_vulkan.h>
 
-#if defined(__i386__)
-#define KVRT_PICK(lp64, ilp32, i686) (i686)
-#elif defined(__LP64__)
-#define KVRT_PICK(lp64, ilp32, i686) (lp64)
+#if defined(__LP64__)
+#define KVRT_PICK(lp64, ilp32) (lp64)
 #else
-#define KVRT_PICK(lp64, ilp32, i686) (ilp32)
+#define KVRT_PICK(lp64, ilp32) (ilp32)
 #endif
 
-#define KVRT_LAYOUT_SIZE(s, lp64, ilp32, i686) \
-    _Static_assert(sizeof(s) == KVRT_PICK(lp64, ilp32, i686), "sizeof(" #s ")");
-#define KVRT_LAYOUT_FIELD(s, f, lp64, ilp32, i686) \
-    _Static_assert(offsetof(s, f) == KVRT_PICK(lp64, ilp32, i686), "offsetof(" #s ", " #f ")");
+#define KVRT_LAYOUT_SIZE(s, lp64, ilp32) \
+    _Static_assert(sizeof(s) == KVRT_PICK(lp64, ilp32), "sizeof(" #s ")");
+#define KVRT_LAYOUT_FIELD(s, f, lp64, ilp32) \
+    _Static_assert(offsetof(s, f) == KVRT_PICK(lp64, ilp32), "offsetof(" #s ", " #f ")");
 
 #include "struct_layout_expected.h"
 

@@ -5,22 +5,19 @@ Compiles the public headers with clang for aarch64, armv7a, x86_64 and i686
 Android (clang's freestanding headers, no NDK), reads every public struct's
 layout from clang's record-layout dump and checks:
 
-  1. arm64-v8a, x86_64 and armeabi-v7a lay every struct out naturally: each
-     field at the next multiple of its own size, for that target's pointer
-     size. So the two 64-bit ABIs agree with each other, and a binding
-     generated on one 64-bit ABI is right on the other.
+  1. All four ABIs lay every struct out naturally: each field at the next
+     multiple of its own size, for that target's pointer size. So the two
+     64-bit ABIs agree with each other, the two 32-bit ABIs agree with each
+     other, and a binding generated on one ABI of a pointer size is right
+     on the other. i686 on its own aligns 64-bit integers and doubles inside
+     structs to 4 bytes (the ARM ABIs to 8); the header's KVRT_ALIGN8 on
+     every 64-bit member makes it align them to 8 as well, and this check
+     fails for a 64-bit member that lacks it.
   2. The layouts equal the committed baseline, struct_layout_expected.h
-     (sizes and offsets for LP64, for ILP32 and, where it differs, for
-     i686), so no struct changes size or moves a field on any ABI unnoticed.
+     (sizes and offsets for LP64 and for ILP32), so no struct changes size
+     or moves a field on any ABI unnoticed.
   3. struct_layout.c, which _Static_asserts that baseline with sizeof and
      offsetof, compiles for each of the four targets.
-
-It also reports (without failing) the structs where i686 differs from
-armeabi-v7a: i686 aligns 64-bit integers and doubles inside structs to 4
-bytes, the ARM ABIs to 8, so a 64-bit field after an odd number of 32-bit
-words moves, and the struct's tail padding differs. The baseline records
-those differences; a struct that newly has one changes the baseline, which
-the check refuses until it is rewritten on purpose.
 
     struct_layout.py            check (exit status 1 on any failure)
     struct_layout.py --write    rewrite struct_layout_expected.h
@@ -47,8 +44,6 @@ TARGETS = [
     ("armv7a-linux-androideabi24", "armeabi-v7a", 4),
     ("i686-linux-android24", "x86", 4),
 ]
-# The targets whose layout is the natural one and must match it exactly.
-NATURAL = {"arm64-v8a", "x86_64", "armeabi-v7a"}
 
 # Field types whose size does not follow from their spelling. Pointers
 # (anything with a '*') are the pointer size.
@@ -186,20 +181,17 @@ def render_expected(names, by_abi):
         "/* Public struct layouts on Android's ABIs, written by struct_layout.py",
         " * --write and checked by struct_layout.c and struct_layout.py.",
         " *",
-        " * KVRT_LAYOUT_SIZE(struct, LP64, ILP32, i686) and",
-        " * KVRT_LAYOUT_FIELD(struct, field, LP64, ILP32, i686): sizes and offsets",
-        " * for arm64-v8a and x86_64 (LP64), armeabi-v7a (ILP32) and x86 (i686).",
-        " * The i686 column differs from ILP32 only where a 64-bit field follows an",
-        " * odd number of 32-bit words, or the struct ends on one. */",
+        " * KVRT_LAYOUT_SIZE(struct, LP64, ILP32) and",
+        " * KVRT_LAYOUT_FIELD(struct, field, LP64, ILP32): sizes and offsets for",
+        " * arm64-v8a and x86_64 (LP64) and for armeabi-v7a and x86 (ILP32; x86",
+        " * through the header's KVRT_ALIGN8). */",
         "",
     ]
     for n in names:
-        l64, l32, l86 = by_abi["arm64-v8a"][n], by_abi["armeabi-v7a"][n], by_abi["x86"][n]
-        mark = "" if l32["size"] == l86["size"] else "  /* i686 differs */"
-        lines.append("KVRT_LAYOUT_SIZE(%s, %d, %d, %d)%s" % (n, l64["size"], l32["size"], l86["size"], mark))
-        for (fname, _, o64), (_, _, o32), (_, _, o86) in zip(l64["fields"], l32["fields"], l86["fields"]):
-            mark = "" if o32 == o86 else "  /* i686 differs */"
-            lines.append("KVRT_LAYOUT_FIELD(%s, %s, %d, %d, %d)%s" % (n, fname, o64, o32, o86, mark))
+        l64, l32 = by_abi["arm64-v8a"][n], by_abi["armeabi-v7a"][n]
+        lines.append("KVRT_LAYOUT_SIZE(%s, %d, %d)" % (n, l64["size"], l32["size"]))
+        for (fname, _, o64), (_, _, o32) in zip(l64["fields"], l32["fields"]):
+            lines.append("KVRT_LAYOUT_FIELD(%s, %s, %d, %d)" % (n, fname, o64, o32))
         lines.append("")
     return "\n".join(lines)
 
@@ -227,10 +219,8 @@ def main():
         vkinc = vulkan_include_dir(tmp)
         by_abi = {abi: dump_layouts(clang, target, vkinc, names, tmp) for target, abi, _ in TARGETS}
 
-        # 1. Natural layout on the ARM ABIs and x86_64.
+        # 1. Natural layout on every ABI.
         for target, abi, psize in TARGETS:
-            if abi not in NATURAL:
-                continue
             for n in names:
                 layout = by_abi[abi][n]
                 fields, size = natural_layout(layout, psize)
@@ -262,20 +252,18 @@ def main():
             if r.returncode != 0:
                 failures.append("struct_layout.c on %s:\n%s" % (target, r.stderr))
 
-    # Report: i686 against armeabi-v7a, and implicit padding.
-    differ = []
-    for n in names:
-        a, x = by_abi["armeabi-v7a"][n], by_abi["x86"][n]
-        moved = [f for (f, _, oa), (_, _, ox) in zip(a["fields"], x["fields"]) if oa != ox]
-        if moved or a["size"] != x["size"]:
-            differ.append("  %s: size %d on armeabi-v7a, %d on x86%s" %
-                          (n, a["size"], x["size"], "; moved: " + ", ".join(moved) if moved else ""))
-    print("struct_layout: %d public structs, %d differ between armeabi-v7a and x86 (i686)"
-          % (len(names), len(differ)))
-    for line in differ:
-        print(line)
+    # The two ABIs of each pointer size, field by field (implied by 1, and
+    # said here in the terms that matter to a binding).
+    for a, b in (("arm64-v8a", "x86_64"), ("armeabi-v7a", "x86")):
+        for n in names:
+            la, lb = by_abi[a][n], by_abi[b][n]
+            if la["size"] != lb["size"] or [(f, o) for f, _, o in la["fields"]] != \
+                    [(f, o) for f, _, o in lb["fields"]]:
+                failures.append("%s differs between %s and %s" % (n, a, b))
+    print("struct_layout: %d public structs, one layout per pointer size on all four ABIs%s"
+          % (len(names), "" if not failures else " (NOT: see below)"))
     # Where ILP32 has implicit padding (LP64's 4 bytes after `type` are the
-    # same on both 64-bit ABIs and harmless), for whoever fixes the above.
+    # same on both 64-bit ABIs and harmless), for whoever grows a struct.
     for n in names:
         holes = padding(by_abi["arm64-v8a"][n], 4)
         if holes:

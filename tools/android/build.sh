@@ -7,7 +7,9 @@
 #
 #   tools/android/build.sh [--stl c++_static|c++_shared] [ABI...]
 #
-# ABIs: arm64-v8a armeabi-v7a x86_64 (default: all three). The host needs
+# ABIs: arm64-v8a armeabi-v7a x86_64 (the default: all three) and x86 (32-bit
+# emulators; on request). Every public struct has the same layout on x86 as
+# on armeabi-v7a (tests/android/struct_layout.py). The host needs
 # cmake (3.21 or newer), ninja, glslc and spirv-val, as for any kvrt build.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,7 +18,7 @@ abis=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --stl) stl=$2; shift 2 ;;
-    arm64-v8a|armeabi-v7a|x86_64) abis+=("$1"); shift ;;
+    arm64-v8a|armeabi-v7a|x86_64|x86) abis+=("$1"); shift ;;
     *) echo "android build: unknown argument '$1'" >&2; exit 1 ;;
   esac
 done
