@@ -113,8 +113,7 @@ float group_sum(float x) {
 
 float load_q(uint word_base, uint e) {
 #ifdef Q_F16
-    const vec2 h = unpackHalf2x16(q_words[word_base + (e >> 1)]);
-    return (e & 1u) != 0u ? h.y : h.x;
+    return kvrt_f16_to_f32(q_words[word_base + (e >> 1)] >> ((e & 1u) * 16u));
 #else
     return uintBitsToFloat(q_words[word_base + e]);
 #endif
@@ -193,8 +192,7 @@ void main() {
                 if (o < D_K / 8u) {
 #ifdef Q_F16
                     const uint e = hb + o * 8u + j;
-                    const vec2 h = unpackHalf2x16(q_words[e >> 1]);
-                    x = (e & 1u) != 0u ? h.y : h.x;
+                    x = kvrt_f16_to_f32(q_words[e >> 1] >> ((e & 1u) * 16u));
 #else
                     x = uintBitsToFloat(q_words[hb + o * 8u + j]);
 #endif
@@ -220,8 +218,7 @@ void main() {
                         const uint partner = NEOX != 0u ? (first ? d + half_rot : d - half_rot) : (d ^ 1u);
 #ifdef Q_F16
                         const uint e = (base + r_head[r] * pc.q_head_stride) * 2u + partner;
-                        const vec2 h = unpackHalf2x16(q_words[e >> 1]);
-                        x = (e & 1u) != 0u ? h.y : h.x;
+                        x = kvrt_f16_to_f32(q_words[e >> 1] >> ((e & 1u) * 16u));
 #else
                         x = uintBitsToFloat(q_words[base + r_head[r] * pc.q_head_stride + partner]);
 #endif

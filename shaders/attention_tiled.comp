@@ -132,8 +132,7 @@ void main() {
 #ifdef Q_F16
         const uint hb = (base + head * pc.q_head_stride) * 2u;  // in halves
         [[unroll]] for (uint d = 0u; d < D_K; ++d) {
-            const vec2 h = unpackHalf2x16(q_words[(hb + d) >> 1]);
-            q[d] = ((hb + d) & 1u) != 0u ? h.y : h.x;
+            q[d] = kvrt_f16_to_f32(q_words[(hb + d) >> 1] >> (((hb + d) & 1u) * 16u));
         }
 #else
         const uint hb = base + head * pc.q_head_stride;

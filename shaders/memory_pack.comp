@@ -3,7 +3,7 @@
 // into the padded f32 layout of the working memory. One invocation writes one
 // group of 8 elements of one row of one head; padding (elements past `dim`,
 // rows past `tokens`) is written as zeros, so later products never see stale
-// data. F16 sources are read as 32-bit words and unpacked with unpackHalf2x16
+// data. F16 sources are read as 32-bit words and unpacked with kvrt_f16_to_f32
 // (no 16-bit storage or arithmetic needed, and faster on lavapipe).
 #include "memory_common.glsl"
 
@@ -39,7 +39,7 @@ void main() {
         [[unroll]] for (uint i = 0u; i < 8u; ++i) {
             if (i < n) {
                 const uint k = base + i;
-                if (pc.f16 != 0u) v[i] = unpackHalf2x16(src[k >> 1u])[k & 1u];
+                if (pc.f16 != 0u) v[i] = kvrt_f16_to_f32(src[k >> 1u] >> ((k & 1u) * 16u));
                 else v[i] = uintBitsToFloat(src[k]);
             }
         }

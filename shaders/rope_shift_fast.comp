@@ -79,14 +79,14 @@ void main() {
         if (NEOX == 0u) {
             uvec4 v = k_vecs[row + w0];
             for (uint j = 0u; j < 4u; ++j) {
-                const vec2 x = unpackHalf2x16(v[j]);
+                const vec2 x = kvrt_unpack_half2x16(v[j]);
                 v[j] = kvrt_f32_to_f16(x.x * cs[j].x - x.y * cs[j].y) | (kvrt_f32_to_f16(x.x * cs[j].y + x.y * cs[j].x) << 16);
             }
             k_vecs[row + w0] = v;
         } else {
             uvec4 va = k_vecs[row + w0], vb = k_vecs[row + w1];
             for (uint j = 0u; j < 4u; ++j) {
-                const vec2 a = unpackHalf2x16(va[j]), b = unpackHalf2x16(vb[j]);
+                const vec2 a = kvrt_unpack_half2x16(va[j]), b = kvrt_unpack_half2x16(vb[j]);
                 const vec2 c0 = cs[2u * j], c1 = cs[2u * j + 1u];
                 va[j] = kvrt_f32_to_f16(a.x * c0.x - b.x * c0.y) | (kvrt_f32_to_f16(a.y * c1.x - b.y * c1.y) << 16);
                 vb[j] = kvrt_f32_to_f16(a.x * c0.y + b.x * c0.x) | (kvrt_f32_to_f16(a.y * c1.y + b.y * c1.x) << 16);
@@ -107,12 +107,12 @@ void main() {
         const uint row = cell.x >> 2;
 #ifdef K_F16
         if (NEOX == 0u) {
-            const vec2 x = unpackHalf2x16(k_words[row + w0]);
+            const vec2 x = kvrt_unpack_half2x16(k_words[row + w0]);
             k_words[row + w0] = kvrt_f32_to_f16(x.x * cs0.x - x.y * cs0.y) |
                                 (kvrt_f32_to_f16(x.x * cs0.y + x.y * cs0.x) << 16);
         } else {
-            const vec2 a = unpackHalf2x16(k_words[row + w0]);  // dims 2u, 2u+1
-            const vec2 b = unpackHalf2x16(k_words[row + w1]);  // their partners
+            const vec2 a = kvrt_unpack_half2x16(k_words[row + w0]);  // dims 2u, 2u+1
+            const vec2 b = kvrt_unpack_half2x16(k_words[row + w1]);  // their partners
             const vec2 ra = vec2(a.x * cs0.x - b.x * cs0.y, a.y * cs1.x - b.y * cs1.y);
             const vec2 rb = vec2(a.x * cs0.y + b.x * cs0.x, a.y * cs1.y + b.y * cs1.x);
             k_words[row + w0] = kvrt_f32_to_f16(ra.x) | (kvrt_f32_to_f16(ra.y) << 16);

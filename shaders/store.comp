@@ -51,8 +51,8 @@ uint src_index(uint e) {
 float load(uint row_word, uint e) {
     const uint i = src_index(e);
 #ifdef SRC_F16
-    const vec2 two = unpackHalf2x16(src[row_word + (i >> 1)]);
-    return (i & 1u) != 0u ? two.y : two.x;
+    // kvrt_f16_to_f32 rather than unpackHalf2x16: see common.glsl.
+    return kvrt_f16_to_f32(src[row_word + (i >> 1)] >> ((i & 1u) * 16u));
 #else
     return uintBitsToFloat(src[row_word + i]);
 #endif

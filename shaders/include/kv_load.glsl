@@ -27,7 +27,7 @@
 
 // A block's fp16 scale at a 2-byte aligned byte offset.
 #define KVRT_LOAD_HALF(buf, byte) \
-    unpackHalf2x16((buf[(byte) >> 2] >> ((((byte) >> 1) & 1u) * 16u)) & 0xffffu).x
+    kvrt_f16_to_f32(buf[(byte) >> 2] >> ((((byte) >> 1) & 1u) * 16u))
 
 // One static-scale value: the code, dequantized.
 float kvrt_dequant_static(uint q, float scale, int zero_point) {
@@ -48,7 +48,7 @@ float kvrt_dequant_static(uint q, float scale, int zero_point) {
         } else if (FMT == 2) {                                                      \
             const uint w = (head_byte >> 2) + o * 4u;                               \
             for (uint i = 0u; i < 4u; ++i) {                                        \
-                const vec2 h = unpackHalf2x16(BUF[w + i]);                          \
+                const vec2 h = kvrt_unpack_half2x16(BUF[w + i]);                    \
                 v[2u * i] = h.x;                                                    \
                 v[2u * i + 1u] = h.y;                                               \
             }                                                                       \

@@ -44,8 +44,8 @@
     {                                                                                \
         const u64vec2 g_ = arr[i];                                                   \
         const uvec2 a_ = unpackUint2x32(g_.x), b_ = unpackUint2x32(g_.y);            \
-        lo = vec4(unpackHalf2x16(a_.x), unpackHalf2x16(a_.y));                       \
-        hi = vec4(unpackHalf2x16(b_.x), unpackHalf2x16(b_.y));                       \
+        lo = vec4(kvrt_unpack_half2x16(a_.x), kvrt_unpack_half2x16(a_.y));                       \
+        hi = vec4(kvrt_unpack_half2x16(b_.x), kvrt_unpack_half2x16(b_.y));                       \
     }
 #define STORE8H(arr, i, lo, hi)                                                      \
     arr[i] = u64vec2(packUint2x32(uvec2(packHalf2x16(lo.xy), packHalf2x16(lo.zw))),  \
@@ -68,8 +68,8 @@
 #define LOAD8H(arr, i, lo, hi)                                                       \
     {                                                                                \
         const uvec4 g_ = arr[i];                                                     \
-        lo = vec4(unpackHalf2x16(g_.x), unpackHalf2x16(g_.y));                       \
-        hi = vec4(unpackHalf2x16(g_.z), unpackHalf2x16(g_.w));                       \
+        lo = vec4(kvrt_unpack_half2x16(g_.x), kvrt_unpack_half2x16(g_.y));                       \
+        hi = vec4(kvrt_unpack_half2x16(g_.z), kvrt_unpack_half2x16(g_.w));                       \
     }
 #define STORE8H(arr, i, lo, hi) \
     arr[i] = uvec4(packHalf2x16(lo.xy), packHalf2x16(lo.zw), packHalf2x16(hi.xy), packHalf2x16(hi.zw))

@@ -143,6 +143,16 @@ public:
     // Host-visible memory type for staging.
     Result staging_memory_type(uint32_t type_bits, uint32_t* out_index, bool* out_coherent) const;
     VkDeviceSize non_coherent_atom() const { return info_.props.limits.nonCoherentAtomSize; }
+    // Kernels convert f16 with integer operations instead of unpackHalf2x16:
+    // on CPU drivers running on ARM, where lavapipe's LLVM 15 (Debian 12)
+    // aborts compiling the conversion (shaders/include/common.glsl).
+    bool soft_f16() const {
+#if defined(__aarch64__) || defined(__arm__)
+        return info_.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+#else
+        return false;
+#endif
+    }
 
     // Sets a debug name when VK_EXT_debug_utils is on.
     void set_name(VkObjectType type, uint64_t handle, const char* name) const;

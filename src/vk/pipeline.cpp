@@ -192,17 +192,22 @@ Result PipelineCache::create(const PipelineKey& key, Pipeline* out) {
     smci.pCode = blob->words;
     VkShaderModule module = VK_NULL_HANDLE;
 
-    std::vector<VkSpecializationMapEntry> entries(key.spec.size());
-    for (uint32_t i = 0; i < key.spec.size(); ++i) {
-        entries[i].constantID = i;
+    // The op's constants (ids 0, 1, ...), then the context's own: id 31,
+    // KVRT_SOFT_F16 of shaders/include/common.glsl (a shader without it
+    // ignores the entry).
+    std::vector<uint32_t> values = key.spec;
+    values.push_back(ctx_.soft_f16() ? 1u : 0u);
+    std::vector<VkSpecializationMapEntry> entries(values.size());
+    for (uint32_t i = 0; i < values.size(); ++i) {
+        entries[i].constantID = i + 1 == values.size() ? kSoftF16ConstantId : i;
         entries[i].offset = i * sizeof(uint32_t);
         entries[i].size = sizeof(uint32_t);
     }
     VkSpecializationInfo spec{};
     spec.mapEntryCount = static_cast<uint32_t>(entries.size());
     spec.pMapEntries = entries.data();
-    spec.dataSize = key.spec.size() * sizeof(uint32_t);
-    spec.pData = key.spec.data();
+    spec.dataSize = values.size() * sizeof(uint32_t);
+    spec.pData = values.data();
 
     Result r = ctx_.check(fn.vkCreateDescriptorSetLayout(dev, &dci, nullptr, &p.set_layout),
                           "vkCreateDescriptorSetLayout");

@@ -19,6 +19,10 @@ class Context;
 // What an op asks for: a shader, its storage-buffer bindings (0..n-1), the
 // size of its push constants, and its specialization constants. Constant id 0
 // is always the workgroup size (local_size_x_id = 0).
+// The specialization constant every pipeline gets from its context:
+// whether f16 conversions take the kernels' integer path (Context::soft_f16).
+constexpr uint32_t kSoftF16ConstantId = 31;
+
 struct PipelineKey {
     std::string shader;
     uint32_t n_bindings = 0;
