@@ -165,9 +165,9 @@ bench: build
 # the unit tests cross-built for aarch64 and 32-bit ARM and run under
 # qemu-user (about 4 minutes from scratch on 2 cores, seconds once built).
 test-android:
-	@bash tools/android/setup-cross.sh
+	@bash tools/android/setup-cross.sh --gpu
 	@bash tests/android/run.sh
-	@JOBS=$(JOBS) bash tests/android/qemu_tests.sh
+	@JOBS=$(JOBS) bash tests/android/qemu_tests.sh --gpu
 
 # Mutation testing of the kernels (tools/mutations/run.sh; tens of minutes,
 # so not part of `make test`): each deliberately broken kernel of

@@ -111,12 +111,64 @@ std::vector<float> ShiftCache::decode(const std::vector<uint8_t>& bytes) const {
     return out;
 }
 
-std::vector<uint8_t> ShiftCache::shifted(const std::vector<float>& k, const std::vector<int32_t>& delta) const {
+namespace {
+
+// How the rotation's two products meet: both rounded, or one fused into the sum.
+enum class Rounding { Separate, FuseFirst, FuseSecond };
+
+// a * b rounded to f32 on its own. The volatile store keeps the compiler
+// from fusing the product into a later add: GCC does that by default in C++
+// (-ffp-contract=fast), even across statements, wherever the target has FMA
+// (aarch64 has).
+float product(float a, float b) {
+    volatile float p = a * b;
+    return p;
+}
+
+// p0 - p1 (minus) or p0 + p1, for products p0 = a0 * b0 and p1 = a1 * b1.
+float combine(float a0, float b0, float a1, float b1, bool minus, Rounding r) {
+    const float s1 = minus ? -a1 : a1;
+    if (r == Rounding::FuseFirst) return std::fma(a0, b0, product(s1, b1));
+    if (r == Rounding::FuseSecond) return std::fma(s1, b1, product(a0, b0));
+    return product(a0, b0) + product(s1, b1);
+}
+
+// K rows rotated by their deltas as the shift kernel does it, with (cos, sin)
+// as the library's table holds them (cos and sin of the angle in double,
+// rounded to f32).
+std::vector<float> rotate_rows(const ref::RopeParams& rope, uint32_t kv_heads, uint32_t dim,
+                               const std::vector<float>& k, const std::vector<int32_t>& delta, Rounding r) {
     std::vector<float> x(k);
     for (size_t i = 0; i < delta.size(); ++i)
-        for (uint32_t h = 0; h < kv_heads; ++h)
-            ref::rope_shift_f32(rope, &x[(i * kv_heads + h) * dim], static_cast<int>(dim), delta[i]);
-    return encode(x);
+        for (uint32_t h = 0; h < kv_heads; ++h) {
+            float* row = &x[(i * kv_heads + h) * dim];
+            for (int p = 0; p < rope.n_rot / 2; ++p) {
+                int a = 0, b = 0;
+                ref::rope_pair_dims(rope, p, &a, &b);
+                const double angle = ref::rope_angle(rope, p, delta[i]);
+                const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+                const float x0 = row[a], x1 = row[b];
+                row[a] = combine(x0, c, x1, s, true, r);
+                row[b] = combine(x0, s, x1, c, false, r);
+            }
+        }
+    return x;
+}
+
+}  // namespace
+
+std::vector<uint8_t> ShiftCache::shifted(const std::vector<float>& k, const std::vector<int32_t>& delta) const {
+    return encode(rotate_rows(rope, kv_heads, dim, k, delta, Rounding::Separate));
+}
+
+std::vector<uint8_t> ShiftCache::shifted_fused(const std::vector<float>& k, const std::vector<int32_t>& delta,
+                                               bool fused_first) const {
+    return encode(rotate_rows(rope, kv_heads, dim, k, delta, fused_first ? Rounding::FuseFirst : Rounding::FuseSecond));
+}
+
+std::vector<std::vector<uint8_t>> ShiftCache::shift_roundings(const std::vector<float>& k,
+                                                              const std::vector<int32_t>& delta) const {
+    return {shifted(k, delta), shifted_fused(k, delta, true), shifted_fused(k, delta, false)};
 }
 
 std::vector<float> random_raw(uint32_t n, uint32_t row, uint32_t seed) {
@@ -157,23 +209,41 @@ std::vector<float> attend(const ShiftCache& c, int32_t qpos, int32_t seq, const 
 
 ReferenceDiff compare_with_reference(const ShiftCache& c, const std::vector<float>& got,
                                      const std::vector<uint8_t>& expect) {
+    return compare_with_reference(c, got, std::vector<std::vector<uint8_t>>{expect});
+}
+
+ReferenceDiff compare_with_reference(const ShiftCache& c, const std::vector<float>& got,
+                                     const std::vector<std::vector<uint8_t>>& expect) {
     ReferenceDiff d;
-    const std::vector<float> want = c.decode(expect);
-    REQUIRE(got.size() == want.size());
+    REQUIRE(!expect.empty());
+    std::vector<std::vector<float>> want;
+    for (const auto& e : expect) {
+        want.push_back(c.decode(e));
+        REQUIRE(got.size() == want.back().size());
+    }
     const ref::Type rt = ref_type(c.type);
     const size_t rb = ref::row_bytes(rt, c.row());
     d.values = got.size();
-    d.differ = count_differences(got, want);
-    d.nmse = ref::nmse(got, want);
+    d.nmse = ref::nmse(got, want[0]);
     for (size_t i = 0; i < got.size(); ++i) {
-        if (std::memcmp(&got[i], &want[i], 4) == 0) continue;
-        double step = ref::quant_step(rt, &expect[(i / c.row()) * rb], static_cast<int64_t>(i % c.row()));
-        if (step == 0.0) {  // F32, F16: the spacing of values around the expected one
-            int e = 0;
-            std::frexp(want[i], &e);
-            step = c.type == KVRT_TYPE_F16 ? std::ldexp(1.0, std::max(e - 11, -24)) : std::ldexp(1.0, e - 24);
+        double steps = -1;  // to the nearest expectation
+        for (size_t j = 0; j < want.size() && steps != 0; ++j) {
+            const float w = want[j][i];
+            if (std::memcmp(&got[i], &w, 4) == 0) {
+                steps = 0;
+                break;
+            }
+            double step = ref::quant_step(rt, &expect[j][(i / c.row()) * rb], static_cast<int64_t>(i % c.row()));
+            if (step == 0.0) {  // F32, F16: the spacing of values around the expected one
+                int e = 0;
+                std::frexp(w, &e);
+                step = c.type == KVRT_TYPE_F16 ? std::ldexp(1.0, std::max(e - 11, -24)) : std::ldexp(1.0, e - 24);
+            }
+            const double s = std::fabs(double(got[i]) - double(w)) / step;
+            if (steps < 0 || s < steps) steps = s;
         }
-        d.max_steps = std::max(d.max_steps, std::fabs(double(got[i]) - double(want[i])) / step);
+        if (steps != 0) ++d.differ;
+        d.max_steps = std::max(d.max_steps, steps);
     }
     return d;
 }

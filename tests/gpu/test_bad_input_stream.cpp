@@ -134,7 +134,7 @@ void add_stream_rows(World& w, std::vector<Row>* rows) {
     };
     static const VkSemaphore null_sem = VK_NULL_HANDLE;
     // Never reaches Vulkan: the rows using it fail on another field first.
-    static const VkSemaphore fake_sem = reinterpret_cast<VkSemaphore>(uintptr_t{0x1000});
+    static const VkSemaphore fake_sem = VkSemaphore(uintptr_t{0x1000});  // a pointer, or a uint64_t on 32-bit targets
     static const VkPipelineStageFlags zero_stage = 0, host_stage = VK_PIPELINE_STAGE_HOST_BIT;
     static const Foreign foreign;
     const std::pair<const char*, std::function<kvrt_vulkan_submit_desc()>> bad_submits[] = {
@@ -154,7 +154,7 @@ void add_stream_rows(World& w, std::vector<Row>* rows) {
                     [&w] { return out(kvrt_stream_begin_vulkan(w.stream, VK_NULL_HANDLE)); }));
     r.push_back(err("kvrt_stream_end_vulkan", "not recording into an application's command buffer", state, N,
                     [&w] { return out(kvrt_stream_end_vulkan(w.stream, nullptr)); }));
-    static const VkFence fake_fence = reinterpret_cast<VkFence>(uintptr_t{0x2000});
+    static const VkFence fake_fence = VkFence(uintptr_t{0x2000});
     const std::pair<const char*, std::function<kvrt_vulkan_completion()>> bad_completions[] = {
         {"completion->type -7", [] { kvrt_vulkan_completion c = KVRT_VULKAN_COMPLETION_INIT; c.type = bad_enum<kvrt_struct_type>(-7); c.fence = fake_fence; return c; }},
         {"a foreign struct chained", [] { kvrt_vulkan_completion c = KVRT_VULKAN_COMPLETION_INIT; c.next = &foreign; c.fence = fake_fence; return c; }},

@@ -439,7 +439,7 @@ TEST_CASE("dropping a recording made into the application's command buffer rolls
 TEST_CASE("interop entry points refuse bad input", "[interop_sync]") {
     GpuContext ctx;
     Stream s(ctx);
-    const VkSemaphore fake = reinterpret_cast<VkSemaphore>(uintptr_t(0x1234));
+    const VkSemaphore fake = VkSemaphore(uintptr_t(0x1234));  // a pointer, or a uint64_t on 32-bit targets
     kvrt_vulkan_submit_desc sd = KVRT_VULKAN_SUBMIT_DESC_INIT;
     CHECK(kvrt_stream_submit_vulkan(nullptr, &sd) == KVRT_ERROR_INVALID_HANDLE);
     CHECK(kvrt_stream_begin_vulkan(nullptr, reinterpret_cast<VkCommandBuffer>(uintptr_t(1))) ==
