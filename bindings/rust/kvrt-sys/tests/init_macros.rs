@@ -137,5 +137,5 @@ fn init_constants_match_c_macros() {
         "KVRT_MEMORY_ESTIMATE_INIT",
         kvrt_sys::KVRT_MEMORY_ESTIMATE_INIT,
     );
-    assert_eq!(values.len(), 23);
+    assert_eq!(values.len(), 24);
 }
