@@ -54,13 +54,16 @@ $(ASAN_BUILD)/build.ninja: Makefile | setup
 	  -DKVRT_BUILD_TOOLS=OFF -DKVRT_BUILD_EXAMPLES=OFF \
 	  "-DCMAKE_CXX_FLAGS=$(ASAN_FLAGS)" "-DCMAKE_C_FLAGS=$(ASAN_FLAGS)" >/dev/null
 
-# How the sanitized tests run: all of them, the GPU tests with validation on
-# as in the normal build (about 2 minutes on 2 cores; the slowest test, an
-# attention accuracy sweep, about 30 s, so each gets 300 s). Any ASan or UBSan
-# report fails its test. The Vulkan loader, lavapipe (and its LLVM) and the
+# How the sanitized tests run: all of them but the kernels' accuracy sweeps
+# (ASAN_SKIP: they repeat the host paths of the other attention and shift
+# tests over many kernel variants, and the main ctest runs them), the GPU
+# tests with validation on as in the normal build. Each gets 900 s: lavapipe
+# runs the kernels at the machine's speed, which varies several times over
+# between machines. Any ASan or UBSan report fails its test. The Vulkan loader, lavapipe (and its LLVM) and the
 # validation layer are not instrumented and keep allocations until exit:
 # tests/gpu/sanitizer_support.cpp keeps them loaded so LeakSanitizer can name
 # them, and tests/lsan.supp suppresses those libraries, and only them.
+ASAN_SKIP := attention is accurate for every K/V type|attention covers GQA ratios|tiled attention kernel matches|decode: shift q4_0
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
@@ -68,7 +71,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1 \
 # The unit and GPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan: setup $(ASAN_BUILD)/build.ninja
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure --timeout 300 -j $(JOBS)
+	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure --timeout 900 -j $(JOBS) -E '$(ASAN_SKIP)'
 
 # The former name of test-asan.
 unit-asan: test-asan
@@ -144,7 +147,7 @@ test-llm: llm
 	@cd $(LLM_DIR) && $(LLM_ENV) cargo clippy --release --locked --all-targets -- -D warnings
 
 test: build test-asan test-tsan test-rust test-go test-llm fuzz
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure --timeout 2400 -j $(JOBS)
 
 # SmolLM2 answering a chat prompt with its KV cache in kvrt, checked step by
 # step against the reference engine; prints the text, tokens/s, the time
