@@ -160,8 +160,9 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         words[tree_at + 3] = static_cast<uint32_t>(words.size()) - params_offset;
         words.insert(words.end(), t.map.begin(), t.map.end());
         words[tree_at + 4] = static_cast<uint32_t>(words.size()) - params_offset;
-        const auto rows = t.ancestors.begin() + ptrdiff_t{opt.tree_first_query} * t.words;
-        words.insert(words.end(), rows, rows + ptrdiff_t{shape.n_queries} * t.words);
+        const auto row_words = static_cast<ptrdiff_t>(t.words);
+        const auto rows = t.ancestors.begin() + static_cast<ptrdiff_t>(opt.tree_first_query) * row_words;
+        words.insert(words.end(), rows, rows + static_cast<ptrdiff_t>(shape.n_queries) * row_words);
     }
     KVRT_TRY(stream.upload(words.data(), words.size() * 4, &words_use));
 
