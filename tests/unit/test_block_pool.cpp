@@ -1,7 +1,8 @@
 // The paged layout's block pool: focused tests (exact prefix matching under
 // forced hash collisions, eviction order, all-or-nothing failures,
-// copy-on-write) and a seeded model check of 100,000 random operations
-// against a plain reference model, compared after every step.
+// copy-on-write), a seeded model check of 100,000 random operations against a
+// plain reference model, compared after every step, and an isolation check of
+// sequences with sharing off.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -910,4 +911,112 @@ TEST_CASE("BlockPool agrees with a reference model over 100,000 random operation
 
 TEST_CASE("BlockPool agrees with the model when lookup keys collide all the time", "[kv][block_pool][model]") {
     run_model_check(24, 16, weak_hash, 0x636f6c6cu);
+}
+
+namespace {
+
+// Isolation: sequences 0-3 keep sharing off, 4-7 on, all over the same few
+// prompts. Every slot remembers the family that wrote it (a private sequence
+// and the sequences forked from it form a family; every sharing sequence is
+// in the public family), block copies carry those tags along, and after
+// every step every token a sequence can see must come from its own family.
+// A private sequence's blocks are mapped by no other family, and it never
+// maps a registered block; the sharing sequences must still share (admit
+// reports cached tokens), so the check is not vacuous.
+void run_isolation_check(uint32_t seed) {
+    constexpr int32_t kSeqs = 8, kPrivate = 4;
+    constexpr uint32_t kB = 8, kBlocks = 96;
+    constexpr int kSteps = 20000;
+    constexpr int32_t kPublic = -1;
+    std::mt19937 rng(seed);
+    auto rnd = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
+    BlockPool p;
+    REQUIRE(p.init(kBlocks, kB, kSeqs) == KVRT_SUCCESS);
+    std::vector<int32_t> family(kSeqs);
+    for (int32_t q = 0; q < kSeqs; ++q) {
+        family[size_t(q)] = q < kPrivate ? q : kPublic;
+        REQUIRE(p.set_sharing(q, q >= kPrivate) == KVRT_SUCCESS);
+    }
+    std::vector<int32_t> writer(size_t{kBlocks} * kB, INT32_MIN);  // family that wrote each slot
+    std::vector<std::vector<int32_t>> prompts(3, std::vector<int32_t>(5 * kB));
+    for (auto& d : prompts)
+        for (auto& t : d) t = int32_t(rnd(0, 3));
+    int private_admits = 0, public_cached = 0, violations = 0;
+    std::string first;
+    BlockWork w;
+    const auto apply_work = [&](int32_t q) {
+        for (const BlockCopy& c : w.copies)
+            std::copy_n(writer.begin() + ptrdiff_t(c.src) * kB, kB, writer.begin() + ptrdiff_t(c.dst) * kB);
+        for (uint32_t slot : w.slots) writer[slot] = family[size_t(q)];
+    };
+    for (int step = 0; step < kSteps && violations == 0; ++step) {
+        const int32_t q = int32_t(rnd(0, kSeqs - 1));
+        const bool priv = q < kPrivate;
+        const uint32_t len = p.seq_length(q);
+        const int64_t op = rnd(0, 99);
+        if (len == 0 && op < 60) {
+            // A prompt: one of the common ones, cut anywhere, plus its own tail.
+            const auto& d = prompts[size_t(rnd(0, 2))];
+            std::vector<int32_t> toks(d.begin(), d.begin() + rnd(1, int64_t(d.size())));
+            for (int64_t i = rnd(0, 10); i > 0; --i) toks.push_back(int32_t(rnd(0, 3)));
+            std::vector<int32_t> pos(toks.size());
+            for (size_t i = 0; i < pos.size(); ++i) pos[i] = int32_t(i);
+            if (p.admit(q, uint32_t(toks.size()), toks.data(), pos.data(), 0, &w) != KVRT_SUCCESS) continue;
+            apply_work(q);
+            if (priv) {
+                ++private_admits;
+                if (w.n_cached != 0 && violations++ == 0) first = "a private sequence mapped cached tokens";
+            } else if (w.n_cached > 0) {
+                ++public_cached;
+            }
+        } else if (len == 0) {
+            // A fork within the class: the new sequence joins the family.
+            const int32_t src = int32_t(priv ? rnd(0, kPrivate - 1) : rnd(kPrivate, kSeqs - 1));
+            if (src == q || p.seq_length(src) == 0) continue;
+            REQUIRE(p.fork(src, q) == KVRT_SUCCESS);
+            family[size_t(q)] = family[size_t(src)];
+        } else if (op < 55) {
+            std::vector<int32_t> toks(size_t(rnd(1, 2 * kB))), pos(toks.size());
+            for (size_t i = 0; i < toks.size(); ++i) {
+                toks[i] = int32_t(rnd(0, 3));
+                pos[i] = int32_t(len + i);
+            }
+            if (p.append(q, uint32_t(toks.size()), toks.data(), pos.data(), &w) != KVRT_SUCCESS) continue;
+            apply_work(q);
+        } else if (op < 70) {
+            if (p.shift(q, int32_t(rnd(1, 3)), uint32_t(rnd(0, len - 1)), &w) != KVRT_SUCCESS) continue;
+            apply_work(q);
+        } else if (op < 97) {
+            REQUIRE(p.truncate(q, op < 85 ? uint32_t(rnd(0, len)) : 0) == KVRT_SUCCESS);
+        } else {
+            p.clear_registry();
+        }
+        // An emptied sequence starts its own family again.
+        for (int32_t s = 0; s < kSeqs; ++s)
+            if (p.seq_length(s) == 0) family[size_t(s)] = s < kPrivate ? s : kPublic;
+        for (int32_t s = 0; s < kSeqs && violations == 0; ++s) {
+            for (uint32_t t = 0; t < p.seq_length(s); ++t) {
+                const uint32_t slot = p.slot(s, t);
+                if (writer[slot] == family[size_t(s)]) continue;
+                std::ostringstream o;
+                o << "step " << step << ": sequence " << s << " (family " << family[size_t(s)] << ") sees token " << t
+                  << " in slot " << slot << ", written by family " << writer[slot];
+                first = o.str();
+                ++violations;
+                break;
+            }
+        }
+    }
+    INFO(first);
+    CHECK(violations == 0);
+    CHECK(private_admits > 100);
+    CHECK(public_cached > 100);
+    CHECK(p.verify() == KVRT_SUCCESS);
+}
+
+}  // namespace
+
+TEST_CASE("BlockPool keeps sequences with sharing off isolated from every other family", "[kv][block_pool][model]") {
+    run_isolation_check(0x69736f6cu);
+    run_isolation_check(7u);
 }
