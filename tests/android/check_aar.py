@@ -26,7 +26,7 @@ import sys
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HEADERS = ["kvrt.h", "kvrt_memory.h", "kvrt_vulkan.h", "kvrt_version.h"]
+HEADERS = ["kvrt.h", "kvrt_static.h", "kvrt_state.h", "kvrt_memory.h", "kvrt_vulkan.h", "kvrt_version.h"]
 # ABI: (ELF class, e_machine)
 ELF_ABI = {"arm64-v8a": (2, 183), "armeabi-v7a": (1, 40), "x86_64": (2, 62), "x86": (1, 3)}
 STLS = {"c++_static", "c++_shared", "none", "system"}

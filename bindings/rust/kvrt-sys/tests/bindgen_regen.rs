@@ -1,6 +1,6 @@
-//! Regenerates the bindings from kvrt.h and kvrt_memory.h with bindgen and
-//! checks that they equal the committed `src/bindings.rs` and
-//! `src/memory_bindings.rs`. Run with `KVRT_SYS_UPDATE_BINDINGS=1` to
+//! Regenerates the bindings from kvrt.h (with kvrt_static.h and kvrt_state.h,
+//! which it includes) and kvrt_memory.h with bindgen and checks that they
+//! equal the committed `src/bindings.rs` and `src/memory_bindings.rs`. Run with `KVRT_SYS_UPDATE_BINDINGS=1` to
 //! rewrite the committed file after an intended header change.
 //!
 //! The header is looked up in `KVRT_INCLUDE_DIR`, else in the source tree's
@@ -98,17 +98,22 @@ fn check(file: &str, generated: &str) {
 
 #[test]
 fn committed_bindings_match_headers() {
-    // kvrt.h (with kvrt_version.h's macros), and the experimental fixed
+    // kvrt.h (with kvrt_version.h's macros, the static layout and the state
+    // functions of the headers it includes), and the experimental fixed
     // memory of kvrt_memory.h in its own file.
     check(
         "bindings.rs",
-        &generate(r".*/kvrt/kvrt(_version)?\.h", None, "include/kvrt/kvrt.h"),
+        &generate(
+            r".*/kvrt/kvrt(_version|_static|_state)?\.h",
+            None,
+            "include/kvrt/kvrt.h",
+        ),
     );
     check(
         "memory_bindings.rs",
         &generate(
             r".*/kvrt/kvrt_memory\.h",
-            Some(r".*/kvrt/kvrt(_version)?\.h"),
+            Some(r".*/kvrt/kvrt(_version|_static|_state)?\.h"),
             "include/kvrt/kvrt_memory.h",
         ),
     );

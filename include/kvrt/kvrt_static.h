@@ -1,0 +1,150 @@
+/*
+ * kvrt_static.h: kvrt's static padded layout (KVRT_LAYOUT_STATIC), the
+ * fixed windows that NPU and DSP graphs bind, their counters, and the copy of
+ * a sequence between caches of any two layouts.
+ *
+ * kvrt.h includes this header, so applications include kvrt.h only; it
+ * follows kvrt.h's conventions (structs, results, threading).
+ */
+#ifndef KVRT_STATIC_H
+#define KVRT_STATIC_H
+
+#include "kvrt/kvrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ========================================================================== */
+/* Static padded layout (NPU/DSP interop)                                     */
+/* ========================================================================== */
+
+/* A cache created with KVRT_LAYOUT_STATIC keeps, for each sequence and each
+ * (layer, KV head), a K buffer region and a V buffer region of
+ * ceil(R * (S-1)) rows of head_dim values (S = seq_len, R = reserve, rows
+ * packed back to back: row_stride = head_dim * element size). The window is
+ * S-1 consecutive rows of the region, bound by a static graph as its
+ * [1,1,S-1,D] past tensor; it is left-padded: its n_valid valid rows are its
+ * LAST n_valid rows, oldest first, and the mask excludes the others.
+ *
+ * - kvrt_cache_store / kvrt_cache_place append: each token belongs to exactly
+ *   one sequence, a sequence's positions must increase (within the batch and
+ *   past the ones it holds), and at most S-1 tokens of a sequence per call.
+ *   Appending writes the new rows after the window and advances it (no bytes
+ *   move); when the region runs out, one copy first moves the rows that stay
+ *   in the window to the region's start (never re-quantized: bit-identical),
+ *   and the oldest rows fall out. The cache is never full.
+ * - A cell of this layout is a row: cell = seq * ceil(R*(S-1)) + row. Cells
+ *   move when the window slides, so cells returned by store/place are valid
+ *   for kvrt_cache_write / kvrt_cache_read until the sequence's next append.
+ * - kvrt_cache_seq_rm works on whole sequences only (p0 at or below its first
+ *   position, p1 < 0 or past its last); seq_keep, clear, pos_min/max and
+ *   attention work as in the cell layout; compaction moves nothing. seq_cp,
+ *   seq_add, seq_div, context shifts and discard_for_reevaluation fail with
+ *   KVRT_ERROR_UNSUPPORTED (positions and windows are the graph's).
+ * - If a store's recording is dropped, or its submission fails before the
+ *   device ran it, the sequences it appended to get their previous windows
+ *   back. A store that fails while recording into a stream leaves that
+ *   recording unsubmittable (kvrt_stream_submit fails with
+ *   KVRT_ERROR_INVALID_STATE and drops it), as a slide copy may be in it. A synchronous store that fails with KVRT_ERROR_TIMEOUT keeps its
+ *   append: the work was submitted and completes later.
+ * - The same tokens give the same attention results as in the cell layout.
+ * - kvrt_cache_get_info reports capacity = max_seqs * (S-1), used = the
+ *   valid rows of all windows, and fragmentation 0.
+ * - Creation fails with KVRT_ERROR_UNSUPPORTED when one sequence's region of
+ *   all KV heads of one layer (n_kv_heads * ceil(R*(S-1)) * row_stride bytes)
+ *   exceeds the device's largest storage binding (the kernels bind it whole),
+ *   and with KVRT_ERROR_INVALID_ARGUMENT for S < 2, R < 1 (or not finite), a
+ *   capacity other than 0, or a row_stride that is not a multiple of 4. */
+
+/* Where one window lies (kvrt_cache_get_static_window). */
+typedef struct kvrt_static_window {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_WINDOW */
+    const void* next;
+    /* The buffer holding the window: owned by the cache and valid until it is
+     * destroyed (kvrt_buffer_destroy refuses it). It holds every sequence's
+     * regions of one (layer, K|V); kvrt_buffer_get_vulkan gives its VkBuffer
+     * for `offset` (a window never crosses one of its VkBuffers). */
+    kvrt_buffer buffer;
+    KVRT_ALIGN8 uint64_t offset;          /* bytes to the window's first row (row 0 of [1,1,S-1,D]) */
+    KVRT_ALIGN8 uint64_t row_stride;      /* bytes between rows: head_dim * element size */
+    KVRT_ALIGN8 uint64_t bytes;           /* (S-1) * row_stride */
+    uint32_t rows;            /* S-1 */
+    uint32_t n_valid;         /* valid rows: the window's last n_valid rows */
+    int32_t pos_first;        /* position of the first valid row; -1 when empty */
+    int32_t pos_last;         /* position of the last valid row; -1 when empty */
+    kvrt_type element_type;   /* the array's stored type */
+    /* The layer's quantization for static-scale types (value = scale *
+     * (q - zero_point)); 0 and 0 for the other types. */
+    float scale;
+    int32_t zero_point;
+} kvrt_static_window;
+
+#define KVRT_STATIC_WINDOW_INIT \
+    { KVRT_STRUCT_TYPE_STATIC_WINDOW, NULL, NULL, 0, 0, 0, 0, 0, -1, -1, KVRT_TYPE_UNDEFINED, 0.0f, 0 }
+
+/* Describes the current window of `seq` for (`layer`, `kv_head`, `array`).
+ * The offset moves with every append (one row) and slide (back to the
+ * region's start): ask again after each store, or bind per step. Fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for
+ * a NULL, mistyped or badly chained `out`, a cache of another layout, an
+ * unknown sequence, a layer or head out of range, or an undefined array.
+ * Thread-safety: Unsafe (on the cache). */
+KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
+                                                  kvrt_kv_array array, kvrt_static_window* out);
+
+/* Writes the attention mask of `seq`'s next step: S entries, entry i < S-1
+ * for window row i (0 when valid, -inf when padding: the first
+ * S-1-n_valid entries), entry S-1 for the step's own new token (0). It is the
+ * same for every layer and head. `element_type` is KVRT_TYPE_F32 (floats) or
+ * KVRT_TYPE_F16 (IEEE half bits: 0x0000 and 0xFC00); `out_bytes` must hold S
+ * entries. Fails with KVRT_ERROR_INVALID_HANDLE for a bad cache;
+ * KVRT_ERROR_INVALID_ARGUMENT for another element type, a NULL `out` or
+ * `out_bytes` too small, a cache of another layout or an unknown sequence.
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
+                                                uint64_t out_bytes);
+
+/* Counters of the windows' movement (kvrt_cache_get_static_stats). */
+typedef struct kvrt_static_stats {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_STATS */
+    const void* next;
+    KVRT_ALIGN8 uint64_t rows_appended;   /* tokens appended */
+    KVRT_ALIGN8 uint64_t slides;          /* slides that copied rows */
+    KVRT_ALIGN8 uint64_t rows_moved;      /* rows copied per (layer, KV head, K|V) region */
+    KVRT_ALIGN8 uint64_t bytes_moved;     /* device bytes copied by slides, over all layers,
+                               * heads, K and V */
+} kvrt_static_stats;
+
+#define KVRT_STATIC_STATS_INIT { KVRT_STRUCT_TYPE_STATIC_STATS, NULL, 0, 0, 0, 0 }
+
+/* Reads the counters of `seq`, or of every sequence together when seq < 0.
+ * They count since creation (or the sequence's last removal) and include
+ * appends still recorded in a stream. Fails with KVRT_ERROR_INVALID_HANDLE
+ * for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for a NULL, mistyped or badly
+ * chained `out`, a cache of another layout or an unknown sequence.
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_get_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out);
+
+/* Copies sequence `src_seq` of `src` into sequence `dst_seq` of `dst`, which
+ * must hold no token: positions and rows, bit for bit, between any two
+ * layouts (cells to static, static to cells, or the same layout). The caches
+ * must belong to one context and have the same n_layers, n_kv_heads, head
+ * dims, K and V types (and scales), and RoPE mode (deferred or not); pending
+ * RoPE shifts of `src` are applied first. A static `dst` receives the newest
+ * S-1 tokens when `src_seq` holds more; a cell `dst` receives all of them or
+ * fails with KVRT_ERROR_CACHE_FULL. `out_count` (may be NULL) gets the number
+ * of tokens copied. Synchronous; all or nothing: on failure `dst` is
+ * unchanged. Fails with KVRT_ERROR_INVALID_HANDLE for a bad cache;
+ * KVRT_ERROR_INVALID_ARGUMENT for mismatched caches, the same sequence of
+ * the same cache, an unknown sequence or a `dst_seq` in use;
+ * KVRT_ERROR_CACHE_FULL; and the device errors of kvrt_cache_store.
+ * Thread-safety: Unsafe (on both). */
+KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache src, int32_t src_seq, kvrt_cache dst, int32_t dst_seq,
+                                             uint32_t* out_count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVRT_STATIC_H */
