@@ -8,7 +8,7 @@ Checks: the archive holds AndroidManifest.xml and classes.jar;
 prefab/prefab.json has schema_version 2, name "kvrt", a dotted numeric version
 equal to include/kvrt/kvrt_version.h's, and a dependencies list; the module
 kvrt has a module.json (export_libraries a list, library_name "libkvrt" if
-given) and the four public headers, identical to include/kvrt; each
+given) and the six public headers, identical to include/kvrt; each
 libs/android.ABI directory has an abi.json (abi equal to the directory's ABI,
 api an integer >= 24, ndk an integer, stl one of c++_static, c++_shared,
 none, system, static false) and libkvrt.so, an ELF shared object of the
