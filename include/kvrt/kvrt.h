@@ -234,6 +234,8 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_MEMORY_INIT = 22,
     KVRT_STRUCT_TYPE_MEMORY_ESTIMATE = 23,
     KVRT_STRUCT_TYPE_BATCH_TREE = 24,
+    KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC = 25,
+    KVRT_STRUCT_TYPE_PAGED_STATS = 26,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
     KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC = 101,
     KVRT_STRUCT_TYPE_VULKAN_COMPLETION = 102,
@@ -718,6 +720,13 @@ typedef enum kvrt_layout {
      * kvrt_static_layout_desc in the descriptor's `next` chain; see "Static
      * padded layout" below. */
     KVRT_LAYOUT_STATIC = 2,
+    /* Paged: the cells are a pool of blocks of B tokens; each sequence has a
+     * block table, full blocks are shared between sequences by their exact
+     * tokens (automatic prefix sharing), forks share every block and copy a
+     * block on its first write (copy-on-write). Takes an optional
+     * kvrt_paged_layout_desc in the descriptor's `next` chain; see
+     * kvrt_paged.h. */
+    KVRT_LAYOUT_PAGED = 3,
     KVRT_LAYOUT_MAX_ENUM = 0x7FFFFFFF
 } kvrt_layout;
 
@@ -760,7 +769,8 @@ typedef enum kvrt_cache_flag_bits {
 
 /* Structs that may be chained on a kvrt_cache_desc's `next`, in any order,
  * each at most once: kvrt_rope_desc (the model's RoPE),
- * kvrt_static_layout_desc (the static layout's sizes) and
+ * kvrt_static_layout_desc (the static layout's sizes),
+ * kvrt_paged_layout_desc (the paged layout's block size) and
  * kvrt_static_scales_desc (the scales of static-scale types). */
 typedef struct kvrt_cache_desc {
     kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_CACHE_DESC */
@@ -1254,9 +1264,10 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
 }
 #endif
 
-/* The static padded layout, state save/load and the fixed-capacity memory
+/* The static padded layout, the paged layout, state save/load and the fixed-capacity memory
  * (experimental) have headers of their own; they come with this one. */
 #include "kvrt/kvrt_static.h"
+#include "kvrt/kvrt_paged.h"
 #include "kvrt/kvrt_state.h"
 #include "kvrt/kvrt_memory.h"
 

@@ -253,6 +253,7 @@ KVRT_API kvrt_result kvrt_cache_seq_rm(kvrt_cache cache, int32_t seq, int32_t p0
 KVRT_API kvrt_result kvrt_cache_seq_cp(kvrt_cache cache, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        if (cache->cache->is_paged()) return cache->cache->paged_seq_cp(src, dst, p0, p1);
         KVRT_TRY(cache->cache->require_cells("kvrt_cache_seq_cp"));
         return cache->cache->table().seq_cp(src, dst, p0, p1);
     });
@@ -267,7 +268,8 @@ KVRT_API kvrt_result kvrt_cache_seq_keep(kvrt_cache cache, int32_t seq) {
 
 KVRT_API kvrt_result kvrt_cache_seq_add(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        KVRT_TRY(check_cache(cache));
+        if (cache->cache->is_paged()) return cache->cache->paged_seq_add(seq, p0, p1, delta);
         KVRT_TRY(cache->cache->require_cells("kvrt_cache_seq_add"));
         return cache->cache->table().seq_add(seq, p0, p1, delta);
     });
@@ -460,3 +462,60 @@ KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache src, int32_t src_seq, kv
 }
 
 }  // extern "C"
+
+KVRT_API kvrt_result kvrt_cache_paged_admit(kvrt_cache cache, int32_t seq, uint32_t n_tokens,
+                                            const int32_t* token_ids, const int32_t* positions, uint64_t salt,
+                                            uint32_t* out_n_cached, uint32_t* out_cells) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->paged_admit(seq, n_tokens, token_ids, positions, salt, out_n_cached, out_cells);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_paged_append(kvrt_cache cache, kvrt_stream stream, int32_t seq, uint32_t n_tokens,
+                                             const int32_t* token_ids, const int32_t* positions,
+                                             uint32_t* out_cells) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_cache(cache));
+        vk::Stream* s = nullptr;
+        KVRT_TRY(resolve_stream(cache, stream, &s));
+        return cache->cache->paged_append(s, seq, n_tokens, token_ids, positions, out_cells);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_paged_fork(kvrt_cache cache, int32_t src, int32_t dst) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->paged_fork(src, dst);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_paged_set_sharing(kvrt_cache cache, int32_t seq, uint32_t enabled) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->paged_set_sharing(seq, enabled != 0);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_paged_clear_registry(kvrt_cache cache) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->paged_clear_registry();
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_paged_get_stats(kvrt_cache cache, kvrt_paged_stats* out) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_PAGED_STATS));
+        return cache->cache->paged_stats(out);
+    });
+}
+
+KVRT_API kvrt_result kvrt_cache_paged_get_cells(kvrt_cache cache, int32_t seq, uint32_t first, uint32_t max_cells,
+                                                uint32_t* out_cells, uint32_t* out_n_tokens) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->paged_cells(seq, first, max_cells, out_cells, out_n_tokens);
+    });
+}

@@ -53,6 +53,8 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
         return fail(KVRT_ERROR_OUT_OF_DEVICE_MEMORY, "the cache needs %llu bytes, the device has %llu",
                     static_cast<unsigned long long>(c->geo_.device_bytes), static_cast<unsigned long long>(heap));
     KVRT_TRY(c->table_.init(c->geo_.capacity, c->geo_.max_seqs));
+    if (c->is_paged())
+        KVRT_TRY(c->pool_.init(c->geo_.capacity / c->geo_.block_size, c->geo_.block_size, c->geo_.max_seqs));
     if (desc.layer_windows) c->windows_.assign(desc.layer_windows, desc.layer_windows + desc.n_layers);
     else c->windows_.assign(desc.n_layers, 0);
     c->deferred_ = c->geo_.flags & KVRT_CACHE_DEFERRED_ROPE;
@@ -95,6 +97,7 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
                     const Source& v, uint32_t* out_cells, bool tree) {
     if (tree) KVRT_TRY(require_cells("a token tree"));
     if (is_static()) return static_append(stream, tokens, n, layer, &k, &v, out_cells);
+    if (is_paged()) return paged_store(stream, tokens, n, layer, &k, &v, out_cells);
     KVRT_TRY(check_write(n, layer, k, v));
     if (stream) KVRT_TRY(stream->require_recording());
     auto batch = std::make_shared<PlacedBatch>();
@@ -115,6 +118,7 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
 Result Cache::place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells, bool tree) {
     if (tree) KVRT_TRY(require_cells("a token tree"));
     if (is_static()) return static_append(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
+    if (is_paged()) return paged_store(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
     kv::Placement p;
     KVRT_TRY(table_.plan(tokens, n, &p, nullptr, tree));
     if (n == 0) return KVRT_SUCCESS;
@@ -197,8 +201,9 @@ Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_ou
 Result Cache::compact(vk::Stream* stream, double threshold, uint32_t max_moves, uint32_t* out_moved) {
     if (out_moved) *out_moved = 0;
     if (stream) KVRT_TRY(stream->require_recording());
-    // Static windows have no holes to close: a row's place is its window's.
-    if (is_static()) return KVRT_SUCCESS;
+    // Static windows have no holes to close: a row's place is its window's;
+    // a paged cell's place is its block's.
+    if (is_static() || is_paged()) return KVRT_SUCCESS;
     auto moves = std::make_shared<std::vector<kv::CellMove>>();
     KVRT_TRY(kv::plan_compaction(table_, threshold, max_moves ? max_moves : UINT32_MAX, moves.get()));
     if (moves->empty()) return KVRT_SUCCESS;
@@ -251,10 +256,14 @@ Result Cache::require_cells(const char* op) const {
     if (is_static())
         return fail(KVRT_ERROR_UNSUPPORTED,
                     "%s is not available in the static layout (its windows keep positions in arrival order)", op);
+    if (is_paged())
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "%s is not available in the paged layout (its block tables keep tokens in append order)", op);
     return KVRT_SUCCESS;
 }
 
 Result Cache::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
+    if (is_paged()) return paged_seq_rm(seq, p0, p1);
     if (!is_static()) return table_.seq_rm(seq, p0, p1);
     if (seq >= 0 && static_cast<uint32_t>(seq) >= geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
@@ -283,6 +292,7 @@ Result Cache::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
 }
 
 Result Cache::seq_keep(int32_t seq) {
+    if (is_paged()) return paged_seq_keep(seq);
     KVRT_TRY(table_.seq_keep(seq));
     for (uint32_t s = 0; s < seq_windows_.size(); ++s)
         if (static_cast<int32_t>(s) != seq) seq_windows_[s].reset();
@@ -290,6 +300,7 @@ Result Cache::seq_keep(int32_t seq) {
 }
 
 void Cache::clear() {
+    if (is_paged()) paged_clear();
     table_.clear();
     for (kv::StaticWindow& w : seq_windows_) w.reset();
 }
@@ -300,7 +311,7 @@ void Cache::fill_info(kvrt_cache_info* out) const {
     out->n_attend = table_.n_attend();
     out->pending_shifts = table_.shifted_cell_count();
     // Static windows have padding, not holes: nothing to compact.
-    out->fragmentation = is_static() ? 0.0f : static_cast<float>(table_.fragmentation());
+    out->fragmentation = is_static() || is_paged() ? 0.0f : static_cast<float>(table_.fragmentation());
     out->device_bytes = arena_->device_bytes() + geo_.meta_bytes;
     out->bytes_per_token = geo_.bytes_per_token;
     out->k_row_bytes = geo_.k.row_bytes;

@@ -7,6 +7,7 @@
 
 #include "cache/arena.hpp"
 #include "core/result.hpp"
+#include "kv/block_pool.hpp"
 #include "kv/cell_table.hpp"
 #include "kv/geometry.hpp"
 #include "kv/rope.hpp"
@@ -89,6 +90,29 @@ public:
     // kvrt_cache_seq_transfer, into this cache; refuses src_seq of this cache
     // as dst_seq.
     Result transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32_t* out_count);
+
+    // ---- Paged layout (paged_layout.cpp) ----
+    bool is_paged() const { return geo_.layout == KVRT_LAYOUT_PAGED; }
+    // KVRT_ERROR_UNSUPPORTED, naming `op`, unless the layout is paged.
+    Result require_paged(const char* op) const;
+    // kvrt_cache_paged_admit / _append / _fork / _set_sharing /
+    // _clear_registry / _get_stats.
+    Result paged_admit(int32_t seq, uint32_t n, const int32_t* token_ids, const int32_t* positions, uint64_t salt,
+                       uint32_t* out_n_cached, uint32_t* out_cells);
+    Result paged_append(vk::Stream* stream, int32_t seq, uint32_t n, const int32_t* token_ids,
+                        const int32_t* positions, uint32_t* out_cells);
+    Result paged_fork(int32_t src, int32_t dst);
+    Result paged_set_sharing(int32_t seq, bool on);
+    Result paged_clear_registry();
+    Result paged_stats(kvrt_paged_stats* out) const;
+    Result paged_cells(int32_t seq, uint32_t first, uint32_t max_cells, uint32_t* out_cells,
+                       uint32_t* out_n_tokens) const;
+    // Sequence operations of the paged layout (kvrt_cache_seq_*).
+    Result paged_seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1);
+    Result paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
+    // Checks the block pool, the table, and that the table shows every
+    // sequence exactly its block table's tokens (tests).
+    Result paged_verify() const;
 
     // Where attention writes its rows, resolved from a kvrt_output_ref: for
     // each token one row per head at offset + layer * layer_stride +
@@ -202,6 +226,38 @@ private:
     Result record_copy_cells(vk::Stream& s, const Cache& src, const std::vector<uint32_t>& src_cells,
                              const std::vector<uint32_t>& dst_cells);
 
+    // Paged layout (paged_layout.cpp).
+    struct PagedView {
+        int32_t seq = 0;
+        std::vector<uint32_t> table;
+        uint32_t n_tokens = 0;
+    };
+    // The tokens of one sequence in a store or append.
+    struct PagedRun {
+        int32_t seq = 0;
+        std::vector<int32_t> ids, pos;
+        std::vector<uint32_t> token_index;  // index of each in the batch
+        PagedView before;
+        bool copied = false;
+    };
+    Result paged_view(int32_t seq, PagedView* out) const;
+    Result paged_reserve(size_t n_set, size_t n_drop);
+    void paged_diff(const PagedView& before, const std::vector<kv::BlockCopy>& copies, std::vector<uint32_t>* drop,
+                    std::vector<kv::CellSet>* set) const;
+    Result paged_apply(int32_t seq, const std::vector<uint32_t>& drop, const std::vector<kv::CellSet>& set);
+    Result paged_mirror(const PagedView& before, const std::vector<kv::BlockCopy>& copies);
+    // Cuts `seq` to its first `keep` tokens (forget: unregistering what it
+    // drops, for rows never written).
+    Result paged_cut(int32_t seq, uint32_t keep, bool forget);
+    Result paged_runs(const kv::Token* tokens, uint32_t n, std::vector<PagedRun>* runs) const;
+    Result paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint32_t n, int32_t layer, const Source* k,
+                        const Source* v, uint32_t* out_cells);
+    Result paged_store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source* k,
+                       const Source* v, uint32_t* out_cells);
+    Result paged_seq_rm(int32_t seq, int32_t p0, int32_t p1);
+    Result paged_seq_keep(int32_t seq);
+    void paged_clear();
+
     // State (state.cpp): the description of `seq`'s state (-1: all cells);
     // applying a parsed plan to either layout.
     Result describe_state(int32_t seq, state::Description* out) const;
@@ -224,6 +280,13 @@ private:
     const StaticArena* static_arena_ = nullptr;
     kv::StaticGeometry static_geo_;
     std::vector<kv::StaticWindow> seq_windows_;
+    // Paged layout: the blocks, a snapshot for exact undo of mutations that
+    // copy blocks, and reusable work lists.
+    kv::BlockPool pool_;
+    kv::BlockPool pool_undo_;
+    kv::BlockWork work_;
+    std::vector<uint32_t> mirror_drop_;
+    std::vector<kv::CellSet> mirror_set_;
 };
 
 }  // namespace kvrt::cache

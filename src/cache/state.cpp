@@ -141,6 +141,7 @@ Result Cache::describe_state(int32_t seq, state::Description* out) const {
 }
 
 Result Cache::state_save(int32_t seq, void* out, uint64_t* size) {
+    if (is_paged()) return fail(KVRT_ERROR_UNSUPPORTED, "state save is not available in the paged layout yet");
     if (!size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "size is NULL");
     state::Description d;
     state::Extents e;
@@ -306,6 +307,7 @@ Result Cache::load_static(int32_t seq, const state::Plan& plan) {
 }
 
 Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
+    if (is_paged()) return fail(KVRT_ERROR_UNSUPPORTED, "state load is not available in the paged layout yet");
     state::Plan plan;
     KVRT_TRY(state::parse(data, size, &plan));
     KVRT_TRY(check_state_fits(seq, plan));

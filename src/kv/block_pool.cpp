@@ -69,6 +69,7 @@ Result BlockPool::init(uint32_t n_blocks, uint32_t block_size, uint32_t max_seqs
         std::vector<int32_t> tok(size_t(n_slots), -1);
         std::vector<uint32_t> ref(n_blocks, 0);
         std::vector<uint32_t> fill(n_blocks, 0);
+        std::vector<uint8_t> shifted(n_blocks, 0);
         std::vector<uint32_t> free_list;
         free_list.reserve(n_blocks);
         for (uint32_t b = n_blocks; b-- > 0;) free_list.push_back(b);  // block 0 is taken first
@@ -92,6 +93,7 @@ Result BlockPool::init(uint32_t n_blocks, uint32_t block_size, uint32_t max_seqs
         tok_.swap(tok);
         ref_.swap(ref);
         fill_.swap(fill);
+        shifted_.swap(shifted);
         free_.swap(free_list);
         scratch_.swap(scratch);
         reg_.swap(reg);
@@ -153,14 +155,15 @@ Result BlockPool::check_seq(const char* op, int32_t seq) const {
     return KVRT_SUCCESS;
 }
 
-Result BlockPool::check_tokens(const char* op, uint32_t n, const int32_t* token_ids,
-                               const int32_t* positions) const {
+Result BlockPool::check_tokens(const char* op, uint32_t n, const int32_t* token_ids, const int32_t* positions,
+                               bool unknown_ok) const {
     if (n == 0) return KVRT_SUCCESS;
     if (token_ids == nullptr || positions == nullptr) {
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: token ids or positions are NULL", op);
     }
+    const int32_t min_id = unknown_ok ? unknown_token : 0;
     for (uint32_t i = 0; i < n; ++i) {
-        if (token_ids[i] < 0 || positions[i] < 0) {
+        if (token_ids[i] < min_id || positions[i] < 0) {
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: token %u has a negative id (%d) or position (%d)", op, i,
                         token_ids[i], positions[i]);
         }
@@ -213,6 +216,7 @@ uint32_t BlockPool::take_block() {
     const uint32_t b = free_.back();
     free_.pop_back();
     ref_[b] = 1;
+    shifted_[b] = 0;
     ++n_used_;
     return b;
 }
@@ -225,6 +229,7 @@ uint32_t BlockPool::copy_block(uint32_t src, uint32_t n_slots) {
     std::copy(pos_.begin() + ptrdiff_t(from), pos_.begin() + ptrdiff_t(from + n_slots), pos_.begin() + ptrdiff_t(to));
     std::copy(tok_.begin() + ptrdiff_t(from), tok_.begin() + ptrdiff_t(from + n_slots), tok_.begin() + ptrdiff_t(to));
     fill_[b] = n_slots;
+    shifted_[b] = shifted_[src];
     mark_changed(b);
     return b;
 }
@@ -354,10 +359,13 @@ uint32_t BlockPool::find_registered(uint32_t parent, uint64_t key, uint64_t salt
 void BlockPool::maybe_register(Seq& s, uint32_t index) {
     if (!s.sharing) return;
     const uint32_t b = s.table[index];
-    if (reg_[b]) return;
+    if (reg_[b] || shifted_[b]) return;
     const uint32_t parent = index == 0 ? kNone : s.table[index - 1];
     if (parent != kNone && (!reg_[parent] || salt_[parent] != s.salt)) return;
     const size_t base = slot_index(b, 0);
+    // A full block has no empty slot: a negative id is an unknown token.
+    for (uint32_t j = 0; j < block_size_; ++j)
+        if (tok_[base + j] < 0) return;
     const uint64_t key = hash_(parent == kNone ? root_key : key_[parent], s.salt, &tok_[base], &pos_[base],
                                block_size_);
     if (find_registered(parent, key, s.salt, &tok_[base], &pos_[base]) != kNone) return;
@@ -419,7 +427,7 @@ Result BlockPool::append(int32_t seq, uint32_t n, const int32_t* token_ids, cons
     if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "append: out is NULL");
     out->clear();
     KVRT_TRY(check_seq("append", seq));
-    KVRT_TRY(check_tokens("append", n, token_ids, positions));
+    KVRT_TRY(check_tokens("append", n, token_ids, positions, true));
     if (n == 0) return KVRT_SUCCESS;
     Seq& s = seqs_[size_t(seq)];
     const uint32_t need = append_need(s, n);
@@ -437,7 +445,7 @@ Result BlockPool::admit(int32_t seq, uint32_t n, const int32_t* token_ids, const
     if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "admit: out is NULL");
     out->clear();
     KVRT_TRY(check_seq("admit", seq));
-    KVRT_TRY(check_tokens("admit", n, token_ids, positions));
+    KVRT_TRY(check_tokens("admit", n, token_ids, positions, false));
     Seq& s = seqs_[size_t(seq)];
     if (s.n_tokens != 0) {
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "admit: sequence %d is not empty (%u tokens)", seq, s.n_tokens);
@@ -536,28 +544,45 @@ Result BlockPool::truncate(int32_t seq, uint32_t keep) {
     return KVRT_SUCCESS;
 }
 
-Result BlockPool::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
+Result BlockPool::forget_tail(int32_t seq, uint32_t keep) {
+    KVRT_TRY(check_seq("forget_tail", seq));
+    Seq& s = seqs_[size_t(seq)];
+    if (keep >= s.n_tokens) return KVRT_SUCCESS;
+    for (size_t i = keep >> block_shift_; i < s.table.size(); ++i)
+        if (reg_[s.table[i]]) unregister_tree(s.table[i]);
+    return truncate(seq, keep);
+}
+
+Result BlockPool::suffix_start(int32_t seq, int32_t p0, int32_t p1, uint32_t* out) const {
     if (p0 >= 0 && p1 >= 0 && p1 < p0) {
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "seq_rm: reversed position range [%d, %d)", p0, p1);
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "reversed position range [%d, %d)", p0, p1);
     }
-    KVRT_TRY(check_seq("seq_rm", seq));
+    KVRT_TRY(check_seq("suffix_start", seq));
     const Seq& s = seqs_[size_t(seq)];
     const int64_t lo = p0 < 0 ? 0 : p0;
     const int64_t hi = p1 < 0 ? kPosMax + 1 : p1;
-    if (lo >= hi) return KVRT_SUCCESS;
     uint32_t first = s.n_tokens;  // first token in the range
-    for (uint32_t t = 0; t < s.n_tokens; ++t) {
-        const int32_t p = pos_[slot(seq, t)];
-        const bool in = p >= lo && p < hi;
-        if (in && first == s.n_tokens) {
-            first = t;
-        } else if (!in && first != s.n_tokens) {
-            return fail(KVRT_ERROR_UNSUPPORTED,
-                        "seq_rm: removing positions [%d, %d) from sequence %d keeps token %u after removed token %u; "
-                        "the paged layout only drops a sequence's tail",
-                        p0, p1, seq, t, first);
+    if (lo < hi) {
+        for (uint32_t t = 0; t < s.n_tokens; ++t) {
+            const int32_t p = pos_[slot(seq, t)];
+            const bool in = p >= lo && p < hi;
+            if (in && first == s.n_tokens) {
+                first = t;
+            } else if (!in && first != s.n_tokens) {
+                return fail(KVRT_ERROR_UNSUPPORTED,
+                            "positions [%d, %d) of sequence %d are not its tail: token %u is kept after token %u; "
+                            "the paged layout only removes or shifts a sequence's tail",
+                            p0, p1, seq, t, first);
+            }
         }
     }
+    *out = first;
+    return KVRT_SUCCESS;
+}
+
+Result BlockPool::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
+    uint32_t first = 0;
+    KVRT_TRY(suffix_start(seq, p0, p1, &first));
     return truncate(seq, first);
 }
 
@@ -601,6 +626,7 @@ Result BlockPool::shift(int32_t seq, int32_t delta, uint32_t from_token, BlockWo
             if (reg_[b]) unregister_tree(b);
             clear_slots(b, view);
         }
+        shifted_[b] = 1;
         const uint32_t j0 = i == first ? from_token & (block_size_ - 1) : 0;
         for (uint32_t j = j0; j < view; ++j) {
             const size_t slot = slot_index(b, j);
@@ -638,6 +664,12 @@ void BlockPool::clear_registry() {
 }
 
 // ---- Queries -------------------------------------------------------------------
+
+uint32_t BlockPool::shared_count() const {
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < n_blocks_; ++b) n += ref_[b] > 1;
+    return n;
+}
 
 uint32_t BlockPool::blocks_needed(int32_t seq, uint32_t n) const {
     if (seq < 0 || uint32_t(seq) >= max_seqs_) return kNone;

@@ -102,6 +102,8 @@ public:
     static constexpr uint32_t none = UINT32_MAX;
     // The parent key of a sequence's first block.
     static constexpr uint64_t root_key = 0x6b7672742d706167ull;
+    // The id of a token whose id is unknown (append only).
+    static constexpr int32_t unknown_token = -1;
 
     BlockPool() = default;
 
@@ -125,7 +127,10 @@ public:
     // position arrays with n > 0, or a negative position is
     // KVRT_ERROR_INVALID_ARGUMENT. On any error the pool is unchanged.
 
-    // Appends `n` tokens (ids and positions) to the end of `seq`. New blocks
+    // Appends `n` tokens (ids and positions) to the end of `seq` (a block
+    // that a shift changed is never registered; see shift()). An id of
+    // unknown_token (-1) stands for a token whose id the caller does not
+    // know; a block holding one is never registered. New blocks
     // come from the free blocks first, then by evicting the least recently
     // released cached block (which unregisters it and its descendants). If
     // the sequence's last block is partly filled and shared, it is first
@@ -164,6 +169,12 @@ public:
     // emptied by this gets salt 0. Allocates nothing.
     Result truncate(int32_t seq, uint32_t keep);
 
+    // truncate(seq, keep) after unregistering (with their descendants) the
+    // blocks of `seq` that hold its tokens from `keep` on: for tokens whose
+    // rows never reached the device, so that no admit maps them. Allocates
+    // nothing.
+    Result forget_tail(int32_t seq, uint32_t keep);
+
     // Drops every token of `seq` (truncate(seq, 0)).
     Result remove(int32_t seq) { return truncate(seq, 0); }
 
@@ -174,6 +185,18 @@ public:
     // KVRT_ERROR_UNSUPPORTED. A reversed range is KVRT_ERROR_INVALID_ARGUMENT.
     Result seq_rm(int32_t seq, int32_t p0, int32_t p1);
 
+    // The first token of `seq` (in token order) whose position is in
+    // [p0, p1) (same bounds as seq_rm), or its length when none is, when
+    // every token from it on is in the range; else KVRT_ERROR_UNSUPPORTED.
+    // A reversed range or a bad seq is KVRT_ERROR_INVALID_ARGUMENT.
+    Result suffix_start(int32_t seq, int32_t p0, int32_t p1, uint32_t* out) const;
+
+    // A shift leaves rows that a fresh prompt would not compute (their keys
+    // were computed at other positions, in another context), so a block it
+    // changes, and any copy of one, is never registered again until it is
+    // reused; neither are the blocks after it in the sequence, since a block
+    // is registered only after its parent.
+    //
     // Adds `delta` to the positions of the tokens of `seq` from token index
     // `from_token` on (context shift); out->slots lists their slots, whose K
     // the device rotates by out->delta. A shifted block that other sequences
@@ -245,6 +268,9 @@ public:
     const int32_t* positions() const { return pos_.data(); }
     const int32_t* token_ids() const { return tok_.data(); }
 
+    // Blocks in more than one block-table entry. O(n_blocks).
+    uint32_t shared_count() const;
+
     // Per-block state; block < n_blocks().
     uint32_t refcount(uint32_t block) const { return ref_[block]; }
     bool registered(uint32_t block) const { return reg_[block] != 0; }
@@ -280,7 +306,8 @@ private:
 
     size_t slot_index(uint32_t block, uint32_t j) const { return (size_t(block) << block_shift_) + j; }
     Result check_seq(const char* op, int32_t seq) const;
-    Result check_tokens(const char* op, uint32_t n, const int32_t* token_ids, const int32_t* positions) const;
+    Result check_tokens(const char* op, uint32_t n, const int32_t* token_ids, const int32_t* positions,
+                        bool unknown_ok) const;
     Result reserve_work(const char* op, Seq& s, size_t table_size, size_t n_slots, size_t n_copies,
                         BlockWork* out);
     uint32_t append_need(const Seq& s, uint32_t n) const;
@@ -318,6 +345,7 @@ private:
     std::vector<int32_t> tok_;           // per slot
     std::vector<uint32_t> ref_;          // per block: table entries pointing at it
     std::vector<uint32_t> fill_;         // per block: leading slots in use
+    std::vector<uint8_t> shifted_;       // per block: holds rows a shift moved (never registered)
     std::vector<uint32_t> free_;         // free blocks (a stack; capacity n_blocks)
     std::vector<uint32_t> scratch_;      // admit's matches (capacity n_blocks)
     // Registry, per block: flag, key, salt, parent, children (an intrusive

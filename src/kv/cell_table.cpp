@@ -681,6 +681,74 @@ int32_t CellTable::seq_pos_max(int32_t seq) const {
     return index_[size_t(seq)].rbegin()->first;
 }
 
+Result CellTable::mirror_seq(int32_t seq, const uint32_t* drop, size_t n_drop, const CellSet* set, size_t n_set) {
+    KVRT_TRY(check_seq("mirror_seq", seq));
+    const uint32_t sq = uint32_t(seq);
+    if ((n_drop && !drop) || (n_set && !set)) return fail(KVRT_ERROR_INTERNAL, "mirror_seq: NULL list");
+    // Pass 1: check against the state after the drops (scratch_ marks the
+    // dropped cells; it is all zero between calls).
+    Result r = KVRT_SUCCESS;
+    size_t marked = 0;
+    for (; marked < n_drop; ++marked) {
+        const uint32_t c = drop[marked];
+        if (c >= capacity_ || pos_[c] < 0 || !has_seq(c, sq) || scratch_[c]) {
+            r = fail(KVRT_ERROR_INTERNAL, "mirror_seq: cell %u cannot drop sequence %d", c, seq);
+            break;
+        }
+        scratch_[c] = 1;
+    }
+    for (size_t i = 0; r == KVRT_SUCCESS && i < n_set; ++i) {
+        const CellSet& e = set[i];
+        const uint32_t c = e.cell;
+        if (c >= capacity_ || e.pos < 0 || scratch_[c] == 2) {
+            r = fail(KVRT_ERROR_INTERNAL, "mirror_seq: cell %u (position %d) cannot be set", c, e.pos);
+            break;
+        }
+        const bool dropped = scratch_[c] == 1;
+        const uint32_t users = pos_[c] < 0 ? 0u : cell_seq_count(c);
+        const bool has = pos_[c] >= 0 && has_seq(c, sq) && !dropped;
+        const bool empty_after = pos_[c] < 0 || (dropped && users == 1);
+        if ((has && users != 1) || (!has && !empty_after && pos_[c] != e.pos)) {
+            r = fail(KVRT_ERROR_INTERNAL, "mirror_seq: cell %u (position %d) cannot take position %d of sequence %d",
+                     c, pos_[c], e.pos, seq);
+            break;
+        }
+        scratch_[c] = 2;
+    }
+    for (size_t i = 0; i < marked; ++i) scratch_[drop[i]] = 0;
+    for (size_t i = 0; i < n_set && set[i].cell < capacity_; ++i) scratch_[set[i].cell] = 0;
+    KVRT_TRY(r);
+    // Pass 2: apply.
+    for (size_t i = 0; i < n_drop; ++i) {
+        const uint32_t c = drop[i];
+        cell_words(c)[sq >> 6] &= ~(uint64_t(1) << (sq & 63));
+        mark_changed(c);
+        index_remove(sq, pos_[c]);
+        if (cell_seq_count(c) == 0) free_cell(c);
+    }
+    for (size_t i = 0; i < n_set; ++i) {
+        const CellSet& e = set[i];
+        const uint32_t c = e.cell;
+        if (pos_[c] >= 0 && has_seq(c, sq)) {
+            if (pos_[c] != e.pos) set_cell_pos(c, e.pos);
+            set_delta(c, e.delta);
+            continue;
+        }
+        if (pos_[c] < 0) {
+            pos_[c] = e.pos;
+            set_delta(c, e.delta);
+            epoch_[c] = ++last_epoch_;
+            ++used_;
+            used_end_ = std::max(used_end_, c + 1);
+        }
+        cell_words(c)[sq >> 6] |= uint64_t(1) << (sq & 63);
+        index_add(sq, e.pos);
+        mark_changed(c);
+    }
+    touch();
+    return KVRT_SUCCESS;
+}
+
 uint32_t CellTable::seq_cell_count(int32_t seq) const {
     if (seq < 0 || uint32_t(seq) >= max_seqs_) return 0;
     return seq_cells_[size_t(seq)];

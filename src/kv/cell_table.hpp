@@ -51,6 +51,14 @@ struct CellMove {
     uint32_t dst_cell = 0;
 };
 
+// One cell of a sequence in CellTable::mirror_seq: the cell, its position
+// and its pending shift.
+struct CellSet {
+    uint32_t cell = 0;
+    int32_t pos = 0;
+    int32_t delta = 0;
+};
+
 // Per-sequence ordered index: position -> number of the sequence's cells at that
 // position (seq_div can merge several cells onto one position).
 using SeqIndex = std::map<int32_t, uint32_t>;
@@ -219,6 +227,24 @@ public:
 
     // Empties every cell and resets the head. Never fails.
     void clear();
+
+    // ---- Edits of a block-table layout -----------------------------------------
+
+    // Makes sure the next mirror_seq() adding or moving up to `n` cells of a
+    // sequence allocates nothing. KVRT_ERROR_OUT_OF_HOST_MEMORY.
+    Result reserve(size_t n) { return reserve_nodes(n); }
+
+    // The paged layout's edit of what sequence `seq` sees, computed from its
+    // block table: first removes `seq` from each cell of drop[0..n_drop)
+    // (a cell no sequence uses any more becomes empty); then for each entry
+    // of set[0..n_set): a cell that `seq` still uses (and no other sequence
+    // does) moves to the entry's position and pending shift; otherwise `seq`
+    // joins the cell, which must be empty (it takes the position and shift)
+    // or hold the entry's position. Checks everything first and returns
+    // KVRT_ERROR_INTERNAL (changing nothing) when the edit does not fit the
+    // table, KVRT_ERROR_INVALID_ARGUMENT for a bad seq. Allocates nothing when
+    // reserve(n_set) succeeded before.
+    Result mirror_seq(int32_t seq, const uint32_t* drop, size_t n_drop, const CellSet* set, size_t n_set);
 
     // ---- Pending shifts --------------------------------------------------------
 

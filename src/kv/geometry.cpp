@@ -225,11 +225,12 @@ Result static_regions(const char* what, const kvrt_static_layout_desc& d, uint32
 }  // namespace
 
 Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_binding, CacheGeometry* out) {
-    const void* found[3] = {};
+    const void* found[4] = {};
     KVRT_TRY(check_struct("desc", desc, KVRT_STRUCT_TYPE_CACHE_DESC,
                           {KVRT_STRUCT_TYPE_ROPE_DESC, KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC,
-                           KVRT_STRUCT_TYPE_STATIC_SCALES_DESC},
+                           KVRT_STRUCT_TYPE_STATIC_SCALES_DESC, KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC},
                           found));
+    const auto* paged_desc = static_cast<const kvrt_paged_layout_desc*>(found[3]);
     const kvrt_cache_desc& d = *desc;
     struct {
         const kvrt_rope_desc* rope;
@@ -239,9 +240,20 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
             static_cast<const kvrt_static_scales_desc*>(found[2])};
     // Enum fields as the caller stored them: checked before they are read as enums.
     const int32_t layout = raw_enum(d.layout);
-    if (layout != KVRT_LAYOUT_DEFAULT && layout != KVRT_LAYOUT_CELLS && layout != KVRT_LAYOUT_STATIC)
+    if (layout != KVRT_LAYOUT_DEFAULT && layout != KVRT_LAYOUT_CELLS && layout != KVRT_LAYOUT_STATIC &&
+        layout != KVRT_LAYOUT_PAGED)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->layout %d is not a kvrt_layout", static_cast<int>(layout));
     const bool is_static = layout == KVRT_LAYOUT_STATIC;
+    const bool is_paged = layout == KVRT_LAYOUT_PAGED;
+    if (!is_paged && paged_desc)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "a kvrt_paged_layout_desc is chained but the layout is not paged");
+    const uint32_t block_size = paged_desc && paged_desc->block_size ? paged_desc->block_size : 16;
+    if (is_paged && block_size != 16 && block_size != 32 && block_size != 64)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_paged_layout_desc.block_size %u is not 16, 32 or 64",
+                    block_size);
+    if (is_paged && d.capacity % block_size != 0)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "the paged layout's capacity %u is not a multiple of its block size %u", d.capacity, block_size);
     if (is_static && !chain.layout)
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
                     "KVRT_LAYOUT_STATIC needs a kvrt_static_layout_desc (seq_len, reserve) in kvrt_cache_desc.next");
@@ -265,7 +277,8 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     if (max_binding < 4096) return fail(KVRT_ERROR_INVALID_ARGUMENT, "binding limit below 4096 bytes");
 
     CacheGeometry g;
-    g.layout = is_static ? KVRT_LAYOUT_STATIC : KVRT_LAYOUT_CELLS;
+    g.layout = is_static ? KVRT_LAYOUT_STATIC : is_paged ? KVRT_LAYOUT_PAGED : KVRT_LAYOUT_CELLS;
+    g.block_size = is_paged ? block_size : 0;
     g.n_layers = d.n_layers;
     g.n_heads = d.n_heads;
     g.n_kv_heads = d.n_kv_heads;

@@ -118,6 +118,7 @@ struct CacheGeometry {
     uint64_t device_bytes = 0;     // what the cache allocates: K, V and the mirror
     uint64_t max_binding = 0;
     kvrt_layout layout = KVRT_LAYOUT_CELLS;
+    uint32_t block_size = 0;       // paged layout: tokens per block (else 0)
     // The chained kvrt_rope_desc (or the defaults), with n_rot resolved and
     // `next` cleared.
     kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;

@@ -8,7 +8,7 @@ Checks: the archive holds AndroidManifest.xml and classes.jar;
 prefab/prefab.json has schema_version 2, name "kvrt", a dotted numeric version
 equal to include/kvrt/kvrt_version.h's, and a dependencies list; the module
 kvrt has a module.json (export_libraries a list, library_name "libkvrt" if
-given) and the six public headers, identical to include/kvrt; each
+given) and the seven public headers, identical to include/kvrt; each
 libs/android.ABI directory has an abi.json (abi equal to the directory's ABI,
 api an integer >= 24, ndk an integer, stl one of c++_static, c++_shared,
 none, system, static false) and libkvrt.so, an ELF shared object of the
@@ -26,7 +26,7 @@ import sys
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HEADERS = ["kvrt.h", "kvrt_static.h", "kvrt_state.h", "kvrt_memory.h", "kvrt_vulkan.h", "kvrt_version.h"]
+HEADERS = ["kvrt.h", "kvrt_static.h", "kvrt_paged.h", "kvrt_state.h", "kvrt_memory.h", "kvrt_vulkan.h", "kvrt_version.h"]
 # ABI: (ELF class, e_machine)
 ELF_ABI = {"arm64-v8a": (2, 183), "armeabi-v7a": (1, 40), "x86_64": (2, 62), "x86": (1, 3)}
 STLS = {"c++_static", "c++_shared", "none", "system"}

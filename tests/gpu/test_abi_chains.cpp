@@ -242,6 +242,20 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                         kvrt_cache_destroy(c);
                         return r;
                     }});
+    rows.push_back({"kvrt_cache_create: paged layout desc", KVRT_STRUCT_TYPE_CACHE_DESC, KVRT_STRUCT_TYPE_ROPE_DESC,
+                    [&](const Tamper& t) {
+                        kvrt_paged_layout_desc pl = KVRT_PAGED_LAYOUT_DESC_INIT;
+                        pl.block_size = 32;
+                        kvrt_cache_desc d = cell_desc();
+                        d.capacity = 256;
+                        d.layout = KVRT_LAYOUT_PAGED;
+                        d.next = &pl;
+                        apply(t, &d, &pl);  // behind the paged layout desc
+                        kvrt_cache c = nullptr;
+                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, &c));
+                        kvrt_cache_destroy(c);
+                        return r;
+                    }});
     rows.push_back({"kvrt_cache_estimate_size: desc (scales chained)", KVRT_STRUCT_TYPE_CACHE_DESC,
                     KVRT_STRUCT_TYPE_ROPE_DESC, [&](const Tamper& t) {
                         const float scale = 0.5f;
@@ -378,6 +392,21 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                         return outcome(kvrt_cache_get_static_stats(static_cache, -1, &st));
                     }});
 
+    // The paged layout's output struct.
+    kvrt_cache paged_cache = nullptr;
+    {
+        kvrt_cache_desc d = cell_desc();
+        d.capacity = 64;
+        d.layout = KVRT_LAYOUT_PAGED;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &paged_cache));
+    }
+    rows.push_back({"kvrt_cache_paged_get_stats: out", KVRT_STRUCT_TYPE_PAGED_STATS, KVRT_STRUCT_TYPE_UNDEFINED,
+                    [&](const Tamper& t) {
+                        kvrt_paged_stats st = KVRT_PAGED_STATS_INIT;
+                        apply(t, &st);
+                        return outcome(kvrt_cache_paged_get_stats(paged_cache, &st));
+                    }});
+
     // The fixed-capacity memory.
     const Geometry g = shape(2, 2, 16, 8, 8, 2, 0, true);
     enum class DescArg { Desc, Keys, Values };
@@ -466,6 +495,7 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
 
     for (const Row& row : rows) check_row(row);
     kvrt_cache_destroy(static_cache);
+    kvrt_cache_destroy(paged_cache);
     kvrt_cache_destroy(cache);
 }
 

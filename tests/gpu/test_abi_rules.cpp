@@ -159,6 +159,19 @@ TEST_CASE("output structs keep the caller's type and next, and nothing after the
         kvrt_cache_destroy(c);
     }
     {
+        kvrt_cache_desc d = cell_desc(64);
+        d.layout = KVRT_LAYOUT_PAGED;
+        kvrt_cache c = nullptr;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
+        store(c, 0, 0, 3);
+        Guarded<kvrt_paged_stats> st(kvrt_paged_stats KVRT_PAGED_STATS_INIT);
+        KVRT_REQUIRE_OK(kvrt_cache_paged_get_stats(c, &st.value));
+        check_kept(st, KVRT_STRUCT_TYPE_PAGED_STATS, "kvrt_cache_paged_get_stats");
+        CHECK(st.value.used_blocks == 1);
+        CHECK(st.value.n_blocks == 4);
+        kvrt_cache_destroy(c);
+    }
+    {
         const MemoryDesc d(shape(1, 2, 16, 8, 8, 1));
         for (const kvrt_context c : {ctx.get(), static_cast<kvrt_context>(nullptr)}) {
             Guarded<kvrt_memory_estimate> g(kvrt_memory_estimate KVRT_MEMORY_ESTIMATE_INIT);

@@ -378,6 +378,7 @@ struct Model {
     struct Block {
         bool alive = true;
         bool registered = false;
+        bool shifted = false;  // holds rows a shift moved: never registered
         uint64_t salt = 0;
         std::vector<TP> key;  // the registered prefix
         uint32_t phys = kNone;
@@ -454,6 +455,7 @@ struct Model {
         std::pair<uint64_t, std::vector<TP>> k(s.salt, {s.toks.begin(), s.toks.begin() + ptrdiff_t((i + 1) * B)});
         if (registry.count(k) != 0) return;
         Block& b = blocks[size_t(s.blocks[i])];
+        if (b.shifted) return;
         b.registered = true;
         b.salt = s.salt;
         b.key = k.second;
@@ -473,6 +475,7 @@ struct Model {
             const int last = s.blocks.back();
             if (refcount(last) > 1) {
                 const int c = alloc();
+                blocks[size_t(c)].shifted = blocks[size_t(last)].shifted;
                 s.blocks.back() = c;
                 copies.emplace_back(last, c);
             } else if (blocks[size_t(last)].registered) {
@@ -533,8 +536,10 @@ struct Model {
                 const int c = alloc();
                 s.blocks[i] = c;
                 copies.emplace_back(b, c);
-            } else if (blocks[size_t(b)].registered) {
-                unregister(b);
+                blocks[size_t(c)].shifted = true;
+            } else {
+                if (blocks[size_t(b)].registered) unregister(b);
+                blocks[size_t(b)].shifted = true;
             }
         }
         for (size_t t = from; t < s.toks.size(); ++t) s.toks[t].second += delta;

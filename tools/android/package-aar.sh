@@ -94,7 +94,7 @@ cat > "$module/module.json" <<EOF
   "android": {}
 }
 EOF
-for h in kvrt.h kvrt_static.h kvrt_state.h kvrt_memory.h kvrt_vulkan.h kvrt_version.h; do
+for h in kvrt.h kvrt_static.h kvrt_paged.h kvrt_state.h kvrt_memory.h kvrt_vulkan.h kvrt_version.h; do
   cp "$root/include/kvrt/$h" "$module/include/kvrt/$h"
 done
 

@@ -59,6 +59,8 @@ pub const KVRT_STRUCT_TYPE_MEMORY_BATCH: kvrt_struct_type = 21;
 pub const KVRT_STRUCT_TYPE_MEMORY_INIT: kvrt_struct_type = 22;
 pub const KVRT_STRUCT_TYPE_MEMORY_ESTIMATE: kvrt_struct_type = 23;
 pub const KVRT_STRUCT_TYPE_BATCH_TREE: kvrt_struct_type = 24;
+pub const KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC: kvrt_struct_type = 25;
+pub const KVRT_STRUCT_TYPE_PAGED_STATS: kvrt_struct_type = 26;
 pub const KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC: kvrt_struct_type = 100;
 pub const KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC: kvrt_struct_type = 101;
 pub const KVRT_STRUCT_TYPE_VULKAN_COMPLETION: kvrt_struct_type = 102;
@@ -574,6 +576,7 @@ pub type kvrt_cache = *mut kvrt_cache_T;
 pub const KVRT_LAYOUT_DEFAULT: kvrt_layout = 0;
 pub const KVRT_LAYOUT_CELLS: kvrt_layout = 1;
 pub const KVRT_LAYOUT_STATIC: kvrt_layout = 2;
+pub const KVRT_LAYOUT_PAGED: kvrt_layout = 3;
 pub const KVRT_LAYOUT_MAX_ENUM: kvrt_layout = 2147483647;
 pub type kvrt_layout = ::core::ffi::c_uint;
 pub const KVRT_ROPE_NORMAL: kvrt_rope_mode = 0;
@@ -1391,6 +1394,130 @@ unsafe extern "C" {
         dst: kvrt_cache,
         dst_seq: i32,
         out_count: *mut u32,
+    ) -> kvrt_result;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvrt_paged_layout_desc {
+    pub type_: kvrt_struct_type,
+    pub next: *const ::core::ffi::c_void,
+    pub block_size: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of kvrt_paged_layout_desc",
+    ][::core::mem::size_of::<kvrt_paged_layout_desc>() - 24usize];
+    [
+        "Alignment of kvrt_paged_layout_desc",
+    ][::core::mem::align_of::<kvrt_paged_layout_desc>() - 8usize];
+    [
+        "Offset of field: kvrt_paged_layout_desc::type_",
+    ][::core::mem::offset_of!(kvrt_paged_layout_desc, type_) - 0usize];
+    [
+        "Offset of field: kvrt_paged_layout_desc::next",
+    ][::core::mem::offset_of!(kvrt_paged_layout_desc, next) - 8usize];
+    [
+        "Offset of field: kvrt_paged_layout_desc::block_size",
+    ][::core::mem::offset_of!(kvrt_paged_layout_desc, block_size) - 16usize];
+};
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvrt_paged_stats {
+    pub type_: kvrt_struct_type,
+    pub next: *const ::core::ffi::c_void,
+    pub block_size: u32,
+    pub n_blocks: u32,
+    pub free_blocks: u32,
+    pub cached_blocks: u32,
+    pub used_blocks: u32,
+    pub registered_blocks: u32,
+    pub shared_blocks: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of kvrt_paged_stats"][::core::mem::size_of::<kvrt_paged_stats>() - 48usize];
+    [
+        "Alignment of kvrt_paged_stats",
+    ][::core::mem::align_of::<kvrt_paged_stats>() - 8usize];
+    [
+        "Offset of field: kvrt_paged_stats::type_",
+    ][::core::mem::offset_of!(kvrt_paged_stats, type_) - 0usize];
+    [
+        "Offset of field: kvrt_paged_stats::next",
+    ][::core::mem::offset_of!(kvrt_paged_stats, next) - 8usize];
+    [
+        "Offset of field: kvrt_paged_stats::block_size",
+    ][::core::mem::offset_of!(kvrt_paged_stats, block_size) - 16usize];
+    [
+        "Offset of field: kvrt_paged_stats::n_blocks",
+    ][::core::mem::offset_of!(kvrt_paged_stats, n_blocks) - 20usize];
+    [
+        "Offset of field: kvrt_paged_stats::free_blocks",
+    ][::core::mem::offset_of!(kvrt_paged_stats, free_blocks) - 24usize];
+    [
+        "Offset of field: kvrt_paged_stats::cached_blocks",
+    ][::core::mem::offset_of!(kvrt_paged_stats, cached_blocks) - 28usize];
+    [
+        "Offset of field: kvrt_paged_stats::used_blocks",
+    ][::core::mem::offset_of!(kvrt_paged_stats, used_blocks) - 32usize];
+    [
+        "Offset of field: kvrt_paged_stats::registered_blocks",
+    ][::core::mem::offset_of!(kvrt_paged_stats, registered_blocks) - 36usize];
+    [
+        "Offset of field: kvrt_paged_stats::shared_blocks",
+    ][::core::mem::offset_of!(kvrt_paged_stats, shared_blocks) - 40usize];
+};
+unsafe extern "C" {
+    pub fn kvrt_cache_paged_admit(
+        cache: kvrt_cache,
+        seq: i32,
+        n_tokens: u32,
+        token_ids: *const i32,
+        positions: *const i32,
+        salt: u64,
+        out_n_cached: *mut u32,
+        out_cells: *mut u32,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_paged_append(
+        cache: kvrt_cache,
+        stream: kvrt_stream,
+        seq: i32,
+        n_tokens: u32,
+        token_ids: *const i32,
+        positions: *const i32,
+        out_cells: *mut u32,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_paged_fork(cache: kvrt_cache, src: i32, dst: i32) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_paged_set_sharing(
+        cache: kvrt_cache,
+        seq: i32,
+        enabled: u32,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_paged_clear_registry(cache: kvrt_cache) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_paged_get_cells(
+        cache: kvrt_cache,
+        seq: i32,
+        first: u32,
+        max_cells: u32,
+        out_cells: *mut u32,
+        out_n_tokens: *mut u32,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_paged_get_stats(
+        cache: kvrt_cache,
+        out: *mut kvrt_paged_stats,
     ) -> kvrt_result;
 }
 unsafe extern "C" {

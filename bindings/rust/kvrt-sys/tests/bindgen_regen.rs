@@ -1,4 +1,4 @@
-//! Regenerates the bindings from kvrt.h (with kvrt_static.h and kvrt_state.h,
+//! Regenerates the bindings from kvrt.h (with kvrt_static.h, kvrt_paged.h and kvrt_state.h,
 //! which it includes) and kvrt_memory.h with bindgen and checks that they
 //! equal the committed `src/bindings.rs` and `src/memory_bindings.rs`. Run with `KVRT_SYS_UPDATE_BINDINGS=1` to
 //! rewrite the committed file after an intended header change.
@@ -104,7 +104,7 @@ fn committed_bindings_match_headers() {
     check(
         "bindings.rs",
         &generate(
-            r".*/kvrt/kvrt(_version|_static|_state)?\.h",
+            r".*/kvrt/kvrt(_version|_static|_paged|_state)?\.h",
             None,
             "include/kvrt/kvrt.h",
         ),
@@ -113,7 +113,7 @@ fn committed_bindings_match_headers() {
         "memory_bindings.rs",
         &generate(
             r".*/kvrt/kvrt_memory\.h",
-            Some(r".*/kvrt/kvrt(_version|_static|_state)?\.h"),
+            Some(r".*/kvrt/kvrt(_version|_static|_paged|_state)?\.h"),
             "include/kvrt/kvrt_memory.h",
         ),
     );
