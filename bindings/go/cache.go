@@ -16,6 +16,7 @@ const (
 	LayoutDefault Layout = C.KVRT_LAYOUT_DEFAULT // LayoutCells
 	LayoutCells   Layout = C.KVRT_LAYOUT_CELLS   // any cell holds any token of any sequences
 	LayoutStatic  Layout = C.KVRT_LAYOUT_STATIC  // padded per-sequence windows of NPU/DSP graphs
+	LayoutPaged   Layout = C.KVRT_LAYOUT_PAGED   // block tables, prefix sharing, copy-on-write (see Cache.PagedAdmit)
 )
 
 // RoPEMode is the pairing of rotated dimensions (kvrt_rope_mode).
@@ -48,6 +49,26 @@ type StaticLayout struct {
 	Reserve float64 // R >= 1: rows reserved per window, as a multiple of S-1; 0 = 2
 }
 
+// PagedLayout gives the block size of a LayoutPaged cache
+// (kvrt_paged_layout_desc); without it the block size is 16.
+//
+// The paged layout (kvrt/kvrt_paged.h) makes the cells a pool of blocks of
+// BlockSize tokens: block b is cells b*BlockSize .. b*BlockSize+BlockSize-1
+// of every layer, so Write, Read, ReadRaw and Attention take cells as in the
+// cell layout. Each sequence has a block table. Full blocks of a sequence
+// with sharing on are registered under their exact token ids, positions and
+// salt, and Cache.PagedAdmit maps them into a new sequence whose prompt
+// starts with the same tokens (prefix sharing). Cache.PagedFork shares every
+// block; the first append into a shared, partly filled block copies it
+// (copy-on-write), so a sequence's cells hold only until its next append or
+// shift. Store and Place work too (ids unknown: their blocks are never
+// registered). SeqDiv, ContextShift, DiscardForReevaluation, token trees
+// and SeqTransfer fail with an error matching ErrUnsupported, as the Paged*
+// methods do on caches of other layouts.
+type PagedLayout struct {
+	BlockSize uint32 // tokens per block: 16, 32 or 64; 0 = 16
+}
+
 // StaticScales are the quantization of static-scale K/V types
 // (kvrt_static_scales_desc): value = scale * (q - zero point). Each slice has
 // 1 entry (all layers) or Layers entries; K ones when TypeK is static-scale,
@@ -68,11 +89,13 @@ type CacheOptions struct {
 	KVHeads  uint32
 	HeadDimK uint32
 	HeadDimV uint32 // 0 = HeadDimK
-	Capacity uint32 // cells (tokens); 0 with LayoutStatic
+	Capacity uint32 // cells (tokens); 0 with LayoutStatic, a multiple of the block size with LayoutPaged
 	MaxSeqs  uint32 // sequence ids are 0..MaxSeqs-1; 0 = 64 (1 with LayoutStatic)
 	TypeK    Type   // stored type of K; 0 = TypeF16
 	TypeV    Type   // stored type of V; 0 = TypeF16
-	// Layout of the rows; LayoutDefault becomes LayoutStatic when Static is set.
+	// Layout of the rows; LayoutDefault becomes LayoutStatic when Static is
+	// set and LayoutPaged when Paged is set. Static or Paged with another
+	// layout, or both at once, is refused.
 	Layout Layout
 	// LayerWindows is the sliding window of each layer (Layers entries, 0 =
 	// full attention), or nil for none.
@@ -83,6 +106,7 @@ type CacheOptions struct {
 	DeferredRoPE bool
 	RoPE         *RoPE         // nil: normal mode, defaults
 	Static       *StaticLayout // the static layout's sizes
+	Paged        *PagedLayout  // the paged layout's block size; nil = 16
 	Scales       *StaticScales // scales of static-scale types
 }
 
@@ -108,6 +132,8 @@ func (o *CacheOptions) cacheDesc(p *runtime.Pinner) (d *C.kvrt_cache_desc, free 
 	d.layout = C.kvrt_layout(o.Layout)
 	if o.Layout == LayoutDefault && o.Static != nil {
 		d.layout = C.KVRT_LAYOUT_STATIC
+	} else if o.Layout == LayoutDefault && o.Paged != nil {
+		d.layout = C.KVRT_LAYOUT_PAGED
 	}
 	d.layer_windows = (*C.uint32_t)(pinSlice(p, o.LayerWindows))
 	if o.Label != "" {
@@ -140,6 +166,14 @@ func (o *CacheOptions) cacheDesc(p *runtime.Pinner) (d *C.kvrt_cache_desc, free 
 		*c = C.go_static_layout_desc_init()
 		c.seq_len = C.uint32_t(s.SeqLen)
 		c.reserve = C.double(s.Reserve)
+		p.Pin(c)
+		*next = unsafe.Pointer(c)
+		next = &c.next
+	}
+	if g := o.Paged; g != nil {
+		c := new(C.kvrt_paged_layout_desc)
+		*c = C.go_paged_layout_desc_init()
+		c.block_size = C.uint32_t(g.BlockSize)
 		p.Pin(c)
 		*next = unsafe.Pointer(c)
 		next = &c.next

@@ -30,6 +30,11 @@ extern "C" {
  *   kvrt_cache_paged_admit (a new sequence's prompt), kvrt_cache_paged_append,
  *   or kvrt_cache_store / kvrt_cache_place (each token in exactly one
  *   sequence; appended in batch order, token ids unknown).
+ * - A block is registered as soon as a call places its last token, before
+ *   its rows are written: write the rows of the cells that
+ *   kvrt_cache_paged_admit and kvrt_cache_paged_append return (every layer)
+ *   before the next admit, or another sequence may map rows not yet written.
+ *   kvrt_cache_store writes the rows in the same call.
  * - Prefix sharing: a block filled by a sequence with sharing on is
  *   registered under its exact token ids and positions, the salt of its
  *   sequence and the registered block before it. kvrt_cache_paged_admit maps

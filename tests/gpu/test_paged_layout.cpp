@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -352,5 +353,416 @@ TEST_CASE("paged layout: random schedules keep every sequence's rows and attenti
     REQUIRE(st.free_blocks + st.cached_blocks + st.used_blocks == st.n_blocks);
     kvrt_cache_destroy(paged);
     kvrt_cache_destroy(twin);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+namespace {
+
+// A prompt of n tokens, ids from `seed`, positions 0..n-1.
+struct Prompt {
+    std::vector<int32_t> ids, pos;
+};
+
+Prompt prompt(uint32_t n, int32_t seed) {
+    Prompt p;
+    for (uint32_t i = 0; i < n; ++i) {
+        p.ids.push_back(seed * 1000 + static_cast<int32_t>(i));
+        p.pos.push_back(static_cast<int32_t>(i));
+    }
+    return p;
+}
+
+// Admits `p` into `seq` and writes the uncached rows; returns n_cached.
+uint32_t admit(kvrt_cache c, const Shape& sh, int32_t seq, const Prompt& p) {
+    uint32_t n_cached = 0;
+    std::vector<uint32_t> cells(p.ids.size());
+    KVRT_REQUIRE_OK(kvrt_cache_paged_admit(c, seq, static_cast<uint32_t>(p.ids.size()), p.ids.data(), p.pos.data(), 0,
+                                           &n_cached, cells.data()));
+    write_rows(c, sh, p.ids, p.pos, n_cached, cells.data() + n_cached);
+    return n_cached;
+}
+
+// Everything a failed call must leave as it was.
+struct State {
+    kvrt_paged_stats stats = KVRT_PAGED_STATS_INIT;
+    uint32_t used = 0;
+    std::vector<std::vector<uint32_t>> cells;
+    bool operator==(const State& o) const {
+        return std::memcmp(&stats, &o.stats, sizeof stats) == 0 && used == o.used && cells == o.cells;
+    }
+};
+
+State state_of(kvrt_cache c, uint32_t n_seqs) {
+    State s;
+    KVRT_REQUIRE_OK(kvrt_cache_paged_get_stats(c, &s.stats));
+    kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
+    KVRT_REQUIRE_OK(kvrt_cache_get_info(c, &info));
+    s.used = info.used;
+    for (uint32_t q = 0; q < n_seqs; ++q) s.cells.push_back(paged_cells(c, static_cast<int32_t>(q)));
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("paged layout: attention over shared and copied blocks matches the double reference",
+          "[paged][attention]") {
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
+    Shape sh;
+    sh.heads = 8;
+    kvrt_cache c = make_cache(ctx, sh, true, 512, 4);
+    // Sequence 0: 70 tokens. Sequence 1: the same first 64 and its own tail
+    // (maps 4 blocks). Sequence 2: a fork of 1, then 5 tokens of its own
+    // (copy-on-write of 1's partly filled last block).
+    Prompt p0 = prompt(70, 1), p1 = prompt(75, 1);
+    for (size_t i = 64; i < p1.ids.size(); ++i) p1.ids[i] = 9000 + static_cast<int32_t>(i);
+    REQUIRE(admit(c, sh, 0, p0) == 0);
+    REQUIRE(admit(c, sh, 1, p1) == 64);
+    KVRT_REQUIRE_OK(kvrt_cache_paged_fork(c, 1, 2));
+    Prompt tail;
+    for (int32_t i = 0; i < 5; ++i) {
+        tail.ids.push_back(777 + i);
+        tail.pos.push_back(75 + i);
+    }
+    std::vector<uint32_t> cells(5);
+    KVRT_REQUIRE_OK(kvrt_cache_paged_append(c, nullptr, 2, 5, tail.ids.data(), tail.pos.data(), cells.data()));
+    write_rows(c, sh, tail.ids, tail.pos, 0, cells.data());
+    std::vector<Prompt> seqs = {p0, p1, p1};
+    seqs[2].ids.insert(seqs[2].ids.end(), tail.ids.begin(), tail.ids.end());
+    seqs[2].pos.insert(seqs[2].pos.end(), tail.pos.begin(), tail.pos.end());
+    REQUIRE(paged_cells(c, 2).size() == 80);
+    // One query per sequence at its next position, and two earlier ones of
+    // sequence 2 (causal: they see part of it).
+    const std::vector<int32_t> qseq = {0, 1, 2, 2, 2}, qpos = {70, 75, 80, 66, 10};
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> q(qseq.size() * sh.heads * sh.dk);
+    for (float& x : q) x = nd(rng);
+    // The reference: every (sequence, token) a cell of its own, with the f16
+    // values the cache stores.
+    std::vector<kvrt::ref::AttnCell> rc;
+    std::vector<float> k_all, v_all;
+    for (uint32_t l = 0; l < sh.layers; ++l) {
+        rc.clear();
+        k_all.clear();
+        v_all.clear();
+        for (int32_t s = 0; s < 3; ++s) {
+            const Prompt& p = seqs[static_cast<size_t>(s)];
+            for (size_t t = 0; t < p.ids.size(); ++t) {
+                rc.push_back({p.pos[t], {s}});
+                for (uint32_t h = 0; h < sh.kv_heads; ++h) {
+                    for (uint32_t d = 0; d < sh.dk; ++d)
+                        k_all.push_back(kvrt::ref::f16_to_f32(kvrt::ref::f32_to_f16(value(p.ids[t], p.pos[t], l, h, d, false))));
+                    for (uint32_t d = 0; d < sh.dv; ++d)
+                        v_all.push_back(kvrt::ref::f16_to_f32(kvrt::ref::f32_to_f16(value(p.ids[t], p.pos[t], l, h, d, true))));
+                }
+            }
+        }
+        kvrt::ref::AttnParams rp;
+        rp.n_heads = static_cast<int>(sh.heads);
+        rp.n_kv_heads = static_cast<int>(sh.kv_heads);
+        rp.head_dim_k = static_cast<int>(sh.dk);
+        rp.head_dim_v = static_cast<int>(sh.dv);
+        rp.scale = 0.25;
+        std::vector<kvrt::ref::AttnQuery> qs;
+        for (size_t i = 0; i < qseq.size(); ++i) qs.push_back({qpos[i], qseq[i]});
+        const std::vector<double> want = kvrt::ref::attention(rp, q.data(), qs, k_all.data(), v_all.data(), rc);
+        const std::vector<float> got = attend(c, sh, l, qseq, qpos, q);
+        const double e = kvrt::ref::nmse(got, want);
+        INFO("layer " << l << " nmse " << e);
+        REQUIRE(e <= 1e-6);
+    }
+    kvrt_cache_destroy(c);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+TEST_CASE("paged layout: prefix sharing maps only what the same tokens wrote", "[paged]") {
+    GpuContext ctx;
+    Shape sh;
+    kvrt_cache c = make_cache(ctx, sh, true, 256, 6);  // 16 blocks
+    const Prompt p = prompt(50, 2);                     // 3 full blocks and 2 tokens
+    REQUIRE(admit(c, sh, 0, p) == 0);
+    REQUIRE(admit(c, sh, 1, p) == 48);
+    // Another salt, or one token changed in block 1, maps less.
+    {
+        uint32_t n_cached = 1;
+        KVRT_REQUIRE_OK(kvrt_cache_paged_admit(c, 2, 50, p.ids.data(), p.pos.data(), 42, &n_cached, nullptr));
+        CHECK(n_cached == 0);
+        KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 2, -1, -1));
+        Prompt q = p;
+        q.ids[20] += 1;
+        KVRT_REQUIRE_OK(kvrt_cache_paged_admit(c, 2, 50, q.ids.data(), q.pos.data(), 0, &n_cached, nullptr));
+        CHECK(n_cached == 16);
+        KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 2, -1, -1));
+    }
+    // A private sequence neither maps nor registers.
+    KVRT_REQUIRE_OK(kvrt_cache_paged_set_sharing(c, 3, 0));
+    const Prompt secret = prompt(40, 3);
+    REQUIRE(admit(c, sh, 3, secret) == 0);
+    {
+        uint32_t n_cached = 1;
+        KVRT_REQUIRE_OK(kvrt_cache_paged_admit(c, 3 + 1, 40, secret.ids.data(), secret.pos.data(), 0, &n_cached,
+                                               nullptr));
+        CHECK(n_cached == 0);
+        KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 4, -1, -1));
+        KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 3, -1, -1));
+        KVRT_REQUIRE_OK(kvrt_cache_paged_admit(c, 3, 50, p.ids.data(), p.pos.data(), 0, &n_cached, nullptr));
+        CHECK(n_cached == 0);
+        KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 3, -1, -1));
+    }
+    // A shift leaves rows a fresh prompt would not compute: once sequence 0
+    // moved its tokens from 20 on and back, only block 0 stays shareable.
+    KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 1, -1, -1));
+    KVRT_REQUIRE_OK(kvrt_cache_seq_add(c, 0, 20, -1, 3));
+    KVRT_REQUIRE_OK(kvrt_cache_seq_add(c, 0, 23, -1, -3));
+    REQUIRE(admit(c, sh, 1, p) == 16);
+    // Unregistered blocks of removed sequences are free; registered ones are
+    // cached until the registry is cleared.
+    KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, -1, -1, -1));
+    kvrt_paged_stats st = KVRT_PAGED_STATS_INIT;
+    KVRT_REQUIRE_OK(kvrt_cache_paged_get_stats(c, &st));
+    CHECK(st.used_blocks == 0);
+    CHECK(st.cached_blocks >= 1);
+    KVRT_REQUIRE_OK(kvrt_cache_paged_clear_registry(c));
+    KVRT_REQUIRE_OK(kvrt_cache_paged_get_stats(c, &st));
+    CHECK(st.cached_blocks == 0);
+    CHECK(st.free_blocks == 16);
+    REQUIRE(admit(c, sh, 0, p) == 0);
+    kvrt_cache_destroy(c);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+TEST_CASE("paged layout: cached blocks are reused least recently released first, and a full pool changes nothing",
+          "[paged]") {
+    GpuContext ctx;
+    Shape sh;
+    kvrt_cache c = make_cache(ctx, sh, true, 128, 4);  // 8 blocks
+    const Prompt a = prompt(33, 4), b = prompt(33, 5), big = prompt(129, 6);
+    REQUIRE(admit(c, sh, 0, a) == 0);  // 3 blocks, 2 registered
+    REQUIRE(admit(c, sh, 1, b) == 0);
+    // Released tail first: a's block 1, a's block 0, b's block 1, b's block 0.
+    KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 0, -1, -1));
+    KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 1, -1, -1));
+    kvrt_paged_stats st = KVRT_PAGED_STATS_INIT;
+    KVRT_REQUIRE_OK(kvrt_cache_paged_get_stats(c, &st));
+    REQUIRE(st.cached_blocks == 4);
+    REQUIRE(st.free_blocks == 4);
+    // Too big: nothing changes.
+    const State before = state_of(c, 4);
+    uint32_t n_cached = 5;
+    CHECK(kvrt_cache_paged_admit(c, 2, 129, big.ids.data(), big.pos.data(), 0, &n_cached, nullptr) ==
+          KVRT_ERROR_CACHE_FULL);
+    CHECK(n_cached == 0);
+    CHECK(state_of(c, 4) == before);
+    // 5 new blocks: the 4 free ones and the oldest cached one (a's block 1).
+    const Prompt five = prompt(80, 7);
+    REQUIRE(admit(c, sh, 2, five) == 0);
+    KVRT_REQUIRE_OK(kvrt_cache_paged_get_stats(c, &st));
+    CHECK(st.cached_blocks == 3);
+    // b maps its 2 blocks and takes the oldest cached one (a's block 0).
+    REQUIRE(admit(c, sh, 3, b) == 32);
+    // Every block in use: a is gone from the registry, and the pool is full.
+    CHECK(kvrt_cache_paged_admit(c, 0, 33, a.ids.data(), a.pos.data(), 0, &n_cached, nullptr) ==
+          KVRT_ERROR_CACHE_FULL);
+    KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 2, -1, -1));
+    REQUIRE(admit(c, sh, 0, a) == 0);
+    kvrt_cache_destroy(c);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+TEST_CASE("paged layout: a dropped recording cuts the sequence back and never shows unwritten rows", "[paged]") {
+    GpuContext ctx;
+    Shape sh;
+    kvrt_cache c = make_cache(ctx, sh, true, 256, 4);
+    const Prompt p = prompt(40, 8);
+    REQUIRE(admit(c, sh, 0, p) == 0);
+    KVRT_REQUIRE_OK(kvrt_cache_paged_fork(c, 0, 1));
+    const std::vector<uint32_t> before0 = paged_cells(c, 0), before1 = paged_cells(c, 1);
+    {
+        Stream s(ctx);
+        KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+        const int32_t id = 1, pos = 40;
+        uint32_t cell = 0;
+        KVRT_REQUIRE_OK(kvrt_cache_paged_append(c, s, 1, 1, &id, &pos, &cell));
+        REQUIRE(paged_cells(c, 1).size() == 41);
+    }  // destroyed without submitting: the copy-on-write never ran
+    // Sequence 1 is cut to the start of the block it copied; sequence 0 is whole.
+    CHECK(paged_cells(c, 0) == before0);
+    const std::vector<uint32_t> after1 = paged_cells(c, 1);
+    REQUIRE(after1.size() == 32);
+    CHECK(std::equal(after1.begin(), after1.end(), before1.begin()));
+    // A store without a copy is cut back exactly.
+    Prompt more;
+    for (int32_t i = 0; i < 24; ++i) {
+        more.ids.push_back(500 + i);
+        more.pos.push_back(40 + i);
+    }
+    {
+        Stream s(ctx);
+        KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+        std::vector<int32_t> seqs(24, 0);
+        std::vector<float> k, v;
+        token_rows(sh, more.ids, more.pos, &k, &v);
+        kvrt_batch b = make_batch(24, more.pos.data(), seqs.data());
+        kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
+        KVRT_REQUIRE_OK(kvrt_cache_store(c, s, &b, -1, &kr, &vr, nullptr));
+        REQUIRE(paged_cells(c, 0).size() == 64);
+    }
+    CHECK(paged_cells(c, 0) == before0);
+    // Submitted, the same store stays; its tokens' ids are unknown, so block 2
+    // is not registered and a prompt with those ids maps blocks 0 and 1 only.
+    {
+        Stream s(ctx);
+        run_stream(s, [&]() {
+            std::vector<int32_t> seqs(24, 0);
+            std::vector<float> k, v;
+            token_rows(sh, more.ids, more.pos, &k, &v);
+            kvrt_batch b = make_batch(24, more.pos.data(), seqs.data());
+            kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
+            KVRT_REQUIRE_OK(kvrt_cache_store(c, s, &b, -1, &kr, &vr, nullptr));
+        });
+    }
+    CHECK(paged_cells(c, 0).size() == 64);
+    Prompt longer = p;
+    longer.ids.insert(longer.ids.end(), more.ids.begin(), more.ids.end());
+    longer.pos.insert(longer.pos.end(), more.pos.begin(), more.pos.end());
+    uint32_t n_cached = 0;
+    KVRT_REQUIRE_OK(kvrt_cache_paged_admit(c, 2, 64, longer.ids.data(), longer.pos.data(), 0, &n_cached, nullptr));
+    CHECK(n_cached == 32);
+    kvrt_cache_destroy(c);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+TEST_CASE("paged layout: bad input and unsupported operations are refused and change nothing", "[paged][errors]") {
+    GpuContext ctx;
+    Shape sh;
+    // Creation.
+    {
+        kvrt_paged_layout_desc pl = KVRT_PAGED_LAYOUT_DESC_INIT;
+        kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
+        d.n_layers = 1;
+        d.n_heads = d.n_kv_heads = 1;
+        d.head_dim_k = 32;
+        d.capacity = 100;
+        d.layout = KVRT_LAYOUT_PAGED;
+        kvrt_cache bad = nullptr;
+        CHECK(kvrt_cache_create(ctx, &d, &bad) == KVRT_ERROR_INVALID_ARGUMENT);  // 100 % 16
+        d.capacity = 128;
+        d.next = &pl;
+        for (uint32_t b : {8u, 24u, 128u}) {
+            pl.block_size = b;
+            CHECK(kvrt_cache_create(ctx, &d, &bad) == KVRT_ERROR_INVALID_ARGUMENT);
+        }
+        pl.block_size = 32;
+        d.layout = KVRT_LAYOUT_CELLS;
+        CHECK(kvrt_cache_create(ctx, &d, &bad) == KVRT_ERROR_INVALID_ARGUMENT);
+        CHECK(bad == nullptr);
+    }
+    // The paged calls on a cell cache.
+    {
+        kvrt_cache cells = make_cache(ctx, sh, false, 64, 2);
+        const Prompt p = prompt(4, 1);
+        uint32_t n = 0;
+        kvrt_paged_stats st = KVRT_PAGED_STATS_INIT;
+        CHECK(kvrt_cache_paged_admit(cells, 0, 4, p.ids.data(), p.pos.data(), 0, &n, nullptr) == KVRT_ERROR_UNSUPPORTED);
+        CHECK(kvrt_cache_paged_append(cells, nullptr, 0, 4, p.ids.data(), p.pos.data(), nullptr) ==
+              KVRT_ERROR_UNSUPPORTED);
+        CHECK(kvrt_cache_paged_fork(cells, 0, 1) == KVRT_ERROR_UNSUPPORTED);
+        CHECK(kvrt_cache_paged_set_sharing(cells, 0, 0) == KVRT_ERROR_UNSUPPORTED);
+        CHECK(kvrt_cache_paged_clear_registry(cells) == KVRT_ERROR_UNSUPPORTED);
+        CHECK(kvrt_cache_paged_get_cells(cells, 0, 0, 0, nullptr, &n) == KVRT_ERROR_UNSUPPORTED);
+        CHECK(kvrt_cache_paged_get_stats(cells, &st) == KVRT_ERROR_UNSUPPORTED);
+        kvrt_cache_destroy(cells);
+    }
+    kvrt_cache c = make_cache(ctx, sh, true, 128, 4);
+    const Prompt p = prompt(40, 1);
+    REQUIRE(admit(c, sh, 0, p) == 0);
+    KVRT_REQUIRE_OK(kvrt_cache_paged_fork(c, 0, 1));
+    const State before = state_of(c, 4);
+    uint32_t n = 0;
+    std::vector<int32_t> bad_ids = p.ids;
+    bad_ids[3] = -5;
+    std::vector<int32_t> bad_pos = p.pos;
+    bad_pos[7] = -1;
+    const int32_t two[2] = {0, 1};
+    const uint32_t counts[1] = {2};
+    const int32_t pos0 = 100;
+    kvrt_batch shared_token = make_batch(1, &pos0, two, counts);
+    std::vector<float> rows(size_t{sh.layers} * sh.kv_heads * sh.dk, 0.0f);
+    const kvrt_tensor_ref t = host_tensor(rows.data());
+    int32_t n_past = 0;
+    struct Case {
+        const char* what;
+        kvrt_result want;
+        std::function<kvrt_result()> call;
+    };
+    const std::vector<Case> cases = {
+        {"admit into a sequence in use", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_admit(c, 0, 40, p.ids.data(), p.pos.data(), 0, &n, nullptr); }},
+        {"admit out of range", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_admit(c, 4, 40, p.ids.data(), p.pos.data(), 0, &n, nullptr); }},
+        {"admit without out_n_cached", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_admit(c, 2, 40, p.ids.data(), p.pos.data(), 0, nullptr, nullptr); }},
+        {"admit a negative id", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_admit(c, 2, 40, bad_ids.data(), p.pos.data(), 0, &n, nullptr); }},
+        {"admit a negative position", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_admit(c, 2, 40, p.ids.data(), bad_pos.data(), 0, &n, nullptr); }},
+        {"admit NULL ids", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_admit(c, 2, 40, nullptr, p.pos.data(), 0, &n, nullptr); }},
+        {"admit more than the pool", KVRT_ERROR_CACHE_FULL,
+         [&] {
+             const Prompt big = prompt(120, 9);
+             return kvrt_cache_paged_admit(c, 2, 120, big.ids.data(), big.pos.data(), 0, &n, nullptr);
+         }},
+        {"append NULL positions", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_append(c, nullptr, 0, 3, p.ids.data(), nullptr, nullptr); }},
+        {"append a negative id", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_append(c, nullptr, 0, 5, bad_ids.data(), p.pos.data(), nullptr); }},
+        {"append out of range", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_append(c, nullptr, -1, 1, p.ids.data(), p.pos.data(), nullptr); }},
+        {"append more than the pool", KVRT_ERROR_CACHE_FULL,
+         [&] {
+             const Prompt big = prompt(100, 9);
+             return kvrt_cache_paged_append(c, nullptr, 1, 100, big.ids.data(), big.pos.data(), nullptr);
+         }},
+        {"fork into itself", KVRT_ERROR_INVALID_ARGUMENT, [&] { return kvrt_cache_paged_fork(c, 0, 0); }},
+        {"fork into a sequence in use", KVRT_ERROR_INVALID_ARGUMENT, [&] { return kvrt_cache_paged_fork(c, 0, 1); }},
+        {"fork out of range", KVRT_ERROR_INVALID_ARGUMENT, [&] { return kvrt_cache_paged_fork(c, 0, 9); }},
+        {"sharing out of range", KVRT_ERROR_INVALID_ARGUMENT, [&] { return kvrt_cache_paged_set_sharing(c, 4, 1); }},
+        {"cells out of range", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_get_cells(c, 4, 0, 0, nullptr, &n); }},
+        {"cells into NULL", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_paged_get_cells(c, 0, 0, 4, nullptr, &n); }},
+        {"a token of two sequences", KVRT_ERROR_INVALID_ARGUMENT,
+         [&] { return kvrt_cache_store(c, nullptr, &shared_token, -1, &t, &t, nullptr); }},
+        {"removing the middle", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_seq_rm(c, 0, 10, 20); }},
+        {"removing the middle of all", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_seq_rm(c, -1, 0, 5); }},
+        {"shifting the middle", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_seq_add(c, 0, 10, 20, 2); }},
+        {"shifting below 0", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_seq_add(c, 0, 5, -1, -6); }},
+        {"copying part of a sequence", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_seq_cp(c, 0, 2, 0, 10); }},
+        {"copying into a sequence in use", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_seq_cp(c, 0, 1, -1, -1); }},
+        {"seq_div", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_seq_div(c, 0, 0, -1, 2); }},
+        {"context shift", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_context_shift(c, 0, 4, 8, &n_past); }},
+        {"state save", KVRT_ERROR_UNSUPPORTED,
+         [&] {
+             uint64_t size = 0;
+             return kvrt_cache_state_save(c, 0, nullptr, &size);
+         }},
+        {"reversed range", KVRT_ERROR_INVALID_ARGUMENT, [&] { return kvrt_cache_seq_rm(c, 0, 20, 10); }},
+    };
+    for (const Case& k : cases) {
+        INFO(k.what);
+        CHECK(k.call() == k.want);
+        CHECK(std::strlen(kvrt_last_error_message()) > 0);
+        CHECK(state_of(c, 4) == before);
+    }
+    // A whole-sequence copy into an empty sequence is a fork.
+    KVRT_REQUIRE_OK(kvrt_cache_seq_cp(c, 0, 2, -1, -1));
+    CHECK(paged_cells(c, 2) == paged_cells(c, 0));
+    // Compaction moves nothing.
+    uint32_t moved = 9;
+    KVRT_REQUIRE_OK(kvrt_cache_compact(c, nullptr, 0.0f, 0, &moved));
+    CHECK(moved == 0);
+    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }

@@ -248,6 +248,26 @@ pub const KVRT_STATIC_STATS_INIT: kvrt_static_stats = kvrt_static_stats {
     bytes_moved: 0,
 };
 
+/// The value of `KVRT_PAGED_LAYOUT_DESC_INIT`: `type` set and every field at its default.
+pub const KVRT_PAGED_LAYOUT_DESC_INIT: kvrt_paged_layout_desc = kvrt_paged_layout_desc {
+    type_: KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC,
+    next: core::ptr::null(),
+    block_size: 0,
+};
+
+/// The value of `KVRT_PAGED_STATS_INIT`: `type` set and every field at its default.
+pub const KVRT_PAGED_STATS_INIT: kvrt_paged_stats = kvrt_paged_stats {
+    type_: KVRT_STRUCT_TYPE_PAGED_STATS,
+    next: core::ptr::null(),
+    block_size: 0,
+    n_blocks: 0,
+    free_blocks: 0,
+    cached_blocks: 0,
+    used_blocks: 0,
+    registered_blocks: 0,
+    shared_blocks: 0,
+};
+
 /// The value of `KVRT_MEMORY_INIT_INIT`: `type` set and every field at its default.
 pub const KVRT_MEMORY_INIT_INIT: kvrt_memory_init = kvrt_memory_init {
     type_: KVRT_STRUCT_TYPE_MEMORY_INIT,

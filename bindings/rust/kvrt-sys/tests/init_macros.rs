@@ -125,6 +125,12 @@ fn init_constants_match_c_macros() {
         "KVRT_STATIC_STATS_INIT",
         kvrt_sys::KVRT_STATIC_STATS_INIT,
     );
+    check(
+        &values,
+        "KVRT_PAGED_LAYOUT_DESC_INIT",
+        kvrt_sys::KVRT_PAGED_LAYOUT_DESC_INIT,
+    );
+    check(&values, "KVRT_PAGED_STATS_INIT", kvrt_sys::KVRT_PAGED_STATS_INIT);
     check(&values, "KVRT_MEMORY_INIT_INIT", kvrt_sys::KVRT_MEMORY_INIT_INIT);
     check(&values, "KVRT_MEMORY_DESC_INIT", kvrt_sys::KVRT_MEMORY_DESC_INIT);
     check(
@@ -137,5 +143,5 @@ fn init_constants_match_c_macros() {
         "KVRT_MEMORY_ESTIMATE_INIT",
         kvrt_sys::KVRT_MEMORY_ESTIMATE_INIT,
     );
-    assert_eq!(values.len(), 24);
+    assert_eq!(values.len(), 26);
 }

@@ -9,6 +9,7 @@ use kvrt_sys as sys;
 use crate::buffer::CacheBuffer;
 use crate::context::{Context, ContextInner};
 use crate::error::{check, Error, Result};
+use crate::paged::PagedLayoutDesc;
 use crate::stream::Recording;
 use crate::tensor::{Batch, OutputRef, TensorRef};
 use crate::types::{len_u32, opt_cstring, opt_ptr, ElementType, KvArray, Layers};
@@ -22,6 +23,18 @@ pub enum Layout {
     /// The static padded layout of NPU/DSP engines; needs
     /// [`CacheDesc::static_layout`].
     Static,
+    /// The paged layout (`kvrt_paged.h`): blocks of 16, 32 or 64 cells
+    /// mapped by per-sequence block tables, with prefix sharing,
+    /// copy-on-write forks and reuse of cached blocks; the block size comes
+    /// from [`CacheDesc::paged_layout`] (16 without it). Tokens come in
+    /// through [`Cache::paged_admit`], [`Cache::paged_append`],
+    /// [`Cache::store`] or [`Cache::place`]; reads, writes and attention
+    /// work as in the cell layout; a [`Cache::seq_add`] must cover a suffix
+    /// of the sequence and waits for the device. [`Cache::seq_div`],
+    /// [`Cache::context_shift`], [`Cache::discard_for_reevaluation`], token
+    /// trees and transfers fail with
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    Paged,
 }
 
 /// The RoPE mode (`kvrt_rope_mode`).
@@ -102,7 +115,8 @@ pub struct CacheDesc {
     pub head_dim_k: u32,
     /// V head dimension; 0 = head_dim_k.
     pub head_dim_v: u32,
-    /// Cells (tokens); 0 with the static layout.
+    /// Cells (tokens); 0 with the static layout, a multiple of the block
+    /// size with the paged layout.
     pub capacity: u32,
     /// Sequence ids are 0..max_seqs-1; 0 = 64 (1 with the static layout).
     pub max_seqs: u32,
@@ -124,6 +138,9 @@ pub struct CacheDesc {
     pub static_layout: Option<StaticLayoutDesc>,
     /// Scales of static-scale types.
     pub static_scales: Option<StaticScales>,
+    /// The paged layout's block size (with [`Layout::Paged`]; without it,
+    /// 16).
+    pub paged_layout: Option<PagedLayoutDesc>,
 }
 
 impl Default for CacheDesc {
@@ -146,6 +163,7 @@ impl Default for CacheDesc {
             rope: None,
             static_layout: None,
             static_scales: None,
+            paged_layout: None,
         }
     }
 }
@@ -209,6 +227,7 @@ impl CacheDesc {
         desc.layout = match self.layout {
             Layout::Cells => sys::KVRT_LAYOUT_CELLS,
             Layout::Static => sys::KVRT_LAYOUT_STATIC,
+            Layout::Paged => sys::KVRT_LAYOUT_PAGED,
         };
         desc.layer_windows = self.layer_windows.as_ref().map_or(ptr::null(), |w| w.as_ptr());
         desc.label = opt_ptr(&label);
@@ -221,6 +240,7 @@ impl CacheDesc {
         let mut rope = sys::KVRT_ROPE_DESC_INIT;
         let mut layout = sys::KVRT_STATIC_LAYOUT_DESC_INIT;
         let mut scales = sys::KVRT_STATIC_SCALES_DESC_INIT;
+        let mut paged = PagedLayoutDesc::default().raw(ptr::null());
         let mut next: *const std::ffi::c_void = ptr::null();
         if let Some(r) = &self.rope {
             rope.mode = match r.mode {
@@ -276,6 +296,11 @@ impl CacheDesc {
             scales.v_zero_points = z(&s.v_zero_points);
             scales.next = next;
             next = (&scales as *const sys::kvrt_static_scales_desc).cast();
+        }
+        if let Some(p) = &self.paged_layout {
+            paged.block_size = p.block_size;
+            paged.next = next;
+            next = (&paged as *const sys::kvrt_paged_layout_desc).cast();
         }
         desc.next = next;
         Ok(f(&desc))

@@ -1,7 +1,8 @@
 //! Safe Rust API of [kvrt](https://github.com/kvrt/kvrt): a Vulkan compute
 //! runtime that owns an LLM's key/value cache on the GPU and runs its
 //! kernels (store, attention, RoPE shifts, compaction, static windows for
-//! NPU graphs, and an experimental fixed-capacity memory).
+//! NPU graphs, paged block tables with prefix sharing, and an experimental
+//! fixed-capacity memory).
 //!
 //! # Objects and ownership
 //!
@@ -72,6 +73,7 @@ mod cache;
 mod context;
 mod error;
 mod memory;
+mod paged;
 mod stream;
 mod tensor;
 mod types;
@@ -85,6 +87,7 @@ pub use cache::{
 };
 pub use context::{enumerate_devices, Context, ContextBuilder, ContextStats, DeviceInfo, DeviceType};
 pub use error::{Error, Result};
+pub use paged::{Admitted, PagedLayoutDesc, PagedStats};
 pub use stream::{Recording, Stream, StreamDesc, Timing};
 pub use tensor::{Batch, OutputRef, Strides, TensorRef};
 pub use types::{ElementType, KvArray, Layers, LogLevel, Plain};
