@@ -301,6 +301,28 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
             kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
             return out(kvrt_cache_get_static_stats(c, 0, &st));
         }));
+        r.push_back(err("kvrt_cache_paged_admit", what, hnd, N, [c] {
+            const int32_t id = 1, pos = 0;
+            uint32_t n = 0;
+            return out(kvrt_cache_paged_admit(c, 0, 1, &id, &pos, 0, &n, nullptr));
+        }));
+        r.push_back(err("kvrt_cache_paged_append", what, hnd, N, [c] {
+            const int32_t id = 1, pos = 0;
+            return out(kvrt_cache_paged_append(c, nullptr, 0, 1, &id, &pos, nullptr));
+        }));
+        r.push_back(err("kvrt_cache_paged_fork", what, hnd, N, [c] { return out(kvrt_cache_paged_fork(c, 0, 1)); }));
+        r.push_back(err("kvrt_cache_paged_set_sharing", what, hnd, N,
+                        [c] { return out(kvrt_cache_paged_set_sharing(c, 0, 0)); }));
+        r.push_back(err("kvrt_cache_paged_clear_registry", what, hnd, N,
+                        [c] { return out(kvrt_cache_paged_clear_registry(c)); }));
+        r.push_back(err("kvrt_cache_paged_get_cells", what, hnd, N, [c] {
+            uint32_t n = 0;
+            return out(kvrt_cache_paged_get_cells(c, 0, 0, 0, nullptr, &n));
+        }));
+        r.push_back(err("kvrt_cache_paged_get_stats", what, hnd, N, [c] {
+            kvrt_paged_stats st = KVRT_PAGED_STATS_INIT;
+            return out(kvrt_cache_paged_get_stats(c, &st));
+        }));
         r.push_back(err("kvrt_cache_seq_transfer", "src: " + what, hnd, C,
                         [c, &w] { return out(kvrt_cache_seq_transfer(c, 0, w.cache, 3, nullptr)); }));
         r.push_back(err("kvrt_cache_seq_transfer", "dst: " + what, hnd, C,
@@ -809,6 +831,35 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     r.push_back(err("kvrt_cache_get_static_stats", "out->type -7", inv, S, stats(0, nullptr, true)));
     r.push_back(err("kvrt_cache_get_static_stats", "out NULL", inv, S,
                     [&w] { return out(kvrt_cache_get_static_stats(w.static_cache, 0, nullptr)); }));
+
+    // The paged calls on a cache of the cell layout (the paged layout's own
+    // bad input: tests/gpu/test_paged_layout.cpp).
+    const kvrt_result uns = KVRT_ERROR_UNSUPPORTED;
+    const std::string cell_layout = "a cache of the cell layout";
+    r.push_back(err("kvrt_cache_paged_admit", cell_layout, uns, C, [&w] {
+        const int32_t ids[2] = {1, 2}, pos[2] = {20, 21};
+        uint32_t n = 0;
+        return out(kvrt_cache_paged_admit(w.cache, 2, 2, ids, pos, 0, &n, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_paged_append", cell_layout, uns, C, [&w] {
+        const int32_t pos = 30;
+        return out(kvrt_cache_paged_append(w.cache, nullptr, 0, 1, nullptr, &pos, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_paged_fork", cell_layout, uns, C, [&w] { return out(kvrt_cache_paged_fork(w.cache, 0, 3)); }));
+    r.push_back(err("kvrt_cache_paged_set_sharing", cell_layout, uns, C,
+                    [&w] { return out(kvrt_cache_paged_set_sharing(w.cache, 0, 0)); }));
+    r.push_back(err("kvrt_cache_paged_clear_registry", cell_layout, uns, C,
+                    [&w] { return out(kvrt_cache_paged_clear_registry(w.cache)); }));
+    r.push_back(err("kvrt_cache_paged_get_cells", cell_layout, uns, C, [&w] {
+        uint32_t cells[8], n = 0;
+        return out(kvrt_cache_paged_get_cells(w.cache, 0, 0, 8, cells, &n));
+    }));
+    r.push_back(err("kvrt_cache_paged_get_stats", cell_layout, uns, C, [&w] {
+        kvrt_paged_stats st = KVRT_PAGED_STATS_INIT;
+        return out(kvrt_cache_paged_get_stats(w.cache, &st));
+    }));
+    r.push_back(err("kvrt_cache_paged_get_stats", "out NULL", inv, C,
+                    [&w] { return out(kvrt_cache_paged_get_stats(w.cache, nullptr)); }));
 
     // kvrt_cache_get_info and kvrt_cache_seq_transfer.
     r.push_back(err("kvrt_cache_get_info", "info NULL", inv, N, [&w] { return out(kvrt_cache_get_info(w.cache, nullptr)); }));
