@@ -13,8 +13,9 @@ namespace {
 
 const char* kUsage =
     "usage: kvrt estimate --layers N --kv-heads N --head-dim N [--head-dim-v N] [--heads N]\n"
-    "                     [--type T] [--type-v T] [--layout cells|static] [--cells N]\n"
-    "                     [--seq-len S] [--reserve R] [--seqs N] [--json]\n"
+    "                     [--type T] [--type-v T] [--layout cells|static|paged] [--cells N]\n"
+    "                     [--seq-len S] [--reserve R] [--seqs N] [--block B] [--prefix P --own T]\n"
+    "                     [--json]\n"
     "  Prints the sizes of a cache with this geometry, computed by kvrt_cache_estimate_size\n"
     "  before anything is allocated (assuming a 128 MiB largest binding, the common mobile\n"
     "  and lavapipe limit). Byte counts are exact integers, printed with thousands\n"
@@ -39,6 +40,15 @@ const char* kUsage =
     "                    R x layers x KV heads x (S-1) x (D_k x bytes_k + D_v x bytes_v)\n"
     "                    per sequence (2 x R x ... x D x bytes when K and V are alike), and\n"
     "                    the device memory.\n"
+    "                    paged: a pool of blocks of B tokens with prefix sharing and\n"
+    "                    copy-on-write (kvrt_paged.h): --cells N (a multiple of B, default\n"
+    "                    4096), or the cells that --seqs sequences need when they share a\n"
+    "                    --prefix of P tokens and add --own T tokens each: the prefix's full\n"
+    "                    blocks once, every other block per sequence. Then also prints what a\n"
+    "                    cell cache needs for the same sequences, each keeping its own copy.\n"
+    "  --block B         paged: tokens per block, 16 (default), 32 or 64\n"
+    "  --prefix P        paged: tokens every sequence starts with (with --own)\n"
+    "  --own T           paged: tokens of each sequence after the prefix (with --prefix)\n"
     "  --seq-len S       static: the graph's sequence length S >= 2 (required with static)\n"
     "  --reserve R       static: rows reserved per region as a multiple of S-1, a decimal\n"
     "                    >= 1 (default 2)\n"
@@ -48,8 +58,9 @@ const char* kUsage =
     "\n"
     "Exit status: 0, or 2 for bad options or a geometry kvrt refuses.\n";
 
-const char* const kOptions[] = {"layers", "kv-heads", "heads", "head-dim", "head-dim-v", "type",  "type-v",
-                                "layout", "cells",    "seq-len", "reserve", "seqs",      "json",  "help"};
+const char* const kOptions[] = {"layers", "kv-heads", "heads",   "head-dim", "head-dim-v", "type",
+                                "type-v", "layout",   "cells",   "seq-len",  "reserve",    "seqs",
+                                "block",  "prefix",   "own",     "json",     "help"};
 
 int usage_error(const std::string& message) {
     std::fprintf(stderr, "error: %s\nRun 'kvrt estimate --help' for the options.\n", message.c_str());
@@ -124,8 +135,9 @@ unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); 
 struct Request {
     kvrt_cache_desc desc = KVRT_CACHE_DESC_INIT;
     std::string type_k, type_v;
-    bool is_static = false;
-    uint32_t seq_len = 0, seqs = 0;
+    bool is_static = false, is_paged = false;
+    uint32_t seq_len = 0, seqs = 0, block = 16;
+    uint64_t prefix = 0, own = 0;  // paged: the workload the cells were sized for (0: --cells given)
     double reserve = 2.0;
 };
 
@@ -157,11 +169,49 @@ bool parse(const Args& args, Request* req, std::string* error) {
     }
 
     const std::string layout = args.str("layout", "cells");
-    if (layout != "cells" && layout != "static") {
-        *error = "unknown --layout '" + layout + "' (cells or static)";
+    if (layout != "cells" && layout != "static" && layout != "paged") {
+        *error = "unknown --layout '" + layout + "' (cells, static or paged)";
         return false;
     }
     req->is_static = layout == "static";
+    req->is_paged = layout == "paged";
+    for (const char* name : {"block", "prefix", "own"}) {
+        if (!req->is_paged && args.has(name)) {
+            *error = "--" + std::string(name) + " applies to --layout paged only";
+            return false;
+        }
+    }
+    if (req->is_paged) {
+        uint64_t block = 0;
+        if (!args.u64("block", 16, &block, error) || !args.u64("prefix", 0, &req->prefix, error) ||
+            !args.u64("own", 0, &req->own, error))
+            return false;
+        if (block != 16 && block != 32 && block != 64) {
+            *error = "--block must be 16, 32 or 64, not " + args.str("block");
+            return false;
+        }
+        req->block = static_cast<uint32_t>(block);
+        if (args.has("prefix") != args.has("own")) {
+            *error = "--prefix and --own go together (the tokens every sequence shares, and its own)";
+            return false;
+        }
+        if (args.has("prefix")) {
+            if (args.has("cells")) {
+                *error = "give --cells or --prefix and --own, not both";
+                return false;
+            }
+            if (req->own == 0 || req->prefix > (1u << 30) || req->own > (1u << 30)) {
+                *error = "--own must be positive, and --prefix and --own at most 2^30";
+                return false;
+            }
+            const uint64_t n_seqs = seqs ? seqs : 64, per_seq = (req->prefix + req->own + block - 1) / block;
+            const uint64_t blocks = req->prefix / block + n_seqs * (per_seq - req->prefix / block);
+            cells = blocks * block;
+        } else if (cells % block != 0) {
+            *error = "--cells " + std::to_string(cells) + " is not a multiple of --block " + std::to_string(block);
+            return false;
+        }
+    }
     if (req->is_static) {
         if (args.has("cells")) {
             *error = "--cells does not apply to --layout static: its rows are seqs x ceil(R x (S-1)) (give --seq-len, "
@@ -213,7 +263,7 @@ bool parse(const Args& args, Request* req, std::string* error) {
     d.head_dim_k = static_cast<uint32_t>(dk);
     d.head_dim_v = static_cast<uint32_t>(dv ? dv : dk);
     d.max_seqs = static_cast<uint32_t>(seqs);  // 0: the layout's default
-    d.layout = req->is_static ? KVRT_LAYOUT_STATIC : KVRT_LAYOUT_CELLS;
+    d.layout = req->is_static ? KVRT_LAYOUT_STATIC : req->is_paged ? KVRT_LAYOUT_PAGED : KVRT_LAYOUT_CELLS;
     d.capacity = req->is_static ? 0 : static_cast<uint32_t>(cells);
     req->seq_len = static_cast<uint32_t>(seq_len);
     req->seqs = seqs ? static_cast<uint32_t>(seqs) : req->is_static ? 1 : 64;
@@ -247,7 +297,7 @@ void print_json(const Request& req, const kvrt_cache_estimate& e) {
     const kvrt_cache_desc& d = req.desc;
     std::printf("{\"layout\": \"%s\", \"layers\": %u, \"kv_heads\": %u, \"heads\": %u, \"head_dim_k\": %u, "
                 "\"head_dim_v\": %u, \"type_k\": \"%s\", \"type_v\": \"%s\", \"seqs\": %u, ",
-                req.is_static ? "static" : "cells", d.n_layers, d.n_kv_heads, d.n_heads, d.head_dim_k, d.head_dim_v,
+                req.is_static ? "static" : req.is_paged ? "paged" : "cells", d.n_layers, d.n_kv_heads, d.n_heads, d.head_dim_k, d.head_dim_v,
                 req.type_k.c_str(), req.type_v.c_str(), req.seqs);
     if (req.is_static) {
         const StaticFigures f = static_figures(req);
@@ -260,6 +310,13 @@ void print_json(const Request& req, const kvrt_cache_estimate& e) {
     } else {
         std::printf("\"cells\": %u, ", d.capacity);
     }
+    if (req.is_paged) {
+        std::printf("\"block\": %u, \"blocks\": %u, ", req.block, d.capacity / req.block);
+        if (req.own)
+            std::printf("\"prefix\": %llu, \"own\": %llu, \"own_copies_cells\": %llu, \"own_copies_data_bytes\": %llu, ",
+                        ull(req.prefix), ull(req.own), ull(uint64_t{req.seqs} * (req.prefix + req.own)),
+                        ull(uint64_t{req.seqs} * (req.prefix + req.own) * e.bytes_per_token));
+    }
     std::printf("\"bytes_per_token\": %llu, \"data_bytes\": %llu, \"device_bytes\": %llu, "
                 "\"max_binding_bytes\": %llu}\n",
                 ull(e.bytes_per_token), ull(e.data_bytes), ull(e.device_bytes), ull(e.max_binding_bytes));
@@ -271,7 +328,22 @@ void print_text(const Request& req, const kvrt_cache_estimate& e) {
                 d.n_layers, d.n_kv_heads, d.n_heads, d.head_dim_k, d.head_dim_v, req.type_k.c_str(),
                 req.type_v.c_str());
     std::printf("bytes per token   %s: one token's K and V over all layers\n", bytes_text(e.bytes_per_token).c_str());
-    if (!req.is_static) {
+    if (req.is_paged) {
+        std::printf("layout            paged: %u cells = %u blocks of %u tokens, up to %u sequences\n", d.capacity,
+                    d.capacity / req.block, req.block, req.seqs);
+        if (req.own)
+            std::printf("                  sized for %u sequences sharing a %llu-token prefix with %llu own tokens "
+                        "each\n",
+                        req.seqs, ull(req.prefix), ull(req.own));
+        std::printf("K/V data          %s for %u cells\n", bytes_text(e.data_bytes).c_str(), d.capacity);
+        if (req.own) {
+            const uint64_t cells = uint64_t{req.seqs} * (req.prefix + req.own);
+            std::printf("own copies        %s: a cell cache of %llu cells, each sequence\n"
+                        "                  keeping its own copy (paged: %.3fx)\n",
+                        bytes_text(cells * e.bytes_per_token).c_str(), ull(cells),
+                        static_cast<double>(e.data_bytes) / static_cast<double>(cells * e.bytes_per_token));
+        }
+    } else if (!req.is_static) {
         std::printf("layout            cells: %u cells shared by up to %u sequences\n", d.capacity, req.seqs);
         std::printf("K/V data          %s for %u cells\n", bytes_text(e.data_bytes).c_str(), d.capacity);
     } else {
@@ -336,9 +408,14 @@ int cmd_estimate(int argc, char** argv) {
     layout.seq_len = req.seq_len;
     layout.reserve = req.reserve;
     const void** tail = &req.desc.next;
+    kvrt_paged_layout_desc paged = KVRT_PAGED_LAYOUT_DESC_INIT;
+    paged.block_size = req.block;
     if (req.is_static) {
         *tail = &layout;
         tail = &layout.next;
+    } else if (req.is_paged) {
+        *tail = &paged;
+        tail = &paged.next;
     }
     if (scales.k_scales || scales.v_scales) *tail = &scales;
 
