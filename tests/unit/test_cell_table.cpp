@@ -18,6 +18,7 @@
 #include "kv/compaction.hpp"
 
 using kvrt::kv::CellMove;
+using kvrt::kv::CellSet;
 using kvrt::kv::CellTable;
 using kvrt::kv::Placement;
 using kvrt::kv::Token;
@@ -538,5 +539,59 @@ TEST_CASE("cell table: plan at cells the caller chooses", "[cell_table]") {
     CHECK_FALSE(p.planned());
     CHECK(t.plan(next2, 2, &p, outside) == KVRT_ERROR_INVALID_ARGUMENT);
     CHECK(t.plan(next2, 2, &p, twice) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(t.verify() == KVRT_SUCCESS);
+}
+
+TEST_CASE("CellTable mirror_seq edits one sequence's cells, checking the whole edit first", "[kv][cell_table]") {
+    CellTable t;
+    REQUIRE(t.init(16, 4) == KVRT_SUCCESS);
+    // Sequence 0 joins cells 0..3 (empty: they take position and shift).
+    const CellSet join0[] = {{0, 10, 0}, {1, 11, 0}, {2, 12, 2}, {3, 13, 0}};
+    REQUIRE(t.reserve(4) == KVRT_SUCCESS);
+    REQUIRE(t.mirror_seq(0, nullptr, 0, join0, 4) == KVRT_SUCCESS);
+    CHECK(t.used() == 4);
+    CHECK(t.used_end() == 4);
+    CHECK(t.seq_cell_count(0) == 4);
+    CHECK(t.cell_delta(2) == 2);
+    CHECK(t.has_pending_shift());
+    // Sequence 1 shares cells 0..1 (same positions).
+    const CellSet join1[] = {{0, 10, 0}, {1, 11, 0}};
+    REQUIRE(t.mirror_seq(1, nullptr, 0, join1, 2) == KVRT_SUCCESS);
+    CHECK(t.cell_has_seq(0, 1));
+    CHECK(t.seq_pos_max(1) == 11);
+    // Refused, and nothing changes: a shared cell cannot move; an occupied
+    // cell cannot take another position; dropping a cell the sequence does
+    // not use; a cell given twice; a bad sequence.
+    const uint64_t rev = t.revision();
+    const CellSet move_shared[] = {{0, 20, 0}};
+    CHECK(t.mirror_seq(0, nullptr, 0, move_shared, 1) == KVRT_ERROR_INTERNAL);
+    const CellSet other_pos[] = {{3, 99, 0}};
+    CHECK(t.mirror_seq(1, nullptr, 0, other_pos, 1) == KVRT_ERROR_INTERNAL);
+    const uint32_t not_ours[] = {2};
+    CHECK(t.mirror_seq(1, not_ours, 1, nullptr, 0) == KVRT_ERROR_INTERNAL);
+    const CellSet twice[] = {{5, 1, 0}, {5, 1, 0}};
+    CHECK(t.mirror_seq(2, nullptr, 0, twice, 2) == KVRT_ERROR_INTERNAL);
+    CHECK(t.mirror_seq(4, nullptr, 0, join1, 2) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(t.revision() == rev);
+    CHECK(t.verify() == KVRT_SUCCESS);
+    // A copy: sequence 1 leaves cells 0..1 for 4..5 (a dropped cell freed by
+    // the same edit may be joined again); sequence 0 moves its own cell 3.
+    const uint32_t leave[] = {0, 1};
+    const CellSet copy[] = {{4, 10, 0}, {5, 11, 0}};
+    REQUIRE(t.mirror_seq(1, leave, 2, copy, 2) == KVRT_SUCCESS);
+    CHECK(!t.cell_has_seq(0, 1));
+    CHECK(t.cell_has_seq(0, 0));
+    CHECK(t.cell_has_seq(5, 1));
+    const CellSet shift[] = {{3, 15, 2}};
+    REQUIRE(t.mirror_seq(0, nullptr, 0, shift, 1) == KVRT_SUCCESS);
+    CHECK(t.cell_pos(3) == 15);
+    CHECK(t.seq_pos_max(0) == 15);
+    // Sequence 0 leaves everything: its cells are freed, 1's stay.
+    const uint32_t all0[] = {0, 1, 2, 3};
+    REQUIRE(t.mirror_seq(0, all0, 4, nullptr, 0) == KVRT_SUCCESS);
+    CHECK(t.used() == 2);
+    CHECK(t.cell_is_empty(0));
+    CHECK(t.seq_cell_count(0) == 0);
+    CHECK(!t.has_pending_shift());
     CHECK(t.verify() == KVRT_SUCCESS);
 }
