@@ -206,6 +206,10 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
     vk::Transaction tx(this, stream, own_);
     if (r == KVRT_SUCCESS && device) {
         r = tx.begin();
+        // Recorded copies into blocks that the undo gives back must never run.
+        if (r == KVRT_SUCCESS) tx.break_on_failure("a paged-layout store or append failed while recording");
+        // A synchronous wait that times out keeps the call: its work runs later.
+        tx.keep_on_timeout();
         if (r == KVRT_SUCCESS && !copies.empty()) {
             std::vector<uint32_t> from, to;
             try {
@@ -226,7 +230,8 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
         if (r == KVRT_SUCCESS && k) r = record_writes(tx.stream(), n, cells.data(), layer, *k, *v);
         if (r == KVRT_SUCCESS) r = tx.finish();
     }
-    if (r != KVRT_SUCCESS) {
+    const bool timed_out = r == KVRT_ERROR_TIMEOUT;
+    if (r != KVRT_SUCCESS && !timed_out) {
         keep_message([&] { undo_pool(runs.size()); });
         return r;
     }
@@ -250,7 +255,9 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
         });
     }
     if (out_cells) std::copy(cells.begin(), cells.end(), out_cells);
-    return KVRT_SUCCESS;
+    return timed_out ? fail(KVRT_ERROR_TIMEOUT, "the wait for a paged-layout store or append timed out; it completes "
+                                                "later and its tokens stay")
+                     : KVRT_SUCCESS;
 }
 
 Result Cache::paged_runs(const kv::Token* tokens, uint32_t n, std::vector<PagedRun>* runs) const {
@@ -429,6 +436,7 @@ Result Cache::paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
             r = fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for block copies");
         }
         vk::Transaction tx(this, nullptr, own_);
+        tx.keep_on_timeout();
         if (r == KVRT_SUCCESS) r = tx.begin();
         if (r == KVRT_SUCCESS) {
             tx.stream().begin_op("paged copy-on-shift");
@@ -437,11 +445,14 @@ Result Cache::paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
         }
         if (r == KVRT_SUCCESS) r = tx.finish();
     }
-    if (r != KVRT_SUCCESS) {
+    if (r != KVRT_SUCCESS && r != KVRT_ERROR_TIMEOUT) {
         keep_message([&] { pool_ = pool_undo_; });
         return r;
     }
     KVRT_TRY(paged_apply(seq, mirror_drop_, mirror_set_));
+    if (r == KVRT_ERROR_TIMEOUT)
+        return fail(KVRT_ERROR_TIMEOUT, "the wait for a paged-layout shift's block copies timed out; the shift stays "
+                                        "and its rotation is pending");
     // Rotate now: a pending shift must never outlive a cell that a released
     // block could later show to another sequence.
     return apply_shifts(nullptr);

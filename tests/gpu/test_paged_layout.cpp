@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 
+#include "core/fault.hpp"
 #include "reference/attention.hpp"
 #include "reference/half.hpp"
 #include "reference/metrics.hpp"
@@ -763,6 +764,118 @@ TEST_CASE("paged layout: bad input and unsupported operations are refused and ch
     uint32_t moved = 9;
     KVRT_REQUIRE_OK(kvrt_cache_compact(c, nullptr, 0.0f, 0, &moved));
     CHECK(moved == 0);
+    kvrt_cache_destroy(c);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+namespace {
+
+// The stored bytes every sequence sees (K and V of every layer, its tokens in
+// order), to compare before and after a failed call.
+std::vector<uint8_t> seen_rows(kvrt_cache c, const Shape& sh, uint32_t n_seqs) {
+    std::vector<uint8_t> all;
+    for (uint32_t q = 0; q < n_seqs; ++q) {
+        const std::vector<uint32_t> cells = paged_cells(c, static_cast<int32_t>(q));
+        if (cells.empty()) continue;
+        for (uint32_t l = 0; l < sh.layers; ++l)
+            for (kvrt_kv_array a : {KVRT_KV_ARRAY_K, KVRT_KV_ARRAY_V}) {
+                const std::vector<uint8_t> rows = raw_rows(c, static_cast<int32_t>(l), a, cells);
+                all.insert(all.end(), rows.begin(), rows.end());
+            }
+    }
+    return all;
+}
+
+}  // namespace
+
+TEST_CASE("paged layout: a call that fails at any point leaves every sequence as it was", "[paged][faults]") {
+    GpuContext ctx;
+    Shape sh;
+    const uint32_t n_seqs = 4;
+    kvrt_cache c = make_cache(ctx, sh, true, 256, n_seqs);
+    const Prompt p = prompt(40, 3);
+    REQUIRE(admit(c, sh, 0, p) == 0);
+    KVRT_REQUIRE_OK(kvrt_cache_paged_fork(c, 0, 1));  // shares the partly filled block 2
+    std::vector<float> one_k, one_v;
+    auto store_one = [&](int32_t seq, int32_t pos, kvrt_stream s) {
+        const std::vector<int32_t> ids = {77}, ps = {pos}, seqs = {seq};
+        token_rows(sh, ids, ps, &one_k, &one_v);
+        kvrt_batch b = make_batch(1, ps.data(), seqs.data());
+        kvrt_tensor_ref kr = host_tensor(one_k.data()), vr = host_tensor(one_v.data());
+        return kvrt_cache_store(c, s, &b, -1, &kr, &vr, nullptr);
+    };
+    struct Op {
+        const char* what;
+        bool stream;
+        std::function<kvrt_result(kvrt_stream)> call;
+        std::function<void()> setup = [] {};    // before each try, not under the fault
+        std::function<void()> after_failure = [] {};
+    };
+    const int32_t id = 5, pos40 = 40, pos41 = 41;
+    uint32_t n_cached = 0;
+    const std::vector<Op> ops = {
+        {"store into a shared block (copy-on-write), synchronous", false,
+         [&](kvrt_stream) { return store_one(1, 40, nullptr); }},
+        {"append into a shared block (copy-on-write), recorded", true,
+         [&](kvrt_stream s) { return kvrt_cache_paged_append(c, s, 2, 1, &id, &pos40, nullptr); },
+         [&] { KVRT_REQUIRE_OK(kvrt_cache_paged_fork(c, 0, 2)); },
+         [&] { KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 2, -1, -1)); }},
+        {"store a new block, recorded", true, [&](kvrt_stream s) { return store_one(0, 40, s); }},
+        {"append, synchronous", false,
+         [&](kvrt_stream) { return kvrt_cache_paged_append(c, nullptr, 0, 1, &id, &pos41, nullptr); }},
+        {"admit over registered blocks", false,
+         [&](kvrt_stream) {
+             return kvrt_cache_paged_admit(c, 3, 40, p.ids.data(), p.pos.data(), 0, &n_cached, nullptr);
+         }},
+        {"shift of shared blocks (copy-on-shift)", false,
+         [&](kvrt_stream) { return kvrt_cache_seq_add(c, 3, 10, -1, 2); }},
+        {"fork", false, [&](kvrt_stream) { return kvrt_cache_paged_fork(c, 3, 2); },
+         [&] { KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 2, -1, -1)); }},
+    };
+    for (const Op& op : ops) {
+        for (uint64_t n = 1;; ++n) {
+            INFO(op.what << ", fault point " << n);
+            op.setup();
+            const State before = state_of(c, n_seqs);
+            const std::vector<uint8_t> rows_before = seen_rows(c, sh, n_seqs);
+            Stream s(ctx);
+            if (op.stream) KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+            kvrt::fault::arm(n);
+            const kvrt_result r = op.call(op.stream ? static_cast<kvrt_stream>(s) : nullptr);
+            const uint64_t passed = kvrt::fault::points_passed();
+            kvrt::fault::arm(0);
+            INFO("result " << r << ": " << kvrt_last_error_message());
+            if (op.stream) {
+                const kvrt_result submitted = kvrt_stream_submit(s);
+                if (r == KVRT_SUCCESS) {
+                    REQUIRE(submitted == KVRT_SUCCESS);
+                    KVRT_REQUIRE_OK(kvrt_stream_wait(s, 60ull * 1000 * 1000 * 1000));
+                }
+            }
+            // A synchronous wait that times out keeps the call (its work was
+            // submitted and completes later): the last point of such a call.
+            if (r == KVRT_ERROR_TIMEOUT) {
+                REQUIRE(!op.stream);
+                REQUIRE(!(state_of(c, n_seqs) == before));
+                break;
+            }
+            if (r != KVRT_SUCCESS) {
+                REQUIRE(state_of(c, n_seqs) == before);
+                REQUIRE(seen_rows(c, sh, n_seqs) == rows_before);
+                op.after_failure();
+            }
+            if (passed < n) {
+                REQUIRE(r == KVRT_SUCCESS);  // the armed point was never reached: every point covered
+                break;
+            }
+        }
+    }
+    // The successful calls did what they say.
+    CHECK(paged_cells(c, 0).size() == 42);
+    CHECK(paged_cells(c, 1).size() == 41);
+    CHECK(paged_cells(c, 3).size() == 40);
+    CHECK(paged_cells(c, 2) == paged_cells(c, 3));
+    CHECK(n_cached == 32);
     kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
