@@ -517,6 +517,24 @@ TEST_CASE("paged layout: prefix sharing maps only what the same tokens wrote", "
     KVRT_REQUIRE_OK(kvrt_cache_seq_add(c, 0, 20, -1, 3));
     KVRT_REQUIRE_OK(kvrt_cache_seq_add(c, 0, 23, -1, -3));
     REQUIRE(admit(c, sh, 1, p) == 16);
+    // Nor is a partly filled block that a shift moved once it fills up: its
+    // parent is registered, but its rows are not what the prompt computes.
+    {
+        KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 1, -1, -1));
+        const Prompt q = prompt(49, 5);
+        const Prompt head = prompt(40, 5);
+        REQUIRE(admit(c, sh, 1, head) == 0);                   // blocks 0, 1 registered, 8 tokens in block 2
+        KVRT_REQUIRE_OK(kvrt_cache_seq_add(c, 1, 36, -1, 3));  // moves block 2
+        KVRT_REQUIRE_OK(kvrt_cache_seq_add(c, 1, 39, -1, -3));
+        std::vector<uint32_t> cells(8);
+        const std::vector<int32_t> ids(q.ids.begin() + 40, q.ids.begin() + 48), pos(q.pos.begin() + 40, q.pos.begin() + 48);
+        KVRT_REQUIRE_OK(kvrt_cache_paged_append(c, nullptr, 1, 8, ids.data(), pos.data(), cells.data()));
+        write_rows(c, sh, ids, pos, 0, cells.data());
+        uint32_t n_cached = 0;
+        KVRT_REQUIRE_OK(kvrt_cache_paged_admit(c, 2, 49, q.ids.data(), q.pos.data(), 0, &n_cached, nullptr));
+        CHECK(n_cached == 32);
+        KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 2, -1, -1));
+    }
     // Unregistered blocks of removed sequences are free; registered ones are
     // cached until the registry is cleared.
     KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, -1, -1, -1));
