@@ -62,9 +62,10 @@ type StaticLayout struct {
 // block; the first append into a shared, partly filled block copies it
 // (copy-on-write), so a sequence's cells hold only until its next append or
 // shift. Store and Place work too (ids unknown: their blocks are never
-// registered). SeqDiv, ContextShift, DiscardForReevaluation, token trees
-// and SeqTransfer fail with an error matching ErrUnsupported, as the Paged*
-// methods do on caches of other layouts.
+// registered). Token trees work when the tree is its sequence's last tokens
+// (see kvrt_paged.h). SeqDiv, ContextShift, DiscardForReevaluation, state
+// save/load and SeqTransfer fail with an error matching ErrUnsupported, as
+// the Paged* methods do on caches of other layouts.
 type PagedLayout struct {
 	BlockSize uint32 // tokens per block: 16, 32 or 64; 0 = 16
 }

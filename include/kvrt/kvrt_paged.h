@@ -61,9 +61,15 @@ extern "C" {
  *   changes then.
  * - kvrt_cache_seq_rm removes a suffix of a sequence (or all of it);
  *   seq_keep, clear, pos_min/max work as in the cell layout; compaction moves
- *   nothing. seq_div, context shifts, discard_for_reevaluation, token trees,
- *   state save/load, swap and kvrt_cache_seq_transfer fail with
+ *   nothing. seq_div, context shifts, discard_for_reevaluation, state
+ *   save/load, swap and kvrt_cache_seq_transfer fail with
  *   KVRT_ERROR_UNSUPPORTED.
+ * - Token trees (kvrt_batch_tree): stored with kvrt_cache_store (appended
+ *   in batch order) and attended as in the cell layout. kvrt_cache_tree_accept
+ *   needs the tree's tokens to be their sequence's last tokens, in batch
+ *   order, in blocks no fork shares (else KVRT_ERROR_UNSUPPORTED): it moves
+ *   the kept tokens' rows down over the dropped ones (on the device, waiting
+ *   for it) and cuts the sequence after them.
  * - kvrt_cache_get_info: capacity, used (cells that some sequence sees) and
  *   fragmentation 0; kvrt_cache_paged_get_stats gives the block counts.
  * - Failure: a call that fails changes no sequence; cached blocks evicted

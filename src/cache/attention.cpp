@@ -48,7 +48,7 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "softcap and max_bias must be >= 0 and scale finite");
     ops::AttnTree tree_in;
     if (tree) {
-        KVRT_TRY(require_cells("a token tree"));
+        if (is_static()) KVRT_TRY(require_cells("a token tree"));
         KVRT_TRY(tree_inputs(n_queries, positions, seq_ids, *tree, &tree_in));
     }
     const ops::AttnTree* tree_use = tree ? &tree_in : nullptr;

@@ -95,7 +95,7 @@ Cache::~Cache() {
 
 Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source& k,
                     const Source& v, uint32_t* out_cells, bool tree) {
-    if (tree) KVRT_TRY(require_cells("a token tree"));
+    if (tree && is_static()) KVRT_TRY(require_cells("a token tree"));
     if (is_static()) return static_append(stream, tokens, n, layer, &k, &v, out_cells);
     if (is_paged()) return paged_store(stream, tokens, n, layer, &k, &v, out_cells);
     KVRT_TRY(check_write(n, layer, k, v));
@@ -116,7 +116,7 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
 }
 
 Result Cache::place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells, bool tree) {
-    if (tree) KVRT_TRY(require_cells("a token tree"));
+    if (tree && is_static()) KVRT_TRY(require_cells("a token tree"));
     if (is_static()) return static_append(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
     if (is_paged()) return paged_store(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
     kv::Placement p;

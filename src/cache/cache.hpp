@@ -255,6 +255,10 @@ private:
     Result paged_store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source* k,
                        const Source* v, uint32_t* out_cells);
     Result paged_seq_rm(int32_t seq, int32_t p0, int32_t p1);
+    // kvrt_cache_tree_accept on the paged layout: the tree's tokens (checked
+    // cells, keep[i] for the kept ones) must be their sequences' last tokens.
+    Result paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32_t* cells,
+                             const std::vector<uint8_t>& keep);
     Result paged_seq_keep(int32_t seq);
     void paged_clear();
 

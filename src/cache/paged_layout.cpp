@@ -458,6 +458,132 @@ Result Cache::paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
     return apply_shifts(nullptr);
 }
 
+Result Cache::paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32_t* cells,
+                                const std::vector<uint8_t>& keep) {
+    // Per sequence: its tree tokens, in batch order, must be its last tokens.
+    struct Part {
+        int32_t seq = 0;
+        std::vector<uint32_t> tokens;  // batch indices
+        uint32_t from = 0;             // token index of the first
+        std::vector<uint32_t> kept;    // token indices
+    };
+    std::vector<Part> parts;
+    std::vector<std::pair<uint32_t, uint32_t>> moves, all_moves;
+    try {
+        for (uint32_t i = 0; i < n; ++i) {
+            auto it = std::find_if(parts.begin(), parts.end(), [&](const Part& p) { return p.seq == seq_ids[i]; });
+            if (it == parts.end()) {
+                parts.emplace_back();
+                parts.back().seq = seq_ids[i];
+                it = parts.end() - 1;
+            }
+            it->tokens.push_back(i);
+        }
+        for (Part& p : parts) {
+            const uint32_t len = pool_.seq_length(p.seq), m = uint32_t(p.tokens.size());
+            p.from = len - m;  // m <= len: every token's cell holds it (checked)
+            for (uint32_t j = 0; j < m; ++j) {
+                if (pool_.slot(p.seq, p.from + j) != cells[p.tokens[j]])
+                    return fail(KVRT_ERROR_UNSUPPORTED,
+                                "the paged layout accepts a tree whose tokens are their sequence's last ones, in batch "
+                                "order: tree token %u (cell %u) is not token %u of sequence %d",
+                                p.tokens[j], cells[p.tokens[j]], p.from + j, p.seq);
+                if (keep[p.tokens[j]]) p.kept.push_back(p.from + j);
+            }
+            for (uint32_t t = p.from; t < len; t += geo_.block_size) {
+                const uint32_t block = pool_.slot(p.seq, t) / geo_.block_size;
+                if (pool_.refcount(block) > 1)
+                    return fail(KVRT_ERROR_UNSUPPORTED,
+                                "sequence %d shares the block of its tree token %u with another sequence (a fork "
+                                "since the tree was stored)",
+                                p.seq, t);
+            }
+        }
+        all_moves.reserve(n);
+        moves.reserve(n);
+        pool_undo_ = pool_;
+    } catch (const std::bad_alloc&) {
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for a tree of %u tokens", n);
+    }
+    KVRT_TRY(paged_reserve(n, n));
+
+    // The table edits, from the table before: the kept tokens take the
+    // first slots of the tree's range (their rows copied there), the others
+    // leave. A moved slot carries its source's pending shift.
+    mirror_drop_.clear();
+    mirror_set_.clear();
+    std::vector<size_t> drop_end, set_end;
+    Result r = KVRT_SUCCESS;
+    try {
+        for (const Part& p : parts) {
+            const uint32_t m = uint32_t(p.tokens.size()), kept = uint32_t(p.kept.size());
+            for (uint32_t j = 0; j < m; ++j) {
+                const uint32_t dst = cells[p.tokens[j]];
+                if (j >= kept) {
+                    mirror_drop_.push_back(dst);
+                    continue;
+                }
+                const uint32_t src = cells[p.tokens[p.kept[j] - p.from]];
+                if (src != dst) mirror_set_.push_back({dst, table_.cell_pos(src), table_.cell_delta(src)});
+            }
+            drop_end.push_back(mirror_drop_.size());
+            set_end.push_back(mirror_set_.size());
+        }
+    } catch (const std::bad_alloc&) {
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for a tree of %u tokens", n);
+    }
+
+    for (const Part& p : parts) {
+        r = pool_.keep_tail(p.seq, p.from, p.kept.data(), uint32_t(p.kept.size()), &moves);
+        if (r != KVRT_SUCCESS) break;
+        all_moves.insert(all_moves.end(), moves.begin(), moves.end());  // reserved
+    }
+    if (r == KVRT_SUCCESS && !all_moves.empty()) {
+        // The rows of the kept tokens to their new slots (synchronously: the
+        // call has no stream). A move may write the slot an earlier move
+        // reads (kept tokens slide down), so the moves go in batches in which
+        // no destination is a source; the stream orders the batches.
+        std::vector<std::vector<uint32_t>> src(1), dst(1);
+        try {
+            for (const auto& [a, b] : all_moves) {
+                if (std::find(src.back().begin(), src.back().end(), b) != src.back().end()) {
+                    src.emplace_back();
+                    dst.emplace_back();
+                }
+                src.back().push_back(a);
+                dst.back().push_back(b);
+            }
+        } catch (const std::bad_alloc&) {
+            r = fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for %zu row moves",
+                     all_moves.size());
+        }
+        vk::Transaction tx(this, nullptr, own_);
+        tx.keep_on_timeout();
+        if (r == KVRT_SUCCESS) r = tx.begin();
+        if (r == KVRT_SUCCESS) {
+            tx.stream().begin_op("paged tree accept");
+            for (size_t i = 0; i < src.size() && r == KVRT_SUCCESS; ++i)
+                r = record_copy_cells(tx.stream(), *this, src[i], dst[i]);
+            tx.stream().end_op();
+        }
+        if (r == KVRT_SUCCESS) r = tx.finish();
+    }
+    if (r != KVRT_SUCCESS && r != KVRT_ERROR_TIMEOUT) {
+        keep_message([&] { pool_ = pool_undo_; });
+        return r;
+    }
+    size_t d0 = 0, s0 = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        KVRT_TRY(table_.mirror_seq(parts[i].seq, mirror_drop_.data() + d0, drop_end[i] - d0, mirror_set_.data() + s0,
+                                   set_end[i] - s0));
+        d0 = drop_end[i];
+        s0 = set_end[i];
+    }
+    if (r == KVRT_ERROR_TIMEOUT)
+        return fail(KVRT_ERROR_TIMEOUT, "the wait for a paged-layout tree's row moves timed out; the accept stays");
+    return KVRT_SUCCESS;
+}
+
 Result Cache::paged_seq_keep(int32_t seq) {
     if (seq < 0 || uint32_t(seq) >= geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);

@@ -55,10 +55,11 @@ Result Cache::tree_inputs(uint32_t n, const int32_t* positions, const int32_t* s
 
 Result Cache::tree_accept(uint32_t n, const int32_t* positions, const int32_t* seq_ids, const Tree& tree,
                           uint32_t n_leaves, const int32_t* leaves) {
-    KVRT_TRY(require_cells("kvrt_cache_tree_accept"));
+    if (!is_paged()) KVRT_TRY(require_cells("kvrt_cache_tree_accept"));
     KVRT_TRY(check_tree_cells(table_, n, positions, seq_ids, tree.cells));
     std::vector<uint8_t> keep;
     KVRT_TRY(kv::tree_kept(n, tree.parents, n_leaves, leaves, &keep));
+    if (is_paged()) return paged_tree_accept(n, seq_ids, tree.cells, keep);
     std::vector<uint32_t> cells;
     std::vector<int32_t> pos, seqs;
     try {

@@ -553,6 +553,46 @@ Result BlockPool::forget_tail(int32_t seq, uint32_t keep) {
     return truncate(seq, keep);
 }
 
+Result BlockPool::keep_tail(int32_t seq, uint32_t from, const uint32_t* keep, uint32_t n_keep,
+                            std::vector<std::pair<uint32_t, uint32_t>>* moves) {
+    if (moves == nullptr || (n_keep && keep == nullptr))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "keep_tail: NULL list");
+    KVRT_TRY(check_seq("keep_tail", seq));
+    Seq& s = seqs_[size_t(seq)];
+    if (from > s.n_tokens || n_keep > s.n_tokens - from)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "keep_tail: %u tokens from %u exceed sequence %d's %u", n_keep, from,
+                    seq, s.n_tokens);
+    for (uint32_t j = 0; j < n_keep; ++j) {
+        if (keep[j] < from || keep[j] >= s.n_tokens || (j && keep[j] <= keep[j - 1]))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "keep_tail: kept token %u (index %u) is out of order or range", j,
+                        keep[j]);
+    }
+    for (size_t i = from >> block_shift_; i < s.table.size(); ++i) {
+        if (ref_[s.table[i]] > 1)
+            return fail(KVRT_ERROR_UNSUPPORTED,
+                        "sequence %d shares the block of its token %u with another sequence (a fork): its tail "
+                        "cannot be rearranged",
+                        seq, uint32_t(i << block_shift_) > from ? uint32_t(i << block_shift_) : from);
+    }
+    moves->clear();
+    try {
+        moves->reserve(n_keep);
+    } catch (const std::bad_alloc&) {
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "keep_tail: out of host memory for %u moves", n_keep);
+    }
+    for (uint32_t j = 0; j < n_keep; ++j) {
+        if (keep[j] == from + j) continue;
+        const uint32_t src = slot(seq, keep[j]), dst = slot(seq, from + j);
+        pos_[dst] = pos_[src];
+        tok_[dst] = tok_[src];
+        moves->push_back({src, dst});
+        const uint32_t b = dst >> block_shift_;
+        if (reg_[b]) unregister_tree(b);
+        mark_changed(b);
+    }
+    return truncate(seq, from + n_keep);
+}
+
 Result BlockPool::suffix_start(int32_t seq, int32_t p0, int32_t p1, uint32_t* out) const {
     if (p0 >= 0 && p1 >= 0 && p1 < p0) {
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "reversed position range [%d, %d)", p0, p1);

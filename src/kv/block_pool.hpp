@@ -50,6 +50,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/result.hpp"
@@ -174,6 +175,19 @@ public:
     // rows never reached the device, so that no admit maps them. Allocates
     // nothing.
     Result forget_tail(int32_t seq, uint32_t keep);
+
+    // Keeps, of the tokens of `seq` from token index `from` on, those listed
+    // in keep[0..n_keep) (increasing token indices >= from) and drops the
+    // others: the j-th kept token moves to token index from + j (its slot
+    // takes the kept token's id and position), then the sequence is cut to
+    // from + n_keep tokens. `moves` receives each (source slot, destination
+    // slot) whose rows the device must copy, in order: a move may write the
+    // source of an earlier one, never of a later one. The blocks from
+    // `from` on must be the sequence's alone (else KVRT_ERROR_UNSUPPORTED:
+    // a fork shares them); those whose contents change are unregistered.
+    // KVRT_ERROR_INVALID_ARGUMENT for bad indices; KVRT_ERROR_OUT_OF_HOST_MEMORY.
+    Result keep_tail(int32_t seq, uint32_t from, const uint32_t* keep, uint32_t n_keep,
+                     std::vector<std::pair<uint32_t, uint32_t>>* moves);
 
     // Drops every token of `seq` (truncate(seq, 0)).
     Result remove(int32_t seq) { return truncate(seq, 0); }

@@ -831,6 +831,13 @@ TEST_CASE("paged layout: a call that fails at any point leaves every sequence as
     };
     const int32_t id = 5, pos40 = 40, pos41 = 41;
     uint32_t n_cached = 0;
+    // A tree of 4 tokens after sequence 2's 40: 0 -> {1, 2}, 2 -> {3}.
+    const std::vector<int32_t> tree_parents = {-1, 0, 0, 2}, tree_pos = {40, 41, 41, 42}, tree_seq(4, 2),
+                               tree_ids = {60, 61, 62, 63};
+    kvrt_batch_tree tree = KVRT_BATCH_TREE_INIT;
+    tree.parents = tree_parents.data();
+    std::vector<uint32_t> tree_cells(4);
+    bool tree_stored = false;
     const std::vector<Op> ops = {
         {"store into a shared block (copy-on-write), synchronous", false,
          [&](kvrt_stream) { return store_one(1, 40, nullptr); }},
@@ -849,6 +856,24 @@ TEST_CASE("paged layout: a call that fails at any point leaves every sequence as
          [&](kvrt_stream) { return kvrt_cache_seq_add(c, 3, 10, -1, 2); }},
         {"fork", false, [&](kvrt_stream) { return kvrt_cache_paged_fork(c, 3, 2); },
          [&] { KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 2, -1, -1)); }},
+        {"tree accept (row moves)", false,
+         [&](kvrt_stream) {
+             kvrt_batch_tree t = tree;
+             t.cells = tree_cells.data();
+             kvrt_batch b = make_batch(4, tree_pos.data(), tree_seq.data());
+             b.next = &t;
+             const int32_t leaf = 3;
+             return kvrt_cache_tree_accept(c, &b, 1, &leaf);
+         },
+         [&] {
+             if (tree_stored) return;
+             kvrt_batch b = make_batch(4, tree_pos.data(), tree_seq.data());
+             b.next = &tree;
+             token_rows(sh, tree_ids, tree_pos, &one_k, &one_v);
+             kvrt_tensor_ref kr = host_tensor(one_k.data()), vr = host_tensor(one_v.data());
+             KVRT_REQUIRE_OK(kvrt_cache_store(c, nullptr, &b, -1, &kr, &vr, tree_cells.data()));
+             tree_stored = true;
+         }},
     };
     for (const Op& op : ops) {
         for (uint64_t n = 1;; ++n) {
@@ -892,8 +917,124 @@ TEST_CASE("paged layout: a call that fails at any point leaves every sequence as
     CHECK(paged_cells(c, 0).size() == 42);
     CHECK(paged_cells(c, 1).size() == 41);
     CHECK(paged_cells(c, 3).size() == 40);
-    CHECK(paged_cells(c, 2) == paged_cells(c, 3));
+    CHECK(paged_cells(c, 2).size() == 43);  // the fork of 3 and the accepted path 0, 2, 3
     CHECK(n_cached == 32);
     kvrt_cache_destroy(c);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+TEST_CASE("paged layout: a token tree is attended and accepted as in the cell layout", "[paged][attention]") {
+    KVRT_EACH_KERNEL_VARIANT(variant);
+    GpuContext ctx(variant.flags);
+    Shape sh;
+    sh.type = GENERATE(KVRT_TYPE_F16, KVRT_TYPE_Q8_0);
+    kvrt_cache paged = make_cache(ctx, sh, true, 256, 2);
+    kvrt_cache twin = make_cache(ctx, sh, false, 256, 2);
+    const Prompt p = prompt(20, 6);
+    REQUIRE(admit(paged, sh, 0, p) == 0);
+    std::vector<int32_t> seqs(20, 0);
+    std::vector<float> k, v;
+    token_rows(sh, p.ids, p.pos, &k, &v);
+    std::vector<uint32_t> twin_cells(20);
+    {
+        kvrt_batch b = make_batch(20, p.pos.data(), seqs.data());
+        kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
+        KVRT_REQUIRE_OK(kvrt_cache_store(twin, nullptr, &b, -1, &kr, &vr, twin_cells.data()));
+    }
+    // A tree of 7 draft tokens: 0 -> {1, 2}, 1 -> {3, 4}, 2 -> {5}, 5 -> {6}.
+    const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2, 5}, tpos = {20, 21, 21, 22, 22, 22, 23};
+    const std::vector<int32_t> tids = {900, 901, 902, 903, 904, 905, 906}, tseq(7, 0);
+    token_rows(sh, tids, tpos, &k, &v);
+    kvrt_batch_tree tree = KVRT_BATCH_TREE_INIT;
+    tree.parents = parents.data();
+    kvrt_batch tb = make_batch(7, tpos.data(), tseq.data());
+    tb.next = &tree;
+    kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
+    std::vector<uint32_t> pc(7), tc(7);
+    KVRT_REQUIRE_OK(kvrt_cache_store(paged, nullptr, &tb, -1, &kr, &vr, pc.data()));
+    KVRT_REQUIRE_OK(kvrt_cache_store(twin, nullptr, &tb, -1, &kr, &vr, tc.data()));
+    // Attention of the tree's queries: each sees the prompt and its ancestors.
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> q(7 * sh.heads * sh.dk);
+    for (float& x : q) x = nd(rng);
+    auto attend_tree = [&](kvrt_cache c, const std::vector<uint32_t>& cells, uint32_t layer) {
+        kvrt_batch_tree t = tree;
+        t.cells = cells.data();
+        kvrt_batch b = tb;
+        b.next = &t;
+        std::vector<float> out(7 * sh.heads * sh.dv);
+        kvrt_tensor_ref qr = host_tensor(q.data());
+        kvrt_output_ref o = host_output(out.data());
+        kvrt_attention_params prm = KVRT_ATTENTION_PARAMS_INIT;
+        prm.scale = 0.25f;
+        KVRT_REQUIRE_OK(kvrt_cache_attention(c, nullptr, static_cast<int32_t>(layer), &b, &qr, &o, &prm));
+        return out;
+    };
+    for (uint32_t l = 0; l < sh.layers; ++l) {
+        const double e = kvrt::ref::nmse(attend_tree(paged, pc, l), attend_tree(twin, tc, l));
+        INFO("layer " << l << " nmse " << e);
+        REQUIRE(e <= 1e-10);
+    }
+    // A tree that is no longer the sequence's tail is refused, and nothing
+    // changes; nor does a tree of cells that hold another sequence.
+    {
+        const int32_t id = 1, pos = 30;
+        uint32_t cell = 0;
+        KVRT_REQUIRE_OK(kvrt_cache_paged_append(paged, nullptr, 0, 1, &id, &pos, &cell));
+        const State before = state_of(paged, 2);
+        kvrt_batch_tree t = tree;
+        t.cells = pc.data();
+        kvrt_batch b = tb;
+        b.next = &t;
+        const int32_t leaf = 6;
+        CHECK(kvrt_cache_tree_accept(paged, &b, 1, &leaf) == KVRT_ERROR_UNSUPPORTED);
+        CHECK(state_of(paged, 2) == before);
+        const std::vector<int32_t> wrong_seq(7, 1);
+        b.seq_ids = wrong_seq.data();
+        CHECK(kvrt_cache_tree_accept(paged, &b, 1, &leaf) == KVRT_ERROR_INVALID_ARGUMENT);
+        CHECK(state_of(paged, 2) == before);
+        KVRT_REQUIRE_OK(kvrt_cache_seq_rm(paged, 0, 30, -1));
+    }
+    // Accept the path 0, 2, 5, 6 in both.
+    const int32_t leaf = 6;
+    for (auto [c, cells] : {std::pair<kvrt_cache, std::vector<uint32_t>*>{paged, &pc}, {twin, &tc}}) {
+        kvrt_batch_tree t = tree;
+        t.cells = cells->data();
+        kvrt_batch b = tb;
+        b.next = &t;
+        KVRT_REQUIRE_OK(kvrt_cache_tree_accept(c, &b, 1, &leaf));
+    }
+    // The sequence's rows in token order equal the twin's kept cells'.
+    const std::vector<uint32_t> now = paged_cells(paged, 0);
+    REQUIRE(now.size() == 24);
+    std::vector<uint32_t> want = twin_cells;
+    for (uint32_t i : {0u, 2u, 5u, 6u}) want.push_back(tc[i]);
+    for (uint32_t l = 0; l < sh.layers; ++l)
+        for (kvrt_kv_array a : {KVRT_KV_ARRAY_K, KVRT_KV_ARRAY_V})
+            REQUIRE(raw_rows(paged, static_cast<int32_t>(l), a, now) == raw_rows(twin, static_cast<int32_t>(l), a, want));
+    int32_t hi = 0;
+    KVRT_REQUIRE_OK(kvrt_cache_seq_pos_max(paged, 0, &hi));
+    CHECK(hi == 23);
+    kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
+    KVRT_REQUIRE_OK(kvrt_cache_get_info(paged, &info));
+    CHECK(info.used == 24);
+    // And the next token attends alike.
+    std::vector<SeqModel> model(1);
+    model[0].pos = p.pos;
+    model[0].pos.insert(model[0].pos.end(), {20, 21, 22, 23});
+    check_attention(paged, twin, sh, model, rng);
+    // Rejecting the whole draft drops it.
+    KVRT_REQUIRE_OK(kvrt_cache_store(paged, nullptr, &tb, -1, &kr, &vr, pc.data()));
+    {
+        kvrt_batch_tree t = tree;
+        t.cells = pc.data();
+        kvrt_batch b = tb;
+        b.next = &t;
+        KVRT_REQUIRE_OK(kvrt_cache_tree_accept(paged, &b, 0, nullptr));
+    }
+    CHECK(paged_cells(paged, 0) == now);
+    kvrt_cache_destroy(paged);
+    kvrt_cache_destroy(twin);
     REQUIRE(ctx.validation_errors() == 0);
 }

@@ -1025,3 +1025,37 @@ TEST_CASE("BlockPool keeps sequences with sharing off isolated from every other 
     run_isolation_check(0x69736f6cu);
     run_isolation_check(7u);
 }
+
+TEST_CASE("BlockPool keep_tail slides the kept tokens down and cuts the rest", "[kv][block_pool]") {
+    BlockPool p;
+    REQUIRE(p.init(8, 4, 2) == KVRT_SUCCESS);
+    BlockWork w;
+    REQUIRE(append_run(p, 0, iota_ids(10, 6), 0, &w) == KVRT_SUCCESS);  // tokens 0..5, blocks of 4
+    const std::vector<TP> before = read_back(p, 0);
+    std::vector<std::pair<uint32_t, uint32_t>> moves;
+    // Keep tokens 3 and 5 of the tail from 2: token 3 -> 2, token 5 -> 3.
+    const uint32_t keep[] = {3, 5};
+    REQUIRE(p.keep_tail(0, 2, keep, 2, &moves) == KVRT_SUCCESS);
+    const std::vector<TP> after = read_back(p, 0);
+    REQUIRE(after.size() == 4);
+    CHECK(after[0] == before[0]);
+    CHECK(after[1] == before[1]);
+    CHECK(after[2] == before[3]);
+    CHECK(after[3] == before[5]);
+    REQUIRE(moves.size() == 2);
+    CHECK(moves[0] == std::make_pair(p.slot(0, 3), p.slot(0, 2)));
+    // Token 5 lived in the released block 1; its slot is the source.
+    CHECK(moves[1].second == p.slot(0, 3));
+    CHECK(p.used_count() == 1);
+    CHECK(p.verify() == KVRT_SUCCESS);
+    // Bad lists, and a tail that a fork shares, change nothing.
+    const uint32_t unordered[] = {3, 2}, below[] = {1};
+    CHECK(p.keep_tail(0, 2, unordered, 2, &moves) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(p.keep_tail(0, 2, below, 1, &moves) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(p.keep_tail(0, 5, nullptr, 0, &moves) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(p.fork(0, 1) == KVRT_SUCCESS);
+    const uint32_t last[] = {3};
+    CHECK(p.keep_tail(0, 2, last, 1, &moves) == KVRT_ERROR_UNSUPPORTED);
+    CHECK(read_back(p, 0) == after);
+    CHECK(p.verify() == KVRT_SUCCESS);
+}
