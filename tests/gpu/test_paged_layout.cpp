@@ -432,9 +432,17 @@ TEST_CASE("paged layout: attention over shared and copied blocks matches the dou
     seqs[2].ids.insert(seqs[2].ids.end(), tail.ids.begin(), tail.ids.end());
     seqs[2].pos.insert(seqs[2].pos.end(), tail.pos.begin(), tail.pos.end());
     REQUIRE(paged_cells(c, 2).size() == 80);
-    // One query per sequence at its next position, and two earlier ones of
-    // sequence 2 (causal: they see part of it).
-    const std::vector<int32_t> qseq = {0, 1, 2, 2, 2}, qpos = {70, 75, 80, 66, 10};
+    // One query per sequence at its next position and two earlier ones of
+    // sequence 2 (causal: they see part of it); then, as a prefill chunk, 48
+    // queries of sequence 2 over its copied and its own blocks.
+    const bool prefill = GENERATE(false, true);
+    std::vector<int32_t> qseq = {0, 1, 2, 2, 2}, qpos = {70, 75, 80, 66, 10};
+    if (prefill) {
+        qseq.assign(48, 2);
+        qpos.resize(48);
+        for (int32_t i = 0; i < 48; ++i) qpos[static_cast<size_t>(i)] = 32 + i;
+    }
+    INFO((prefill ? "prefill" : "decode"));
     std::mt19937 rng(3);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> q(qseq.size() * sh.heads * sh.dk);
