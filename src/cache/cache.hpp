@@ -246,6 +246,13 @@ private:
                     std::vector<kv::CellSet>* set) const;
     Result paged_apply(int32_t seq, const std::vector<uint32_t>& drop, const std::vector<kv::CellSet>& set);
     Result paged_mirror(const PagedView& before, const std::vector<kv::BlockCopy>& copies);
+    // One sequence's edits in mirror_drop_ / mirror_set_: they end at
+    // drop_end and set_end (and start where the previous span ends).
+    struct EditSpan {
+        int32_t seq = 0;
+        size_t drop_end = 0, set_end = 0;
+    };
+    Result paged_commit(const std::vector<EditSpan>& spans);
     // Cuts `seq` to its first `keep` tokens (forget: unregistering what it
     // drops, for rows never written).
     Result paged_cut(int32_t seq, uint32_t keep, bool forget);

@@ -115,6 +115,19 @@ Result Cache::paged_apply(int32_t seq, const std::vector<uint32_t>& drop, const 
     return table_.mirror_seq(seq, drop.data(), drop.size(), set.data(), set.size());
 }
 
+// Applies edits of several sequences, back to back in mirror_drop_ and
+// mirror_set_.
+Result Cache::paged_commit(const std::vector<EditSpan>& spans) {
+    size_t d0 = 0, s0 = 0;
+    for (const EditSpan& e : spans) {
+        KVRT_TRY(table_.mirror_seq(e.seq, mirror_drop_.data() + d0, e.drop_end - d0, mirror_set_.data() + s0,
+                                   e.set_end - s0));
+        d0 = e.drop_end;
+        s0 = e.set_end;
+    }
+    return KVRT_SUCCESS;
+}
+
 // Mirrors a pool mutation of one sequence that needs no device work.
 Result Cache::paged_mirror(const PagedView& before, const std::vector<kv::BlockCopy>& copies) {
     mirror_drop_.clear();
@@ -190,12 +203,11 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
     // The table edits, computed against the table as it still is.
     mirror_drop_.clear();
     mirror_set_.clear();
-    std::vector<size_t> drop_end, set_end;
+    std::vector<EditSpan> spans;
     try {
         for (const PagedRun& run : runs) {
             paged_diff(run.before, copies, &mirror_drop_, &mirror_set_);
-            drop_end.push_back(mirror_drop_.size());
-            set_end.push_back(mirror_set_.size());
+            spans.push_back({run.seq, mirror_drop_.size(), mirror_set_.size()});
         }
     } catch (const std::bad_alloc&) {
         r = fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for the cell edits");
@@ -237,13 +249,7 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
     }
 
     // Commit the table: it cannot fail now but for a bug.
-    size_t d0 = 0, s0 = 0;
-    for (size_t i = 0; i < runs.size(); ++i) {
-        KVRT_TRY(table_.mirror_seq(runs[i].seq, mirror_drop_.data() + d0, drop_end[i] - d0, mirror_set_.data() + s0,
-                                   set_end[i] - s0));
-        d0 = drop_end[i];
-        s0 = set_end[i];
-    }
+    KVRT_TRY(paged_commit(spans));
     if (stream && device) {
         // The recording may still be dropped: cut each sequence back so that
         // it never shows rows that were not written.
@@ -512,7 +518,7 @@ Result Cache::paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32
     // leave. A moved slot carries its source's pending shift.
     mirror_drop_.clear();
     mirror_set_.clear();
-    std::vector<size_t> drop_end, set_end;
+    std::vector<EditSpan> spans;
     Result r = KVRT_SUCCESS;
     try {
         for (const Part& p : parts) {
@@ -526,8 +532,7 @@ Result Cache::paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32
                 const uint32_t src = cells[p.tokens[p.kept[j] - p.from]];
                 if (src != dst) mirror_set_.push_back({dst, table_.cell_pos(src), table_.cell_delta(src)});
             }
-            drop_end.push_back(mirror_drop_.size());
-            set_end.push_back(mirror_set_.size());
+            spans.push_back({p.seq, mirror_drop_.size(), mirror_set_.size()});
         }
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for a tree of %u tokens", n);
@@ -572,13 +577,7 @@ Result Cache::paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32
         keep_message([&] { pool_ = pool_undo_; });
         return r;
     }
-    size_t d0 = 0, s0 = 0;
-    for (size_t i = 0; i < parts.size(); ++i) {
-        KVRT_TRY(table_.mirror_seq(parts[i].seq, mirror_drop_.data() + d0, drop_end[i] - d0, mirror_set_.data() + s0,
-                                   set_end[i] - s0));
-        d0 = drop_end[i];
-        s0 = set_end[i];
-    }
+    KVRT_TRY(paged_commit(spans));
     if (r == KVRT_ERROR_TIMEOUT)
         return fail(KVRT_ERROR_TIMEOUT, "the wait for a paged-layout tree's row moves timed out; the accept stays");
     return KVRT_SUCCESS;

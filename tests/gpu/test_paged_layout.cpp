@@ -624,15 +624,18 @@ TEST_CASE("paged layout: a dropped recording cuts the sequence back and never sh
         more.ids.push_back(500 + i);
         more.pos.push_back(40 + i);
     }
-    {
-        Stream s(ctx);
-        KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+    auto store_more = [&](kvrt_stream s) {
         std::vector<int32_t> seqs(24, 0);
         std::vector<float> k, v;
         token_rows(sh, more.ids, more.pos, &k, &v);
         kvrt_batch b = make_batch(24, more.pos.data(), seqs.data());
         kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
         KVRT_REQUIRE_OK(kvrt_cache_store(c, s, &b, -1, &kr, &vr, nullptr));
+    };
+    {
+        Stream s(ctx);
+        KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+        store_more(s);
         REQUIRE(paged_cells(c, 0).size() == 64);
     }
     CHECK(paged_cells(c, 0) == before0);
@@ -640,14 +643,7 @@ TEST_CASE("paged layout: a dropped recording cuts the sequence back and never sh
     // is not registered and a prompt with those ids maps blocks 0 and 1 only.
     {
         Stream s(ctx);
-        run_stream(s, [&]() {
-            std::vector<int32_t> seqs(24, 0);
-            std::vector<float> k, v;
-            token_rows(sh, more.ids, more.pos, &k, &v);
-            kvrt_batch b = make_batch(24, more.pos.data(), seqs.data());
-            kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
-            KVRT_REQUIRE_OK(kvrt_cache_store(c, s, &b, -1, &kr, &vr, nullptr));
-        });
+        run_stream(s, [&]() { store_more(s); });
     }
     CHECK(paged_cells(c, 0).size() == 64);
     Prompt longer = p;
