@@ -54,7 +54,10 @@ extern "C" {
  *   the device); shared rows are never rotated in place. With
  *   KVRT_CACHE_DEFERRED_ROPE nothing is rotated. A shift must cover a
  *   suffix of the sequence (every token from some point on, in append
- *   order), and no position may become negative.
+ *   order), and no position may become negative. If the rotation itself
+ *   fails on the device, the call returns that error with the shift made
+ *   and its rotation pending (kvrt_cache_apply_shifts or the next attention
+ *   applies it), as after a shift in the cell layout.
  * - Blocks no sequence uses keep their rows while registered (cached) and
  *   are reused least recently released first when a new block is needed.
  *   KVRT_ERROR_CACHE_FULL when free plus cached blocks are too few; nothing
