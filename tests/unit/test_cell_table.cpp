@@ -556,6 +556,7 @@ TEST_CASE("CellTable mirror_seq edits one sequence's cells, checking the whole e
     CHECK(t.has_pending_shift());
     // Sequence 1 shares cells 0..1 (same positions).
     const CellSet join1[] = {{0, 10, 0}, {1, 11, 0}};
+    REQUIRE(t.reserve(2) == KVRT_SUCCESS);  // the caller reserves before each edit
     REQUIRE(t.mirror_seq(1, nullptr, 0, join1, 2) == KVRT_SUCCESS);
     CHECK(t.cell_has_seq(0, 1));
     CHECK(t.seq_pos_max(1) == 11);
@@ -578,11 +579,13 @@ TEST_CASE("CellTable mirror_seq edits one sequence's cells, checking the whole e
     // the same edit may be joined again); sequence 0 moves its own cell 3.
     const uint32_t leave[] = {0, 1};
     const CellSet copy[] = {{4, 10, 0}, {5, 11, 0}};
+    REQUIRE(t.reserve(2) == KVRT_SUCCESS);
     REQUIRE(t.mirror_seq(1, leave, 2, copy, 2) == KVRT_SUCCESS);
     CHECK(!t.cell_has_seq(0, 1));
     CHECK(t.cell_has_seq(0, 0));
     CHECK(t.cell_has_seq(5, 1));
     const CellSet shift[] = {{3, 15, 2}};
+    REQUIRE(t.reserve(1) == KVRT_SUCCESS);
     REQUIRE(t.mirror_seq(0, nullptr, 0, shift, 1) == KVRT_SUCCESS);
     CHECK(t.cell_pos(3) == 15);
     CHECK(t.seq_pos_max(0) == 15);
