@@ -29,6 +29,8 @@
 )]
 
 include!("bindings.rs");
+// The static padded and paged layouts (kvrt_static.h, kvrt_paged.h).
+include!("layout_bindings.rs");
 // The fixed-capacity memory (kvrt_memory.h, experimental in the C header).
 include!("memory_bindings.rs");
 
