@@ -63,9 +63,11 @@ type StaticLayout struct {
 // (copy-on-write), so a sequence's cells hold only until its next append or
 // shift. Store and Place work too (ids unknown: their blocks are never
 // registered). Token trees work when the tree is its sequence's last tokens
-// (see kvrt_paged.h). SeqDiv, ContextShift, DiscardForReevaluation, state
-// save/load and SeqTransfer fail with an error matching ErrUnsupported, as
-// the Paged* methods do on caches of other layouts.
+// (see kvrt_paged.h). State save/load, swap and SeqTransfer work as in the
+// cell layout (a loaded sequence gets blocks of its own, never registered).
+// SeqDiv, ContextShift and DiscardForReevaluation fail with an error
+// matching ErrUnsupported, as the Paged* methods do on caches of other
+// layouts.
 type PagedLayout struct {
 	BlockSize uint32 // tokens per block: 16, 32 or 64; 0 = 16
 }

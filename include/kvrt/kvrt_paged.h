@@ -64,9 +64,16 @@ extern "C" {
  *   changes then.
  * - kvrt_cache_seq_rm removes a suffix of a sequence (or all of it);
  *   seq_keep, clear, pos_min/max work as in the cell layout; compaction moves
- *   nothing. seq_div, context shifts, discard_for_reevaluation, state
- *   save/load, swap and kvrt_cache_seq_transfer fail with
- *   KVRT_ERROR_UNSUPPORTED.
+ *   nothing. seq_div, context shifts and discard_for_reevaluation fail
+ *   with KVRT_ERROR_UNSUPPORTED (they remove the middle of a sequence).
+ * - State (kvrt_state.h) and kvrt_cache_seq_transfer work as in the cell
+ *   layout (states of a paged cache are format version 2). A loaded or
+ *   transferred sequence gets its tokens appended in rising position order
+ *   (saved order among equal positions) into blocks of its own, holding no
+ *   token ids, so never registered. A whole-cache load clears the registry
+ *   and keeps the state's sharing where blocks allow: a sequence whose first
+ *   tokens are the same saved cells as an earlier sequence's shares that
+ *   one's blocks for as many whole blocks as those tokens fill.
  * - Token trees (kvrt_batch_tree): stored with kvrt_cache_store (appended
  *   in batch order) and attended as in the cell layout. kvrt_cache_tree_accept
  *   needs the tree's tokens to be their sequence's last tokens, in batch

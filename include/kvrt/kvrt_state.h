@@ -44,7 +44,9 @@ extern "C" {
  *   others are converted on the host to f32 and quantized by the cache's
  *   store kernels, exactly as kvrt_cache_store quantizes f32 values. Into the
  *   static layout each sequence gets its newest seq_len - 1 tokens, and a
- *   cell shared by several sequences becomes a row of each one's window. */
+ *   cell shared by several sequences becomes a row of each one's window;
+ *   into the paged layout each sequence is appended in position order (see
+ *   kvrt_paged.h for how sharing is kept). */
 
 /* Saves the state of sequence `seq`, or of the whole cache when seq is -1.
  * With `data` NULL, writes the state's size in bytes to *size and changes
@@ -92,11 +94,13 @@ KVRT_API kvrt_result kvrt_cache_state_load_file(kvrt_cache cache, int32_t seq, c
 /* Host swap: moves sequence `seq` out of the cache into host memory, as a
  * sequence state (kvrt_cache_state_save), then removes it from the cache
  * (kvrt_cache_seq_rm(cache, seq, -1, -1)). With `data` NULL, writes the size
- * to *size and changes nothing. The cell layout allocates its rows up front,
- * so swapping out returns no device memory: it frees the sequence's cells for
- * other sequences. kvrt_cache_seq_swap_in brings it back; when its cells
- * are still free it returns to them, and attention then gives the same
- * outputs, bit for bit, as before the swap. Fails like
+ * to *size and changes nothing. The cell and paged layouts allocate their
+ * rows up front, so swapping out returns no device memory: it frees the
+ * sequence's cells (or blocks) for other sequences. kvrt_cache_seq_swap_in
+ * brings it back; in the cell layout, when its cells are still free it
+ * returns to them, and attention then gives the same outputs, bit for bit,
+ * as before the swap (the paged layout appends it into blocks the pool
+ * chooses: the same rows, attended in another cell order). Fails like
  * kvrt_cache_state_save, and with KVRT_ERROR_INVALID_ARGUMENT for a negative
  * `seq`; on failure the sequence stays in the cache. Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_seq_swap_out(kvrt_cache cache, int32_t seq, void* data, uint64_t* size);

@@ -275,6 +275,7 @@ private:
     Result check_state_fits(int32_t seq, const state::Plan& plan) const;
     Result load_cells(int32_t seq, const state::Plan& plan);
     Result load_static(int32_t seq, const state::Plan& plan);
+    Result load_paged(int32_t seq, const state::Plan& plan);
 
     vk::Context& ctx_;
     kv::CacheGeometry geo_;

@@ -141,7 +141,6 @@ Result Cache::describe_state(int32_t seq, state::Description* out) const {
 }
 
 Result Cache::state_save(int32_t seq, void* out, uint64_t* size) {
-    if (is_paged()) return fail(KVRT_ERROR_UNSUPPORTED, "state save is not available in the paged layout yet");
     if (!size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "size is NULL");
     state::Description d;
     state::Extents e;
@@ -306,11 +305,138 @@ Result Cache::load_static(int32_t seq, const state::Plan& plan) {
     return r;
 }
 
+Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
+    const state::Description& d = plan.desc;
+    const uint32_t B = geo_.block_size;
+    const uint32_t first = seq < 0 ? 0 : uint32_t(seq), last = seq < 0 ? geo_.max_seqs : first + 1;
+    // Each loaded sequence's records in rising position order (saved order
+    // among equal positions), and what each sequence held before.
+    std::vector<std::vector<uint32_t>> per_seq;
+    std::vector<PagedView> before(last - first);
+    std::vector<uint32_t> cells, order;
+    size_t n_set = 0, n_drop = 0;
+    std::shared_ptr<kv::BlockPool> pool_before;
+    std::shared_ptr<kv::CellTable> table_before;
+    try {
+        per_seq.resize(geo_.max_seqs);
+        for (uint32_t i = 0; i < d.header.n_cells; ++i) {
+            const state::CellRecord& c = d.cells[i];
+            for (uint32_t j = 0; j < c.n_seq; ++j)
+                per_seq[size_t(seq >= 0 ? seq : d.seq_ids[c.seq_begin + j])].push_back(i);
+        }
+        for (uint32_t s = first; s < last; ++s) {
+            std::vector<uint32_t>& list = per_seq[s];
+            std::stable_sort(list.begin(), list.end(),
+                             [&](uint32_t a, uint32_t b) { return d.cells[a].pos < d.cells[b].pos; });
+            KVRT_TRY(paged_view(int32_t(s), &before[s - first]));
+            n_set += list.size();
+            n_drop += before[s - first].n_tokens;
+        }
+        cells.reserve(n_set);
+        order.reserve(n_set);
+        pool_before = std::make_shared<kv::BlockPool>(pool_);
+        table_before = std::make_shared<kv::CellTable>(table_);
+    } catch (const std::bad_alloc&) {
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory to load %u cells", d.header.n_cells);
+    }
+    KVRT_TRY(paged_reserve(n_set, n_drop));
+    auto restore = [this, pool_before, table_before]() {
+        std::swap(pool_, *pool_before);
+        std::swap(table_, *table_before);
+    };
+
+    // The pool: the replaced sequences emptied, then each loaded one in turn.
+    // A whole-cache state keeps its sharing where it can: a sequence whose
+    // first tokens are the same saved cells as an earlier sequence's maps
+    // that one's blocks for as many whole blocks as they fill (a fork cut
+    // back); its other tokens get blocks of their own. Loaded blocks hold no
+    // token ids, so they are never registered (the registry is cleared by a
+    // whole-cache load).
+    for (uint32_t s = first; s < last; ++s) (void)pool_.truncate(int32_t(s), 0);
+    if (seq < 0) pool_.clear_registry();
+    std::vector<int32_t> ids, pos;
+    Result r = KVRT_SUCCESS;
+    for (uint32_t s = first; s < last && r == KVRT_SUCCESS; ++s) {
+        const std::vector<uint32_t>& list = per_seq[s];
+        if (list.empty()) continue;
+        uint32_t shared = 0, from = 0;
+        for (uint32_t t = first; t < s; ++t) {
+            const std::vector<uint32_t>& other = per_seq[t];
+            const size_t most = std::min(list.size(), other.size());
+            size_t k = 0;
+            while (k < most && list[k] == other[k]) ++k;
+            const uint32_t whole = uint32_t(k / B * B);
+            if (whole > shared) shared = whole, from = t;
+        }
+        if (shared) {
+            r = pool_.fork(int32_t(from), int32_t(s));
+            if (r == KVRT_SUCCESS) r = pool_.truncate(int32_t(s), shared);
+            if (r != KVRT_SUCCESS) break;
+        }
+        const uint32_t n = uint32_t(list.size()) - shared;
+        try {
+            ids.assign(n, kv::BlockPool::unknown_token);
+            pos.resize(n);
+        } catch (const std::bad_alloc&) {
+            r = fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory to load %u tokens", n);
+            break;
+        }
+        for (uint32_t i = 0; i < n; ++i) pos[i] = d.cells[list[shared + i]].pos;
+        if (n) r = pool_.append(int32_t(s), n, ids.data(), pos.data(), &work_);
+        if (r == KVRT_SUCCESS && !work_.copies.empty())
+            r = fail(KVRT_ERROR_INTERNAL, "paged layout: loading sequence %u copied a block", s);
+        for (uint32_t i = 0; i < n && r == KVRT_SUCCESS; ++i) {
+            cells.push_back(pool_.slot(int32_t(s), shared + i));
+            order.push_back(list[shared + i]);
+        }
+    }
+    if (r != KVRT_SUCCESS) {
+        restore();
+        return r;
+    }
+
+    // The rows, in one submission.
+    LoadRows k, v;
+    const uint32_t n = uint32_t(cells.size());
+    r = make_rows(plan, Array::K, geo_.k, geo_.n_kv_heads, &order, &k);
+    if (r == KVRT_SUCCESS) r = make_rows(plan, Array::V, geo_.v, geo_.n_kv_heads, &order, &v);
+    vk::Transaction tx(this, nullptr, own_);
+    if (r == KVRT_SUCCESS) r = tx.begin();
+    if (r == KVRT_SUCCESS && n) r = record_writes(tx.stream(), n, cells.data(), -1, k.src, v.src);
+
+    // The table: every replaced sequence leaves its cells, then every loaded
+    // one joins its new ones (fresh rows: no pending shift).
+    for (uint32_t s = first; s < last && r == KVRT_SUCCESS; ++s) {
+        const PagedView& b = before[s - first];
+        mirror_drop_.clear();
+        for (size_t i = 0; i < b.table.size(); ++i)
+            for (uint32_t j = 0; j < B && uint64_t(i) * B + j < b.n_tokens; ++j) mirror_drop_.push_back(b.table[i] * B + j);
+        r = table_.mirror_seq(int32_t(s), mirror_drop_.data(), mirror_drop_.size(), nullptr, 0);
+    }
+    for (uint32_t s = first; s < last && r == KVRT_SUCCESS; ++s) {
+        mirror_set_.clear();
+        const uint32_t len = pool_.seq_length(int32_t(s));
+        for (uint32_t t = 0; t < len; ++t) {
+            const uint32_t c = pool_.slot(int32_t(s), t);
+            mirror_set_.push_back({c, pool_.positions()[c], 0});
+        }
+        r = table_.mirror_seq(int32_t(s), nullptr, 0, mirror_set_.data(), mirror_set_.size());
+    }
+    if (r != KVRT_SUCCESS) {
+        restore();
+        return r;
+    }
+    tx.on_undo(restore);
+    // Past a timed-out wait the rows land later: the new pool and table describe them.
+    tx.keep_on_timeout();
+    return tx.finish();
+}
+
 Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
-    if (is_paged()) return fail(KVRT_ERROR_UNSUPPORTED, "state load is not available in the paged layout yet");
     state::Plan plan;
     KVRT_TRY(state::parse(data, size, &plan));
     KVRT_TRY(check_state_fits(seq, plan));
+    if (is_paged()) return load_paged(seq, plan);
     return is_static() ? load_static(seq, plan) : load_cells(seq, plan);
 }
 

@@ -321,8 +321,6 @@ Result Cache::record_copy_cells(vk::Stream& s, const Cache& src, const std::vect
 Result Cache::transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32_t* out_count) {
     if (out_count) *out_count = 0;
     if (&src.ctx_ != &ctx_) return fail(KVRT_ERROR_INVALID_ARGUMENT, "the caches belong to different contexts");
-    if (is_paged() || src.is_paged())
-        return fail(KVRT_ERROR_UNSUPPORTED, "kvrt_cache_seq_transfer is not available for the paged layout yet");
     const kv::CacheGeometry& a = src.geo_;
     if (a.n_layers != geo_.n_layers || a.n_kv_heads != geo_.n_kv_heads || a.k.head_dim != geo_.k.head_dim ||
         a.v.head_dim != geo_.v.head_dim)
@@ -358,9 +356,21 @@ Result Cache::transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32
     // K rows must be rotated to their current positions before they move.
     if (src.table_.has_pending_shift() && !src.deferred_) KVRT_TRY(src.apply_shifts(nullptr));
 
+    // The tokens in rising position order (a paged source's among equal
+    // positions in its block table's order).
     std::vector<uint32_t> src_cells;
-    KVRT_TRY(src.table_.cells_of_seq(src_seq, &src_cells));
-    std::sort(src_cells.begin(), src_cells.end(), [&](uint32_t x, uint32_t y) {
+    if (src.is_paged()) {
+        const uint32_t len = src.pool_.seq_length(src_seq);
+        try {
+            src_cells.resize(len);
+        } catch (const std::bad_alloc&) {
+            return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for %u cells", len);
+        }
+        for (uint32_t t = 0; t < len; ++t) src_cells[t] = src.pool_.slot(src_seq, t);
+    } else {
+        KVRT_TRY(src.table_.cells_of_seq(src_seq, &src_cells));
+    }
+    std::stable_sort(src_cells.begin(), src_cells.end(), [&](uint32_t x, uint32_t y) {
         return src.table_.cell_pos(x) < src.table_.cell_pos(y);
     });
     if (is_static() && src_cells.size() > static_geo_.window_rows)
@@ -374,10 +384,13 @@ Result Cache::transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32
         tokens[i] = kv::Token{positions[i], &dst_seq, 1};
     }
 
-    // Place (the destination sequence is empty: no slide copies anything),
-    // then copy the rows in one submission; undo the placement on failure.
+    // Place (the destination sequence is empty: no slide and no
+    // copy-on-write copies anything), then copy the rows in one submission;
+    // undo the placement on failure.
     std::vector<uint32_t> dst_cells(n);
-    if (is_static()) {
+    if (is_paged()) {
+        KVRT_TRY(paged_store(nullptr, tokens.data(), n, -1, nullptr, nullptr, dst_cells.data()));
+    } else if (is_static()) {
         KVRT_TRY(static_append(nullptr, tokens.data(), n, -1, nullptr, nullptr, dst_cells.data()));
     } else {
         KVRT_TRY(place(tokens.data(), n, dst_cells.data()));
@@ -392,8 +405,15 @@ Result Cache::transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32
     if (r == KVRT_SUCCESS) r = tx.finish();
     if (r != KVRT_SUCCESS) {
         const std::string message = last_error_message();
-        (void)table_.seq_rm(dst_seq, -1, -1);
-        if (is_static()) seq_windows_[static_cast<size_t>(dst_seq)].reset();
+        if (is_paged()) {
+            // Allocates nothing: the pool forgets the blocks (never written),
+            // the table drops the cells placed.
+            (void)pool_.forget_tail(dst_seq, 0);
+            (void)table_.mirror_seq(dst_seq, dst_cells.data(), n, nullptr, 0);
+        } else {
+            (void)table_.seq_rm(dst_seq, -1, -1);
+            if (is_static()) seq_windows_[static_cast<size_t>(dst_seq)].reset();
+        }
         (void)fail(KVRT_SUCCESS, "%s", message.c_str());
         return r;
     }

@@ -785,14 +785,18 @@ Result BlockPool::verify() const {
             used += ref[b] != 0 ? 1u : 0u;
             cached += ref[b] == 0 && reg_[b] ? 1u : 0u;
             const size_t base = slot_index(b, 0);
+            bool unknown = false;  // a token of unknown id: never registered
             for (uint32_t j = 0; j < block_size_; ++j) {
-                const bool full = pos_[base + j] >= 0 && tok_[base + j] >= 0;
+                const bool full = pos_[base + j] >= 0 && tok_[base + j] >= unknown_token;
                 const bool empty = pos_[base + j] == -1 && tok_[base + j] == -1;
                 if (j < fill_[b] ? !full : !empty) {
                     return fail(KVRT_ERROR_INTERNAL, "block pool: slot %u of block %u disagrees with its fill %u", j,
                                 b, fill_[b]);
                 }
+                unknown = unknown || (j < fill_[b] && tok_[base + j] == unknown_token);
             }
+            if (reg_[b] && unknown)
+                return fail(KVRT_ERROR_INTERNAL, "block pool: registered block %u holds a token of unknown id", b);
             if (!reg_[b]) continue;
             ++registered;
             const uint32_t p = parent_[b];

@@ -98,7 +98,7 @@ Result read_scales(Reader& r, const uint8_t* base, const char* what, kvrt_type t
     return KVRT_SUCCESS;
 }
 
-Result parse_v1(const uint8_t* b, uint64_t size, Plan* out, const ParseOptions& options) {
+Result parse_body(const uint8_t* b, uint64_t size, Plan* out, const ParseOptions& options) {
     Reader r(b, size - kChecksumBytes);
     Header h;
     // The header (64 bytes, checked present by the caller).
@@ -133,8 +133,11 @@ Result parse_v1(const uint8_t* b, uint64_t size, Plan* out, const ParseOptions& 
     if (h.head_dim_k % tk->block_elems || h.head_dim_v % tv->block_elems)
         return fail(KVRT_ERROR_CORRUPT_STATE, "state offset 28: head dims %u, %u are not multiples of the types' blocks",
                     h.head_dim_k, h.head_dim_v);
-    if (h.layout != KVRT_LAYOUT_CELLS && h.layout != KVRT_LAYOUT_STATIC)
-        return fail(KVRT_ERROR_CORRUPT_STATE, "state offset 44: unknown layout %u", h.layout);
+    // Version 2 adds the paged layout; nothing else differs.
+    if (h.layout != KVRT_LAYOUT_CELLS && h.layout != KVRT_LAYOUT_STATIC &&
+        !(h.layout == KVRT_LAYOUT_PAGED && h.version >= 2))
+        return fail(KVRT_ERROR_CORRUPT_STATE, "state offset 44: unknown layout %u (format version %u)", h.layout,
+                    h.version);
     if (!h.capacity) return fail(KVRT_ERROR_CORRUPT_STATE, "state offset 48: capacity 0");
     if (!h.max_seqs || h.max_seqs > INT32_MAX)
         return fail(KVRT_ERROR_CORRUPT_STATE, "state offset 52: max_seqs %u is outside 1..%d", h.max_seqs, INT32_MAX);
@@ -252,10 +255,12 @@ Result extents_of(const Description& d, Extents* out) {
     return KVRT_SUCCESS;
 }
 
+uint32_t version_for(const Header& h) { return h.layout == KVRT_LAYOUT_PAGED ? 2 : 1; }
+
 void write_prefix(const Description& d, const Extents& e, uint8_t* out) {
     const Header& h = d.header;
     std::memcpy(out, kMagic, 8);
-    const uint32_t fields[] = {kVersion,     kHeaderBytes,
+    const uint32_t fields[] = {version_for(h), kHeaderBytes,
                                h.flags,      h.n_layers,
                                h.n_kv_heads, h.head_dim_k,
                                h.head_dim_v, static_cast<uint32_t>(h.type_k),
@@ -298,8 +303,9 @@ Result parse(const void* data, uint64_t size, Plan* out, const ParseOptions& opt
         return fail(KVRT_ERROR_UNSUPPORTED, "state format version %u is newer than this library reads (1..%u)", version,
                     kVersion);
     try {
-        // Versions 1..kVersion: each has its parser; today there is one.
-        return parse_v1(b, size, out, options);
+        // Versions 1..kVersion: version 2 is version 1 with one more layout
+        // value, so one parser reads both.
+        return parse_body(b, size, out, options);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory parsing a state");
     }

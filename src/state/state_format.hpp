@@ -22,8 +22,10 @@ namespace kvrt::state {
 
 // "KVRTSTAT" at offset 0.
 constexpr uint8_t kMagic[8] = {'K', 'V', 'R', 'T', 'S', 'T', 'A', 'T'};
-// The version this library writes; it reads every version from 1 to this.
-constexpr uint32_t kVersion = 1;
+// The newest version this library writes; it reads every version from 1 to
+// this. A state is written in the oldest version that can hold it
+// (version_for): 1, or 2 for a state of the paged layout (layout 3).
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kHeaderBytes = 64;
 constexpr uint32_t kChecksumBytes = 8;
 // Header flags.
@@ -32,7 +34,7 @@ constexpr uint32_t kFlagDeferredRope = 0x2;   // K stored before rotation
 constexpr uint32_t kKnownFlags = kFlagSequence | kFlagDeferredRope;
 
 struct Header {
-    uint32_t version = kVersion;
+    uint32_t version = kVersion;  // as read; write_prefix writes version_for()
     uint32_t flags = 0;
     uint32_t n_layers = 0;
     uint32_t n_kv_heads = 0;
@@ -46,6 +48,10 @@ struct Header {
     uint32_t n_cells = 0;                 // cell records in the state
     int32_t seq = -1;                     // the saved sequence, or -1 for the whole cache
 };
+
+// The oldest format version that holds a state of this header: 1, or 2 when
+// the saving cache's layout is the paged one (a value version 1 lacks).
+uint32_t version_for(const Header& h);
 
 // One saved cell: its index in the saving cache, its position, and its
 // sequences: seq_ids[seq_begin, seq_begin + n_seq) of the description.

@@ -171,10 +171,33 @@ TEST_CASE("state format: every single-bit flip is refused", "[state]") {
 
 TEST_CASE("state format: versions", "[state]") {
     std::vector<uint8_t> b = make_sample_state(SampleSpec{});
-    // Version 1 is read (the only version so far; later ones keep reading it).
-    REQUIRE(rd32(b, 8) == state::kVersion);
+    // A state of the cell layout is written in version 1, the oldest that
+    // holds it, and read.
+    REQUIRE(rd32(b, 8) == 1);
+    REQUIRE(rd32(b, 44) == KVRT_LAYOUT_CELLS);
     CHECK(parse(b) == KVRT_SUCCESS);
-    for (uint32_t v : {2u, 3u, 0xFFFFFFFFu}) {
+    // Version 2 adds the paged layout (3): read in version 2, corrupt in 1.
+    REQUIRE(state::kVersion == 2);
+    state::Header h;
+    h.layout = KVRT_LAYOUT_PAGED;
+    CHECK(state::version_for(h) == 2);
+    h.layout = KVRT_LAYOUT_STATIC;
+    CHECK(state::version_for(h) == 1);
+    wr32(&b, 44, KVRT_LAYOUT_PAGED);
+    reseal(&b);
+    CHECK(parse(b) == KVRT_ERROR_CORRUPT_STATE);
+    CHECK(std::string(last_error_message()).find("unknown layout 3") != std::string::npos);
+    wr32(&b, 8, 2);
+    reseal(&b);
+    CHECK(parse(b) == KVRT_SUCCESS);
+    wr32(&b, 44, KVRT_LAYOUT_CELLS);
+    reseal(&b);
+    CHECK(parse(b) == KVRT_SUCCESS);
+    wr32(&b, 44, 4);
+    reseal(&b);
+    CHECK(parse(b) == KVRT_ERROR_CORRUPT_STATE);
+    wr32(&b, 44, KVRT_LAYOUT_CELLS);
+    for (uint32_t v : {3u, 4u, 0xFFFFFFFFu}) {
         wr32(&b, 8, v);
         reseal(&b);
         CHECK(parse(b) == KVRT_ERROR_UNSUPPORTED);
