@@ -276,6 +276,8 @@ private:
     Result load_cells(int32_t seq, const state::Plan& plan);
     Result load_static(int32_t seq, const state::Plan& plan);
     Result load_paged(int32_t seq, const state::Plan& plan);
+    // A swap-in target: a sequence id in range that holds no token.
+    Result check_swap_in(int32_t seq) const;
 
     vk::Context& ctx_;
     kv::CacheGeometry geo_;

@@ -448,12 +448,17 @@ Result Cache::seq_swap_out(int32_t seq, void* out, uint64_t* size) {
     return KVRT_SUCCESS;
 }
 
-Result Cache::seq_swap_in(int32_t seq, const void* data, uint64_t size) {
+Result Cache::check_swap_in(int32_t seq) const {
     if (seq < 0 || seq >= static_cast<int32_t>(geo_.max_seqs))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
     if (table_.seq_cell_count(seq) != 0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d holds %u tokens; swap in needs it empty", seq,
                     table_.seq_cell_count(seq));
+    return KVRT_SUCCESS;
+}
+
+Result Cache::seq_swap_in(int32_t seq, const void* data, uint64_t size) {
+    KVRT_TRY(check_swap_in(seq));
     return state_load(seq, data, size);
 }
 

@@ -136,6 +136,8 @@ Result Cache::seq_swap_out_file(int32_t seq, const char* path) {
 
 Result Cache::seq_swap_in_file(int32_t seq, const char* path) {
     if (!path || !*path) return fail(KVRT_ERROR_INVALID_ARGUMENT, "path is NULL or empty");
+    // The sequence first: a sequence in use is refused before any file is read.
+    KVRT_TRY(check_swap_in(seq));
     std::vector<uint8_t> bytes;
     KVRT_TRY(read_file(path, &bytes));
     return seq_swap_in(seq, bytes.data(), bytes.size());

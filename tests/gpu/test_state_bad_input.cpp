@@ -138,6 +138,8 @@ void add_state_rows(World& w, std::vector<Row>* rows) {
                     [c, missing] { return out(kvrt_cache_seq_swap_out_file(c, 0, missing.c_str())); }));
     r.push_back(err("kvrt_cache_seq_swap_in_file", "a file that does not exist", KVRT_ERROR_IO, C,
                     [c, missing] { return out(kvrt_cache_seq_swap_in_file(c, 3, missing.c_str())); }));
+    r.push_back(err("kvrt_cache_seq_swap_in_file", "a sequence that holds tokens (before the file is read)", inv, C,
+                    [c, missing] { return out(kvrt_cache_seq_swap_in_file(c, 0, missing.c_str())); }));
 }
 
 }  // namespace kvrt_test::bad_input
