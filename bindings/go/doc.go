@@ -55,6 +55,17 @@
 // synchronous calls, so it never keeps a Go pointer. Slice lengths are
 // checked against what each call reads or writes before it runs.
 //
+// # State
+//
+// Cache.StateSave and Cache.StateLoad (and their file and swap variants)
+// save and load the cells of a whole cache, or of one sequence, as bytes in
+// the format of kvrt/kvrt_state.h: each cell's position and sequences and
+// each layer's K and V rows in the stored type, bit for bit, little-endian
+// on every platform and checked by a checksum. A state loads into a cache of
+// the same Layers, KVHeads, head dims and RoPE mode, whatever its types,
+// layout and capacity. Cache.SeqSwapOut and Cache.SeqSwapIn move a sequence
+// to host memory and back.
+//
 // # Errors
 //
 // Failed calls return *Error, with the library's code and detail message;

@@ -30,9 +30,13 @@ pub enum Layout {
     /// through [`Cache::paged_admit`], [`Cache::paged_append`],
     /// [`Cache::store`] or [`Cache::place`]; reads, writes and attention
     /// work as in the cell layout; a [`Cache::seq_add`] must cover a suffix
-    /// of the sequence and waits for the device. [`Cache::seq_div`],
-    /// [`Cache::context_shift`], [`Cache::discard_for_reevaluation`], token
-    /// trees and transfers fail with
+    /// of the sequence and waits for the device. State
+    /// ([`Cache::state_save`], [`Cache::state_load`], host swap) and
+    /// transfers ([`Cache::seq_transfer`]) work as in the cell layout: a
+    /// loaded or transferred sequence is appended in position order into
+    /// blocks of its own, and a whole-cache load keeps the state's sharing
+    /// of whole blocks. [`Cache::seq_div`], [`Cache::context_shift`] and
+    /// [`Cache::discard_for_reevaluation`] fail with
     /// [`Error::Unsupported`](crate::Error::Unsupported).
     Paged,
 }

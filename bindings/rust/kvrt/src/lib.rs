@@ -1,8 +1,8 @@
 //! Safe Rust API of [kvrt](https://github.com/kvrt/kvrt): a Vulkan compute
 //! runtime that owns an LLM's key/value cache on the GPU and runs its
 //! kernels (store, attention, RoPE shifts, compaction, static windows for
-//! NPU graphs, paged block tables with prefix sharing, and an experimental
-//! fixed-capacity memory).
+//! NPU graphs, paged block tables with prefix sharing, state save and load,
+//! host swap of sequences, and an experimental fixed-capacity memory).
 //!
 //! # Objects and ownership
 //!
@@ -25,6 +25,15 @@
 //! println!("{}", window.offset);
 //! # Ok(()) }
 //! ```
+//!
+//! # State and host swap
+//!
+//! [`Cache::state_save`] and [`Cache::state_load`] turn the cells of a whole
+//! cache or of one sequence into bytes and back (a checked, versioned
+//! format; loads are all or nothing), [`Cache::state_save_file`] and
+//! [`Cache::state_load_file`] do the same with files written atomically,
+//! and [`Cache::seq_swap_out`] / [`Cache::seq_swap_in`] (and their `_file`
+//! forms) move a sequence out to the host and back.
 //!
 //! # Threads
 //!
@@ -74,6 +83,7 @@ mod context;
 mod error;
 mod memory;
 mod paged;
+mod state;
 mod stream;
 mod tensor;
 mod types;
