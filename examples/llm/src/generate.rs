@@ -13,7 +13,7 @@ use candle_transformers::generation::{LogitsProcessor, Sampling};
 use candle_transformers::models::quantized_llama::ModelWeights;
 use kvrt::{Context, ElementType, Layout};
 
-use crate::kv::Kv;
+use crate::kv::{Kv, PAGED_BLOCK};
 use crate::model::{logits_rows, top2, Model};
 use crate::reference::{Agreement, Reference};
 use crate::tokenizer::GgufTokenizer;
@@ -66,6 +66,9 @@ pub struct Report {
     pub shifts: u32,
     pub cache_bytes: u64,
     pub static_bytes_moved: u64,
+    /// The paged layout: blocks in use, and those in several block tables.
+    pub paged_used_blocks: u32,
+    pub paged_shared_blocks: u32,
 }
 
 struct Seq {
@@ -161,10 +164,27 @@ pub fn generate(
             opts.capacity
         );
     }
+    // The paged layout: the shared prefix's blocks once, then each
+    // sequence's own tokens from the copy of the prefix's last, partly
+    // filled block (copy-on-write) on.
+    let b = PAGED_BLOCK as usize;
+    let paged_cells = shared.div_ceil(b) * b
+        + ids
+            .iter()
+            .map(|t| (t.len() - shared / b * b).div_ceil(b) * b)
+            .sum::<usize>();
+    if opts.layout == Layout::Paged && paged_cells > opts.capacity.div_ceil(PAGED_BLOCK) as usize * b {
+        bail!(
+            "the prompts need {} blocks of {b} tokens and --capacity {} holds {}: raise --capacity",
+            paged_cells / b,
+            opts.capacity,
+            opts.capacity.div_ceil(PAGED_BLOCK)
+        );
+    }
     let keep = opts.keep.max(shared as u32) as i32;
 
-    // The cache the prompt goes to: the cell cache, or with the static
-    // layout a cell cache just large enough for the prompts.
+    // The cache the prompt goes to: the cell or paged cache, or with the
+    // static layout a cell cache just large enough for the prompts.
     let prefill_cap = if opts.layout == Layout::Static {
         prompt_cells as u32
     } else {
@@ -187,7 +207,11 @@ pub fn generate(
         ctx,
         &model.hp,
         opts.kv_type,
-        Layout::Cells,
+        if opts.layout == Layout::Paged {
+            Layout::Paged
+        } else {
+            Layout::Cells
+        },
         prefill_cap,
         n as u32,
         "prompt",
@@ -218,7 +242,8 @@ pub fn generate(
         .collect();
 
     // Prefill: the shared prefix once in sequence 0, shared with the others
-    // by seq_cp, then every sequence's own tokens in one pass.
+    // by seq_cp (in the paged layout a fork of its blocks), then every
+    // sequence's own tokens in one pass.
     let t0 = Instant::now();
     if shared > 0 {
         let pos: Vec<i32> = (0..shared as i32).collect();
@@ -384,6 +409,11 @@ pub fn generate(
     report.cache_bytes = kv.device_bytes()?;
     if opts.layout == Layout::Static {
         report.static_bytes_moved = kv.cache.static_stats(None)?.bytes_moved;
+    }
+    if opts.layout == Layout::Paged {
+        let st = kv.cache.paged_stats()?;
+        report.paged_used_blocks = st.used_blocks;
+        report.paged_shared_blocks = st.shared_blocks;
     }
     report.seqs = results;
     Ok(report)

@@ -1,11 +1,11 @@
-//! The model's KV cache: a kvrt cache, cell or static layout. The engine
-//! places each batch once, then writes every layer's K and V into those
-//! cells and runs that layer's attention, all through kvrt.
+//! The model's KV cache: a kvrt cache, cell, static or paged layout. The
+//! engine places each batch once, then writes every layer's K and V into
+//! those cells and runs that layer's attention, all through kvrt.
 
 use anyhow::{bail, Result};
 use kvrt::{
     AttentionParams, Batch, Cache, CacheDesc, Context, ElementType, Layers, Layout, OutputRef,
-    RopeDesc, RopeMode, StaticLayoutDesc, TensorRef,
+    PagedLayoutDesc, RopeDesc, RopeMode, StaticLayoutDesc, TensorRef,
 };
 
 use crate::model::Hparams;
@@ -21,6 +21,9 @@ pub fn parse_kv_type(s: &str) -> Result<ElementType> {
     })
 }
 
+/// Tokens per block of the paged layout.
+pub const PAGED_BLOCK: u32 = 16;
+
 /// One kvrt cache holding every layer of the model.
 pub struct Kv {
     pub cache: Cache,
@@ -32,7 +35,8 @@ pub struct Kv {
 
 impl Kv {
     /// A cache for `hp` with `kv_type` storage: `capacity` cells in the cell
-    /// layout, or windows of `capacity` rows per sequence in the static one.
+    /// layout, windows of `capacity` rows per sequence in the static one, or
+    /// `capacity` cells rounded up to blocks of `PAGED_BLOCK` in the paged one.
     pub fn new(
         ctx: &Context,
         hp: &Hparams,
@@ -62,6 +66,12 @@ impl Kv {
             freq_base: hp.rope_freq_base,
             ..Default::default()
         });
+        if layout == Layout::Paged {
+            desc.capacity = capacity.div_ceil(PAGED_BLOCK) * PAGED_BLOCK;
+            desc.paged_layout = Some(PagedLayoutDesc {
+                block_size: PAGED_BLOCK,
+            });
+        }
         if layout == Layout::Static {
             desc.capacity = 0;
             desc.static_layout = Some(StaticLayoutDesc {

@@ -32,6 +32,9 @@ enum LayoutArg {
     Cells,
     /// Prefill in cells, then `seq_transfer` to static windows and decode from them.
     Static,
+    /// Block tables of 16 tokens: the shared prompt prefix is forked
+    /// (copy-on-write), never copied; no context shifts (a full pool fails).
+    Paged,
 }
 
 /// Generates text with a GGUF llama model, its KV cache in kvrt.
@@ -51,7 +54,8 @@ struct Args {
     #[arg(long, default_value = "f16")]
     kv_type: String,
     /// Cells of the cache (small values force context shifts); with
-    /// --layout static, the rows of each sequence's window.
+    /// --layout static, the rows of each sequence's window; with --layout
+    /// paged, rounded up to whole blocks of 16.
     #[arg(long, default_value_t = 2048)]
     capacity: u32,
     /// Positions a context shift keeps at the start of a sequence (sinks);
@@ -282,6 +286,7 @@ fn real_main() -> Result<()> {
         layout: match args.layout {
             LayoutArg::Cells => kvrt::Layout::Cells,
             LayoutArg::Static => kvrt::Layout::Static,
+            LayoutArg::Paged => kvrt::Layout::Paged,
         },
         capacity: args.capacity,
         keep: args.keep,
@@ -338,6 +343,7 @@ fn report_json(args: &Args, r: &Report, t: model::TimeSplit) -> serde_json::Valu
         "kv_type": args.kv_type, "matmul": matmul_kind(), "layout": format!("{:?}", args.layout).to_lowercase(),
         "capacity": args.capacity, "seqs": r.seqs.len(), "shared_prefix": r.shared_prefix,
         "context_shifts": r.shifts, "cache_bytes": r.cache_bytes, "static_bytes_moved": r.static_bytes_moved,
+        "paged_used_blocks": r.paged_used_blocks, "paged_shared_blocks": r.paged_shared_blocks,
         "prefill_tokens": r.prefill_tokens, "prefill_seconds": r.prefill_time.as_secs_f64(),
         "decode_tokens": r.decode_tokens, "decode_seconds": r.decode_time.as_secs_f64(),
         "reference_seconds": r.reference_time.as_secs_f64(),

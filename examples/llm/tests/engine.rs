@@ -1,7 +1,7 @@
 //! The engine end to end on the real model: its agreement with the
-//! reference engine (candle-transformers' quantized llama), the static
-//! layout against the cell layout, shared prefixes against sequences run
-//! one by one, context shifts and perplexity.
+//! reference engine (candle-transformers' quantized llama), the static and
+//! paged layouts against the cell layout, shared prefixes against sequences
+//! run one by one, context shifts and perplexity.
 //!
 //! The model comes from `tools/fetch-model.sh` (KVRT_LLM_MODEL names the
 //! GGUF); without it every test fails and says how to get it.
@@ -224,6 +224,62 @@ fn shared_prefix_equals_sequences_alone() {
             ids(&alone, "generated_ids"),
             "sequence {i} differs when decoded beside another"
         );
+    }
+}
+
+// The paged layout: the shared system prompt's blocks forked into the second
+// sequence (the partly filled last one copied by the first write into it),
+// both decoded together: the same tokens as the cell layout, the same logits
+// to within the rounding of another summation order, and the prefix's full
+// blocks still shared at the end.
+#[test]
+fn paged_layout_equals_cells() {
+    let common = [
+        "--chat",
+        "--seqs",
+        "2",
+        "-p",
+        "What is 2 + 2?",
+        "-p",
+        "Name a large animal.",
+        "-n",
+        "20",
+        "--ignore-eos",
+        "--kv-type",
+        "f16",
+        "--capacity",
+        "512",
+    ];
+    let cells = run(&[&common[..], &["--layout", "cells"]].concat());
+    let paged = run(&[&common[..], &["--layout", "paged"]].concat());
+    assert_eq!(paged["layout"], "paged");
+    let shared = paged["shared_prefix"].as_u64().unwrap();
+    assert!(shared > 16, "no shared block: {shared}");
+    assert!(
+        paged["paged_shared_blocks"].as_u64().unwrap() >= shared / 16,
+        "the prefix's blocks are not shared: {}",
+        paged["paged_shared_blocks"]
+    );
+    for i in 0..2 {
+        let (a, b) = (&cells["sequences"][i], &paged["sequences"][i]);
+        assert_eq!(ids(a, "prompt_ids"), ids(b, "prompt_ids"));
+        assert_eq!(
+            ids(a, "generated_ids"),
+            ids(b, "generated_ids"),
+            "sequence {i} differs in the paged layout"
+        );
+        let (la, lb) = (
+            a["top1_logit"].as_array().unwrap(),
+            b["top1_logit"].as_array().unwrap(),
+        );
+        assert_eq!(la.len(), lb.len());
+        for (x, y) in la.iter().zip(lb) {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= 1e-3 * x.abs().max(1.0),
+                "sequence {i}: top-1 logit {x} in cells, {y} paged"
+            );
+        }
     }
 }
 
