@@ -22,6 +22,7 @@ struct SampleSpec {
     uint32_t n_cells = 5;
     int32_t seq = -1;  // >= 0: a sequence state of that sequence
     bool deferred = false;
+    uint32_t layout = KVRT_LAYOUT_CELLS;  // the saving cache's (KVRT_LAYOUT_PAGED: format version 2)
     uint32_t seed = 1;
 };
 
@@ -43,6 +44,7 @@ inline std::vector<uint8_t> make_sample_state(const SampleSpec& spec) {
     h.max_seqs = spec.max_seqs;
     h.n_cells = spec.n_cells;
     h.seq = spec.seq;
+    h.layout = spec.layout;
     for (uint32_t l = 0; l < spec.n_layers; ++l) {
         const kv::StaticScale s{0.01f * float(l + 1), 100.0f / float(l + 1), int32_t(7 + l)};
         if (kv::is_static_scale(spec.type_k)) d.k_scales.push_back(s);
