@@ -59,10 +59,13 @@ for arch in "${arches[@]}"; do
   targets=(kvrt kvrt_unit_tests)
   [ $gpu = 1 ] && targets+=(kvrt_gpu_tests)
   echo "qemu_tests: $arch: building ${targets[*]} in $build"
-  # Configured every time, so that a changed GPU_TEST_FILES takes effect.
-  cmake -S . -B "$build" -G Ninja -DCMAKE_TOOLCHAIN_FILE="cmake/toolchains/linux-$arch.cmake" \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVRT_TESTS_ONLY=ON -DKVRT_BUILD_TOOLS=OFF \
-    -DKVRT_BUILD_EXAMPLES=OFF "-DKVRT_GPU_TEST_FILES=$GPU_TEST_FILES" >/dev/null
+  # Configured every time, so that a changed GPU_TEST_FILES takes effect (the
+  # toolchain only the first time: CMake keeps it).
+  cfg=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVRT_TESTS_ONLY=ON -DKVRT_BUILD_TOOLS=OFF -DKVRT_BUILD_EXAMPLES=OFF
+    "-DKVRT_GPU_TEST_FILES=$GPU_TEST_FILES")
+  [ -f "$build/build.ninja" ] ||
+    cfg+=(-G Ninja -DCMAKE_TOOLCHAIN_FILE="cmake/toolchains/linux-$arch.cmake")
+  cmake -S . -B "$build" "${cfg[@]}" >/dev/null
   log=$build/qemu_tests_build.log
   if ! cmake --build "$build" -j "${JOBS:-2}" --target "${targets[@]}" >"$log" 2>&1; then
     tail -n 40 "$log"; echo "qemu_tests: $arch: build failed (log: $log)" >&2; exit 1
