@@ -173,7 +173,9 @@ pub fn generate(
             .iter()
             .map(|t| (t.len() - shared / b * b).div_ceil(b) * b)
             .sum::<usize>();
-    if opts.layout == Layout::Paged && paged_cells > opts.capacity.div_ceil(PAGED_BLOCK) as usize * b {
+    if opts.layout == Layout::Paged
+        && paged_cells > opts.capacity.div_ceil(PAGED_BLOCK) as usize * b
+    {
         bail!(
             "the prompts need {} blocks of {b} tokens and --capacity {} holds {}: raise --capacity",
             paged_cells / b,
