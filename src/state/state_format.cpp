@@ -260,7 +260,7 @@ uint32_t version_for(const Header& h) { return h.layout == KVRT_LAYOUT_PAGED ? 2
 void write_prefix(const Description& d, const Extents& e, uint8_t* out) {
     const Header& h = d.header;
     std::memcpy(out, kMagic, 8);
-    const uint32_t fields[] = {version_for(h), kHeaderBytes,
+    const uint32_t fields[] = {std::max(h.version, version_for(h)), kHeaderBytes,
                                h.flags,      h.n_layers,
                                h.n_kv_heads, h.head_dim_k,
                                h.head_dim_v, static_cast<uint32_t>(h.type_k),

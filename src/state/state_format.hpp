@@ -34,7 +34,10 @@ constexpr uint32_t kFlagDeferredRope = 0x2;   // K stored before rotation
 constexpr uint32_t kKnownFlags = kFlagSequence | kFlagDeferredRope;
 
 struct Header {
-    uint32_t version = kVersion;  // as read; write_prefix writes version_for()
+    // As read by parse(); 0 in a description to write. write_prefix writes
+    // the larger of this and version_for(), so a parsed state is written
+    // back byte for byte and a new one in the oldest version that holds it.
+    uint32_t version = 0;
     uint32_t flags = 0;
     uint32_t n_layers = 0;
     uint32_t n_kv_heads = 0;
