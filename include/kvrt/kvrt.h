@@ -236,6 +236,7 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_BATCH_TREE = 24,
     KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC = 25,
     KVRT_STRUCT_TYPE_PAGED_STATS = 26,
+    KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC = 27,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
     KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC = 101,
     KVRT_STRUCT_TYPE_VULKAN_COMPLETION = 102,
@@ -770,8 +771,9 @@ typedef enum kvrt_cache_flag_bits {
 /* Structs that may be chained on a kvrt_cache_desc's `next`, in any order,
  * each at most once: kvrt_rope_desc (the model's RoPE),
  * kvrt_static_layout_desc (the static layout's sizes),
- * kvrt_paged_layout_desc (the paged layout's block size) and
- * kvrt_static_scales_desc (the scales of static-scale types). */
+ * kvrt_paged_layout_desc (the paged layout's block size),
+ * kvrt_static_scales_desc (the scales of static-scale types) and
+ * kvrt_window_layout_desc (windowed layers kept in a smaller group). */
 typedef struct kvrt_cache_desc {
     kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_CACHE_DESC */
     const void* next;
@@ -791,7 +793,8 @@ typedef struct kvrt_cache_desc {
     kvrt_layout layout;
     /* Sliding window of each layer (n_layers entries; 0 = full attention), or
      * NULL for none. A layer with window W attends to cells with
-     * query_pos - cell_pos < W. Copied at creation. */
+     * query_pos - cell_pos < W. Copied at creation. Windowed layers store
+     * rows for every cell unless a kvrt_window_layout_desc is chained. */
     const uint32_t* layer_windows;
     const char* label;       /* debug name for Vulkan tools; may be NULL */
     kvrt_flags flags;        /* kvrt_cache_flag_bits */
@@ -802,6 +805,49 @@ typedef struct kvrt_cache_desc {
         KVRT_STRUCT_TYPE_CACHE_DESC, NULL, 0, 0, 0, 0, 0, 0, 0, KVRT_TYPE_F16, KVRT_TYPE_F16, \
             KVRT_LAYOUT_DEFAULT, NULL, NULL, 0                                               \
     }
+
+/* Windowed layers in a group of their own, chained on kvrt_cache_desc.next
+ * (cell layout only): the layers with a window (layer_windows[l] > 0) keep
+ * their rows in a separate, smaller group of `cells` cells instead of one row
+ * per cell of the cache, so their memory is about the window per sequence,
+ * not the capacity (Gemma- and Mistral-style models that interleave local and
+ * global layers).
+ *
+ * Cells keep their meaning: kvrt_cache_store, _place and _write return and
+ * take the cache's cells, and every sequence operation applies to both
+ * groups. When a batch is placed, the group first drops, for each of the
+ * batch's sequences, the rows at positions no query at or after the batch's
+ * lowest position of that sequence can see (position <= lowest - W, W the
+ * largest window), except positions below `n_keep`. Afterwards:
+ * - placing a token, or attending in a windowed layer, at a position whose
+ *   window reaches rows the group dropped fails with
+ *   KVRT_ERROR_INVALID_STATE and changes nothing. So after removing a
+ *   sequence's tail from p0 on, the engine can go on at p0 when
+ *   p0 >= kvrt_cache_seq_window_pos_min() + W - 1; otherwise it removes the
+ *   sequence's positions from n_keep on and evaluates them again (removals
+ *   themselves never fail);
+ * - reading a windowed layer's dropped rows (kvrt_cache_read, _read_raw)
+ *   fails with KVRT_ERROR_INVALID_ARGUMENT, and writing them is skipped;
+ * - attention with kvrt_attention_params.n_keep above `n_keep` in a windowed
+ *   layer fails with KVRT_ERROR_INVALID_ARGUMENT;
+ * - state save/load, swaps and transfers fail with KVRT_ERROR_UNSUPPORTED.
+ * A failed store or place may still have dropped rows; they are only rows
+ * that no query at the batch's positions or later sees.
+ * The group is full (KVRT_ERROR_CACHE_FULL, nothing placed) when it lacks a
+ * cell for each token; size it for max_seqs * (W + n_keep) plus the largest
+ * batch. */
+typedef struct kvrt_window_layout_desc {
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC */
+    const void* next;
+    /* Cells of the windowed group; 0 = min(capacity,
+     * max_seqs * (W + n_keep) + 512), W the largest window. At most the
+     * capacity. */
+    uint32_t cells;
+    /* Positions below n_keep are never dropped (attention sinks). */
+    uint32_t n_keep;
+} kvrt_window_layout_desc;
+
+#define KVRT_WINDOW_LAYOUT_DESC_INIT { KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC, NULL, 0, 0 }
 
 /* The sizes of a static layout (KVRT_LAYOUT_STATIC), chained on
  * kvrt_cache_desc.next. W = seq_len - 1 rows per window, reserved
@@ -1120,6 +1166,11 @@ KVRT_API kvrt_result kvrt_cache_seq_div(kvrt_cache cache, int32_t seq, int32_t p
 /* Smallest and largest position of `seq`; -1 when it has none. */
 KVRT_API kvrt_result kvrt_cache_seq_pos_min(kvrt_cache cache, int32_t seq, int32_t* out_pos);
 KVRT_API kvrt_result kvrt_cache_seq_pos_max(kvrt_cache cache, int32_t seq, int32_t* out_pos);
+/* Smallest position of `seq`, at or above the window group's n_keep, whose
+ * rows the windowed layers still hold (see kvrt_window_layout_desc); if none,
+ * the smallest they hold; -1 when they hold none. Without a window group, the
+ * same as kvrt_cache_seq_pos_min. */
+KVRT_API kvrt_result kvrt_cache_seq_window_pos_min(kvrt_cache cache, int32_t seq, int32_t* out_pos);
 /* Frees every cell. Fails with KVRT_ERROR_INVALID_HANDLE. */
 KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache);
 

@@ -253,9 +253,7 @@ KVRT_API kvrt_result kvrt_cache_seq_rm(kvrt_cache cache, int32_t seq, int32_t p0
 KVRT_API kvrt_result kvrt_cache_seq_cp(kvrt_cache cache, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        if (cache->cache->is_paged()) return cache->cache->paged_seq_cp(src, dst, p0, p1);
-        KVRT_TRY(cache->cache->require_cells("kvrt_cache_seq_cp"));
-        return cache->cache->table().seq_cp(src, dst, p0, p1);
+        return cache->cache->seq_cp(src, dst, p0, p1);
     });
 }
 
@@ -269,17 +267,14 @@ KVRT_API kvrt_result kvrt_cache_seq_keep(kvrt_cache cache, int32_t seq) {
 KVRT_API kvrt_result kvrt_cache_seq_add(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_cache(cache));
-        if (cache->cache->is_paged()) return cache->cache->paged_seq_add(seq, p0, p1, delta);
-        KVRT_TRY(cache->cache->require_cells("kvrt_cache_seq_add"));
-        return cache->cache->table().seq_add(seq, p0, p1, delta);
+        return cache->cache->seq_add(seq, p0, p1, delta);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_div(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t d) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        KVRT_TRY(cache->cache->require_cells("kvrt_cache_seq_div"));
-        return cache->cache->table().seq_div(seq, p0, p1, d);
+        return cache->cache->seq_div(seq, p0, p1, d);
     });
 }
 
@@ -289,6 +284,13 @@ KVRT_API kvrt_result kvrt_cache_seq_pos_min(kvrt_cache cache, int32_t seq, int32
 
 KVRT_API kvrt_result kvrt_cache_seq_pos_max(kvrt_cache cache, int32_t seq, int32_t* out_pos) {
     return guarded([&]() -> Result { return seq_pos(cache, seq, out_pos, true); });
+}
+
+KVRT_API kvrt_result kvrt_cache_seq_window_pos_min(kvrt_cache cache, int32_t seq, int32_t* out_pos) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        return cache->cache->seq_window_pos_min(seq, out_pos);
+    });
 }
 
 KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache) {

@@ -12,6 +12,12 @@ Result make_layer_buffers(vk::Context& ctx, const kv::CacheGeometry& geo, const 
                           std::vector<std::shared_ptr<vk::Buffer>>* k, std::vector<std::shared_ptr<vk::Buffer>>* v,
                           uint64_t* bytes) {
     for (uint32_t l = 0; l < geo.n_layers; ++l) {
+        // A layer of the window group keeps its rows there.
+        if (geo.in_window_group(l)) {
+            k->push_back(nullptr);
+            v->push_back(nullptr);
+            continue;
+        }
         for (Array arr : {Array::K, Array::V}) {
             const kv::RowGeometry& g = arr == Array::K ? geo.k : geo.v;
             std::unique_ptr<vk::Buffer> buf;

@@ -81,6 +81,7 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
                                 meta_label.c_str(), &c->meta_));
     uint32_t lo = 0, hi = 0;
     (void)c->table_.take_changes(&lo, &hi);
+    if (c->geo_.window_cells) KVRT_TRY(c->create_window_group(desc));
     *out = std::move(c);
     return KVRT_SUCCESS;
 }
@@ -103,12 +104,22 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
     auto batch = std::make_shared<PlacedBatch>();
     KVRT_TRY(table_.plan(tokens, n, &batch->placement, nullptr, tree));
     if (n == 0) return KVRT_SUCCESS;
+    auto group = win_ ? std::make_shared<PlacedBatch>() : nullptr;
+    if (group) KVRT_TRY(window_plan(tokens, n, tree, &group->placement));
 
     vk::Transaction tx(this, stream, own_);
     KVRT_TRY(tx.begin());
     KVRT_TRY(table_.apply(batch->placement));
     batch->remember(table_);
-    tx.on_undo([this, batch]() { batch->give_back(table_); });
+    if (group) {
+        KVRT_TRY(win_->table_.apply(group->placement));
+        group->remember(win_->table_);
+        window_link(batch->placement, group->placement);
+    }
+    tx.on_undo([this, batch, group]() {
+        batch->give_back(table_);
+        if (group) group->give_back(win_->table_);
+    });
     KVRT_TRY(record_writes(tx.stream(), n, batch->placement.cells().data(), layer, k, v));
     KVRT_TRY(tx.finish());
     if (out_cells) std::copy(batch->placement.cells().begin(), batch->placement.cells().end(), out_cells);
@@ -119,10 +130,15 @@ Result Cache::place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells, bo
     if (tree && is_static()) KVRT_TRY(require_cells("a token tree"));
     if (is_static()) return static_append(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
     if (is_paged()) return paged_store(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
-    kv::Placement p;
+    kv::Placement p, group;
     KVRT_TRY(table_.plan(tokens, n, &p, nullptr, tree));
     if (n == 0) return KVRT_SUCCESS;
+    if (win_) KVRT_TRY(window_plan(tokens, n, tree, &group));
     KVRT_TRY(table_.apply(p));
+    if (win_) {
+        KVRT_TRY(win_->table_.apply(group));
+        window_link(p, group);
+    }
     if (out_cells) std::copy(p.cells().begin(), p.cells().end(), out_cells);
     return KVRT_SUCCESS;
 }
@@ -152,6 +168,11 @@ Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_ou
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (0..%u)", layer, geo_.n_layers - 1);
     if (n == 0) return KVRT_SUCCESS;
     if (!cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "cells is NULL");
+    if (geo_.in_window_group(static_cast<uint32_t>(layer))) {
+        std::vector<uint32_t> group;
+        KVRT_TRY(window_cells("kvrt_cache_read", n, cells, &group));
+        return win_->read(geo_.window_local[static_cast<uint32_t>(layer)], n, group.data(), k_out, v_out);
+    }
     for (uint32_t i = 0; i < n; ++i)
         if (cells[i] >= geo_.capacity)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "cell %u is out of range (capacity %u)", cells[i], geo_.capacity);
@@ -214,6 +235,7 @@ Result Cache::compact(vk::Stream* stream, double threshold, uint32_t max_moves, 
     s->begin_op("compact");
     Result r = KVRT_SUCCESS;
     for (uint32_t l = 0; l < geo_.n_layers && r == KVRT_SUCCESS; ++l) {
+        if (geo_.in_window_group(l)) continue;  // the group's rows do not move
         for (Array array : {Array::K, Array::V}) {
             const kv::RowGeometry& g = arena_->rows(array);
             std::map<std::pair<size_t, size_t>, std::vector<ops::RowPair>> groups;
@@ -241,11 +263,13 @@ Result Cache::compact(vk::Stream* stream, double threshold, uint32_t max_moves, 
     // see the new cells, with an undo that moves cells back if the recording
     // never reaches the device (registered after commit: for the stream only).
     KVRT_TRY(table_.apply_moves(*moves));
+    window_move(*moves, false);
     tx.on_undo([this, moves]() {
         for (auto it = moves->rbegin(); it != moves->rend(); ++it) {
             if (table_.cell_is_empty(it->dst_cell) || !table_.cell_is_empty(it->src_cell)) continue;
             const kv::CellMove back{it->dst_cell, it->src_cell};
             (void)table_.apply_moves(&back, 1);
+            window_move({back}, false);
         }
     });
     if (out_moved) *out_moved = static_cast<uint32_t>(moves->size());
@@ -264,7 +288,13 @@ Result Cache::require_cells(const char* op) const {
 
 Result Cache::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
     if (is_paged()) return paged_seq_rm(seq, p0, p1);
-    if (!is_static()) return table_.seq_rm(seq, p0, p1);
+    if (!is_static()) {
+        KVRT_TRY(table_.seq_rm(seq, p0, p1));
+        // The group's cells of a sequence are among the cache's: the same
+        // removal cannot fail there.
+        if (win_) KVRT_TRY(win_->table_.seq_rm(seq, p0, p1));
+        return KVRT_SUCCESS;
+    }
     if (seq >= 0 && static_cast<uint32_t>(seq) >= geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
     if (p1 >= 0 && p1 < p0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "range [%d, %d) is reversed", p0, p1);
@@ -291,9 +321,39 @@ Result Cache::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
     return KVRT_SUCCESS;
 }
 
+Result Cache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    if (is_paged()) return paged_seq_cp(src, dst, p0, p1);
+    KVRT_TRY(require_cells("kvrt_cache_seq_cp"));
+    KVRT_TRY(table_.seq_cp(src, dst, p0, p1));
+    if (win_) KVRT_TRY(win_->table_.seq_cp(src, dst, p0, p1));
+    return KVRT_SUCCESS;
+}
+
+Result Cache::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    if (is_paged()) return paged_seq_add(seq, p0, p1, delta);
+    KVRT_TRY(require_cells("kvrt_cache_seq_add"));
+    KVRT_TRY(table_.seq_add(seq, p0, p1, delta));
+    if (win_) {
+        KVRT_TRY(win_->table_.seq_add(seq, p0, p1, delta));
+        window_unlink_moved();
+    }
+    return KVRT_SUCCESS;
+}
+
+Result Cache::seq_div(int32_t seq, int32_t p0, int32_t p1, int32_t d) {
+    KVRT_TRY(require_cells("kvrt_cache_seq_div"));
+    KVRT_TRY(table_.seq_div(seq, p0, p1, d));
+    if (win_) {
+        KVRT_TRY(win_->table_.seq_div(seq, p0, p1, d));
+        window_unlink_moved();
+    }
+    return KVRT_SUCCESS;
+}
+
 Result Cache::seq_keep(int32_t seq) {
     if (is_paged()) return paged_seq_keep(seq);
     KVRT_TRY(table_.seq_keep(seq));
+    if (win_) KVRT_TRY(win_->table_.seq_keep(seq));
     for (uint32_t s = 0; s < seq_windows_.size(); ++s)
         if (static_cast<int32_t>(s) != seq) seq_windows_[s].reset();
     return KVRT_SUCCESS;
@@ -302,6 +362,7 @@ Result Cache::seq_keep(int32_t seq) {
 void Cache::clear() {
     if (is_paged()) paged_clear();
     table_.clear();
+    if (win_) win_->table_.clear();
     for (kv::StaticWindow& w : seq_windows_) w.reset();
 }
 
@@ -313,6 +374,7 @@ void Cache::fill_info(kvrt_cache_info* out) const {
     // Static windows have padding, not holes: nothing to compact.
     out->fragmentation = is_static() || is_paged() ? 0.0f : static_cast<float>(table_.fragmentation());
     out->device_bytes = arena_->device_bytes() + geo_.meta_bytes;
+    if (win_) out->device_bytes += win_->arena_->device_bytes() + win_->geo_.meta_bytes;
     out->bytes_per_token = geo_.bytes_per_token;
     out->k_row_bytes = geo_.k.row_bytes;
     out->v_row_bytes = geo_.v.row_bytes;

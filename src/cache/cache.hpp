@@ -72,6 +72,25 @@ public:
     void clear();
     // KVRT_ERROR_UNSUPPORTED, naming `op`, for a static-layout cache.
     Result require_cells(const char* op) const;
+    // kvrt_cache_seq_cp / _seq_add / _seq_div in every layout.
+    Result seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1);
+    Result seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
+    Result seq_div(int32_t seq, int32_t p0, int32_t p1, int32_t d);
+
+    // ---- Window group (window_group.cpp) ----
+    // The windowed layers' own group of cells (kvrt_window_layout_desc), or
+    // null.
+    const Cache* window_group() const { return win_.get(); }
+    // kvrt_cache_seq_window_pos_min.
+    Result seq_window_pos_min(int32_t seq, int32_t* out_pos) const;
+    // The group cell holding `cell`'s rows, or -1.
+    int32_t group_cell(uint32_t cell) const;
+    // Checks that the group and the cache agree: every group cell belongs to
+    // a cell in use with its position and a superset of its sequences, and
+    // the cell maps back to it (tests).
+    Result window_verify() const;
+    // KVRT_ERROR_UNSUPPORTED, naming `op`, for a cache with a window group.
+    Result require_no_window_group(const char* op) const;
 
     // ---- Static padded layout (static_layout.cpp) ----
     bool is_static() const { return geo_.layout == KVRT_LAYOUT_STATIC; }
@@ -279,6 +298,39 @@ private:
     // A swap-in target: a sequence id in range that holds no token.
     Result check_swap_in(int32_t seq) const;
 
+    // Window group (window_group.cpp).
+    Result create_window_group(const kvrt_cache_desc& desc);
+    // Before a batch of `n` tokens is placed (after the cache planned it):
+    // checks that the group holds every row the windows of the batch's
+    // sequences need from their lowest positions on, drops the group's rows
+    // no query there or later sees, and plans the group's cells.
+    Result window_plan(const kv::Token* tokens, uint32_t n, bool tree, kv::Placement* out);
+    // Links the cells of a placement applied to the cache and of one applied
+    // to the group, token by token.
+    void window_link(const kv::Placement& cells, const kv::Placement& group);
+    // KVRT_ERROR_INVALID_STATE unless the group holds every row of `seq` that
+    // a query at `lowest` or later sees in a windowed layer (with sinks below
+    // `n_keep`).
+    Result window_check(int32_t seq, int32_t lowest) const;
+    // The group cells of `n` cells for `op` on a windowed layer;
+    // KVRT_ERROR_INVALID_ARGUMENT for a cell out of range or without rows there.
+    Result window_cells(const char* op, uint32_t n, const uint32_t* cells, std::vector<uint32_t>* out) const;
+    // Records the writes of windowed layer `layer` (source layer src_layer)
+    // for the cells the group holds; the others are skipped.
+    Result record_window_writes(vk::Stream& s, uint32_t n, const uint32_t* cells, uint32_t layer, uint32_t src_layer,
+                                const Source& k, const Source& v);
+    // kvrt_cache_attention in a windowed layer.
+    Result window_attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
+                            const int32_t* seq_ids, const Source& q, const Output& out,
+                            const kvrt_attention_params& params, const Tree* tree);
+    // Follows cell moves of a compaction in the links (and back, for undo).
+    void window_move(const std::vector<kv::CellMove>& moves, bool back);
+    // After a position change applied to both tables: frees the group cells
+    // that no longer match their cell (a cell shared by sequences moves for
+    // all of them, its group cell only when it still holds the moved
+    // sequence); a window that needed them then fails its check.
+    void window_unlink_moved();
+
     vk::Context& ctx_;
     kv::CacheGeometry geo_;
     kv::CellTable table_;
@@ -301,6 +353,18 @@ private:
     kv::BlockWork work_;
     std::vector<uint32_t> mirror_drop_;
     std::vector<kv::CellSet> mirror_set_;
+    // Window group: the windowed layers' cells, each cell's group cell (-1:
+    // none) and each group cell's cell; a link holds while both agree and the
+    // group cell is in use. Checks of windows that held, until either table
+    // changes: per sequence the lowest position checked.
+    std::unique_ptr<Cache> win_;
+    std::vector<int32_t> win_of_;
+    std::vector<uint32_t> cell_of_;
+    struct WindowChecked {
+        uint64_t revision = 0, group_revision = 0;
+        std::vector<int32_t> lowest;
+    };
+    mutable WindowChecked win_checked_;
 };
 
 }  // namespace kvrt::cache

@@ -44,6 +44,7 @@ Result Cache::record_shifts(vk::Transaction& tx) {
     Result r = KVRT_SUCCESS;
     // Every layer in one submission; layers share the cells' row offsets.
     for (uint32_t l = 0; l < geo_.n_layers && r == KVRT_SUCCESS; ++l) {
+        if (geo_.in_window_group(l)) continue;  // the group shifts its own rows
         const RowLocation any = arena_->locate(Array::K, l, 0);
         for (const auto& [piece, cells] : by_piece) {
             r = ops::record_shift(s, shape, *any.buffer, piece, cells, table_use,
@@ -63,6 +64,7 @@ Result Cache::record_shifts(vk::Transaction& tx) {
 }
 
 Result Cache::apply_shifts(vk::Stream* stream) {
+    if (win_) KVRT_TRY(win_->apply_shifts(stream));
     if (!stream && !table_.has_pending_shift()) return KVRT_SUCCESS;
     vk::Transaction tx(this, stream, own_);
     KVRT_TRY(tx.begin());
@@ -96,8 +98,8 @@ Result Cache::context_shift(int32_t seq, int32_t n_keep, int32_t n_discard, int3
     KVRT_TRY(shift_plan(table_, seq, n_keep, n_discard, &n_past, &discard));
     // seq_rm cannot fail after the checks above; seq_add can only run out of
     // host memory, and then the removal is the lesser surprise: report it.
-    KVRT_TRY(table_.seq_rm(seq, n_keep, n_keep + discard));
-    KVRT_TRY(table_.seq_add(seq, n_keep + discard, n_past, -discard));
+    KVRT_TRY(seq_rm(seq, n_keep, n_keep + discard));
+    KVRT_TRY(seq_add(seq, n_keep + discard, n_past, -discard));
     if (out_n_past) *out_n_past = table_.seq_pos_max(seq) + 1;
     return KVRT_SUCCESS;
 }
@@ -106,7 +108,7 @@ Result Cache::discard_for_reevaluation(int32_t seq, int32_t n_keep, int32_t n_di
                                        int32_t* dst_pos, int32_t* count) {
     int32_t n_past = 0, discard = 0;
     KVRT_TRY(shift_plan(table_, seq, n_keep, n_discard, &n_past, &discard));
-    KVRT_TRY(table_.seq_rm(seq, n_keep, -1));
+    KVRT_TRY(seq_rm(seq, n_keep, -1));
     if (src_pos) *src_pos = n_keep + discard;
     if (dst_pos) *dst_pos = n_keep;
     if (count) *count = n_past - n_keep - discard;

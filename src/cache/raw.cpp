@@ -17,6 +17,11 @@ Result Cache::read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* c
     if (n == 0) return KVRT_SUCCESS;
     if (!cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "cells is NULL");
     if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+    if (geo_.in_window_group(static_cast<uint32_t>(layer))) {
+        std::vector<uint32_t> group;
+        KVRT_TRY(window_cells("kvrt_cache_read_raw", n, cells, &group));
+        return win_->read_raw(geo_.window_local[static_cast<uint32_t>(layer)], array, n, group.data(), out, out_bytes);
+    }
     const kv::RowGeometry& g = arena_->rows(array);
     const uint64_t row_bytes = g.row_bytes;  // one cell's head rows, unpadded
     uint64_t need = 0;

@@ -142,6 +142,7 @@ Result Cache::describe_state(int32_t seq, state::Description* out) const {
 
 Result Cache::state_save(int32_t seq, void* out, uint64_t* size) {
     if (!size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "size is NULL");
+    KVRT_TRY(require_no_window_group("saving state"));
     state::Description d;
     state::Extents e;
     KVRT_TRY(describe_state(seq, &d));
@@ -433,6 +434,7 @@ Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
 }
 
 Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
+    KVRT_TRY(require_no_window_group("loading state"));
     state::Plan plan;
     KVRT_TRY(state::parse(data, size, &plan));
     KVRT_TRY(check_state_fits(seq, plan));
@@ -449,6 +451,7 @@ Result Cache::seq_swap_out(int32_t seq, void* out, uint64_t* size) {
 }
 
 Result Cache::check_swap_in(int32_t seq) const {
+    KVRT_TRY(require_no_window_group("swapping in"));
     if (seq < 0 || seq >= static_cast<int32_t>(geo_.max_seqs))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
     if (table_.seq_cell_count(seq) != 0)

@@ -321,6 +321,8 @@ Result Cache::record_copy_cells(vk::Stream& s, const Cache& src, const std::vect
 Result Cache::transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32_t* out_count) {
     if (out_count) *out_count = 0;
     if (&src.ctx_ != &ctx_) return fail(KVRT_ERROR_INVALID_ARGUMENT, "the caches belong to different contexts");
+    KVRT_TRY(src.require_no_window_group("kvrt_cache_seq_transfer"));
+    KVRT_TRY(require_no_window_group("kvrt_cache_seq_transfer"));
     const kv::CacheGeometry& a = src.geo_;
     if (a.n_layers != geo_.n_layers || a.n_kv_heads != geo_.n_kv_heads || a.k.head_dim != geo_.k.head_dim ||
         a.v.head_dim != geo_.v.head_dim)

@@ -163,6 +163,10 @@ Result Cache::record_writes(vk::Stream& s, uint32_t n, const uint32_t* cells, in
     const uint32_t first = layer < 0 ? 0 : static_cast<uint32_t>(layer);
     const uint32_t last = layer < 0 ? geo_.n_layers : first + 1;
     for (uint32_t l = first; l < last && r == KVRT_SUCCESS; ++l) {
+        if (geo_.in_window_group(l)) {
+            r = record_window_writes(s, n, cells, l, l - first, k, v);
+            continue;
+        }
         r = record_array(s, Array::K, n, cells, l, l - first, k);
         if (r == KVRT_SUCCESS) r = record_array(s, Array::V, n, cells, l, l - first, v);
     }

@@ -72,9 +72,28 @@ Result Cache::tree_accept(uint32_t n, const int32_t* positions, const int32_t* s
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a tree of %u tokens", n);
     }
+    // The group's cells of the removed tokens (those it still holds), found
+    // before the cache's cells change.
+    std::vector<uint32_t> group;
+    std::vector<int32_t> group_pos, group_seqs;
+    try {
+        for (size_t i = 0; win_ && i < cells.size(); ++i) {
+            const int32_t w = group_cell(cells[i]);
+            if (w < 0 || !win_->table_.cell_has_seq(static_cast<uint32_t>(w), seqs[i])) continue;
+            group.push_back(static_cast<uint32_t>(w));
+            group_pos.push_back(pos[i]);
+            group_seqs.push_back(seqs[i]);
+        }
+    } catch (const std::bad_alloc&) {
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a tree of %u tokens", n);
+    }
     // Checks every cell (distinct, still holding its token) before it
     // changes any.
-    return table_.remove_cells(cells.data(), pos.data(), seqs.data(), static_cast<uint32_t>(cells.size()));
+    KVRT_TRY(table_.remove_cells(cells.data(), pos.data(), seqs.data(), static_cast<uint32_t>(cells.size())));
+    if (win_)
+        KVRT_TRY(win_->table_.remove_cells(group.data(), group_pos.data(), group_seqs.data(),
+                                           static_cast<uint32_t>(group.size())));
+    return KVRT_SUCCESS;
 }
 
 }  // namespace kvrt::cache

@@ -749,6 +749,22 @@ Result CellTable::mirror_seq(int32_t seq, const uint32_t* drop, size_t n_drop, c
     return KVRT_SUCCESS;
 }
 
+int32_t CellTable::seq_pos_from(int32_t seq, int32_t p) const {
+    if (seq < 0 || uint32_t(seq) >= max_seqs_) return -1;
+    const SeqIndex& idx = index_[size_t(seq)];
+    const auto it = idx.lower_bound(p);
+    return it == idx.end() ? -1 : it->first;
+}
+
+uint32_t CellTable::seq_count(int32_t seq, int32_t p0, int32_t p1) const {
+    if (seq < 0 || uint32_t(seq) >= max_seqs_) return 0;
+    const SeqIndex& idx = index_[size_t(seq)];
+    uint32_t n = 0;
+    for (auto it = idx.lower_bound(p0 < 0 ? 0 : p0); it != idx.end() && (p1 < 0 || it->first < p1); ++it)
+        n += it->second;
+    return n;
+}
+
 uint32_t CellTable::seq_cell_count(int32_t seq) const {
     if (seq < 0 || uint32_t(seq) >= max_seqs_) return 0;
     return seq_cells_[size_t(seq)];

@@ -219,6 +219,12 @@ public:
 
     // Number of cells that `seq` uses (0 when out of range).
     uint32_t seq_cell_count(int32_t seq) const;
+    // Smallest position >= p of `seq`, or -1 (none, or seq out of range).
+    // O(log n).
+    int32_t seq_pos_from(int32_t seq, int32_t p) const;
+    // Number of `seq`'s cells with positions in [p0, p1) (p0 < 0: 0; p1 < 0:
+    // no end); 0 when seq is out of range. O(log n + positions in range).
+    uint32_t seq_count(int32_t seq, int32_t p0, int32_t p1) const;
 
     // Writes the cells of `seq`, in increasing cell order, to *out (replacing
     // its contents). KVRT_ERROR_INVALID_ARGUMENT for a bad seq or NULL out,

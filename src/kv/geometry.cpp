@@ -225,12 +225,14 @@ Result static_regions(const char* what, const kvrt_static_layout_desc& d, uint32
 }  // namespace
 
 Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_binding, CacheGeometry* out) {
-    const void* found[4] = {};
+    const void* found[5] = {};
     KVRT_TRY(check_struct("desc", desc, KVRT_STRUCT_TYPE_CACHE_DESC,
                           {KVRT_STRUCT_TYPE_ROPE_DESC, KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC,
-                           KVRT_STRUCT_TYPE_STATIC_SCALES_DESC, KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC},
+                           KVRT_STRUCT_TYPE_STATIC_SCALES_DESC, KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC,
+                           KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC},
                           found));
     const auto* paged_desc = static_cast<const kvrt_paged_layout_desc*>(found[3]);
+    const auto* window_desc = static_cast<const kvrt_window_layout_desc*>(found[4]);
     const kvrt_cache_desc& d = *desc;
     struct {
         const kvrt_rope_desc* rope;
@@ -334,13 +336,52 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     g.meta_bytes = (meta_pieces - 1) * g.meta_piece_bytes +
                    align_up((g.capacity - (meta_pieces - 1) * meta_per_piece) * meta_cell_bytes, 16);
 
+    // The window group: its layers' rows are not the cache's.
+    uint32_t own_layers = d.n_layers;
+    CacheGeometry group;
+    if (window_desc) {
+        if (g.layout != KVRT_LAYOUT_CELLS)
+            return fail(KVRT_ERROR_UNSUPPORTED, "a kvrt_window_layout_desc needs the cell layout");
+        uint32_t n_group = 0;
+        g.window_local.assign(d.n_layers, -1);
+        for (uint32_t l = 0; d.layer_windows && l < d.n_layers; ++l) {
+            if (d.layer_windows[l] == 0) continue;
+            g.window_local[l] = static_cast<int32_t>(n_group++);
+            g.window_span = std::max(g.window_span, d.layer_windows[l]);
+        }
+        if (n_group == 0)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "a kvrt_window_layout_desc is chained but no layer has a window (layer_windows)");
+        g.window_keep = window_desc->n_keep;
+        const uint64_t fit = uint64_t{g.max_seqs} * (uint64_t{g.window_span} + g.window_keep) + 512;
+        g.window_cells = window_desc->cells ? window_desc->cells
+                                            : static_cast<uint32_t>(std::min<uint64_t>(fit, g.capacity));
+        if (g.window_cells > g.capacity)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_window_layout_desc.cells %u exceeds the capacity %u",
+                        g.window_cells, g.capacity);
+        own_layers = d.n_layers - n_group;
+        WindowGroupDesc wd;
+        window_group_desc(d, g, &wd);
+        KVRT_TRY(from_desc(&wd.desc, max_binding, &group));
+    }
+
     // The sizes fit in 64 bits by the limits above (2^30 cells * 2^12 heads *
     // 2^10 dims * 4 bytes * 2^32 layers would not, so check the layer product).
     uint64_t per_layer_token = g.k.row_bytes + g.v.row_bytes, t = 0;
     if (!checked_mul(per_layer_token, d.n_layers, &g.bytes_per_token) ||
-        !checked_add(g.k.layer_bytes, g.v.layer_bytes, &t) || !checked_mul(t, d.n_layers, &g.device_bytes) ||
-        !checked_add(g.device_bytes, g.meta_bytes, &g.device_bytes))
+        !checked_add(g.k.layer_bytes, g.v.layer_bytes, &t) || !checked_mul(t, own_layers, &g.device_bytes) ||
+        !checked_add(g.device_bytes, g.meta_bytes, &g.device_bytes) ||
+        !checked_add(g.device_bytes, group.device_bytes, &g.device_bytes))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "the cache's size overflows 64 bits");
+    if (window_desc) {
+        // One row per cell in the cache's layers, one per group cell in the group's.
+        uint64_t own = 0;
+        if (!checked_mul(per_layer_token, own_layers, &own) || !checked_mul(own, g.capacity, &g.data_bytes) ||
+            !checked_add(g.data_bytes, group.data_bytes, &g.data_bytes))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "the cache's size overflows 64 bits");
+        *out = g;
+        return KVRT_SUCCESS;
+    }
     if (is_static) {
         // Every row of every region: 2 * max_seqs * layers * heads * rows * row bytes.
         const uint64_t rows = uint64_t{g.max_seqs} * g.k.regions.reservation_rows * d.n_kv_heads * d.n_layers;
@@ -351,6 +392,45 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     }
     *out = g;
     return KVRT_SUCCESS;
+}
+
+void window_group_desc(const kvrt_cache_desc& d, const CacheGeometry& g, WindowGroupDesc* out) {
+    WindowGroupDesc& w = *out;
+    w.desc = d;
+    w.desc.next = &w.rope;
+    w.desc.layout = KVRT_LAYOUT_CELLS;
+    w.desc.capacity = g.window_cells;
+    w.desc.max_seqs = g.max_seqs;
+    w.windows.clear();
+    w.k_scales.clear();
+    w.v_scales.clear();
+    w.k_zero_points.clear();
+    w.v_zero_points.clear();
+    for (uint32_t l = 0; l < g.n_layers; ++l) {
+        if (!g.in_window_group(l)) continue;
+        w.windows.push_back(d.layer_windows[l]);
+        if (!g.k.scales.empty()) {
+            w.k_scales.push_back(g.k.scales[l].scale);
+            w.k_zero_points.push_back(g.k.scales[l].zero_point);
+        }
+        if (!g.v.scales.empty()) {
+            w.v_scales.push_back(g.v.scales[l].scale);
+            w.v_zero_points.push_back(g.v.scales[l].zero_point);
+        }
+    }
+    w.desc.n_layers = static_cast<uint32_t>(w.windows.size());
+    w.desc.layer_windows = w.windows.data();
+    w.rope = g.rope;
+    w.rope.next = nullptr;
+    if (!w.k_scales.empty() || !w.v_scales.empty()) {
+        w.rope.next = &w.scales;
+        w.scales = KVRT_STATIC_SCALES_DESC_INIT;
+        w.scales.count = w.desc.n_layers;
+        w.scales.k_scales = w.k_scales.empty() ? nullptr : w.k_scales.data();
+        w.scales.k_zero_points = w.k_zero_points.empty() ? nullptr : w.k_zero_points.data();
+        w.scales.v_scales = w.v_scales.empty() ? nullptr : w.v_scales.data();
+        w.scales.v_zero_points = w.v_zero_points.empty() ? nullptr : w.v_zero_points.data();
+    }
 }
 
 }  // namespace kvrt::kv

@@ -123,11 +123,44 @@ struct CacheGeometry {
     // `next` cleared.
     kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
     kvrt_flags flags = 0;  // kvrt_cache_flag_bits, checked
+    // The window group (kvrt_window_layout_desc): the windowed layers' rows
+    // in a group of window_cells cells of their own; window_cells 0 without
+    // one. window_local[l] is layer l's index in the group, or -1 for a layer
+    // whose rows are the cache's (empty without a group); window_span is the
+    // largest window. k, v, the mirror and the sizes above describe the
+    // cache's own layers, device_bytes and data_bytes include the group.
+    uint32_t window_cells = 0;
+    uint32_t window_keep = 0;
+    uint32_t window_span = 0;
+    std::vector<int32_t> window_local;
+
+    // True when layer l's rows live in the window group.
+    bool in_window_group(uint32_t l) const { return !window_local.empty() && window_local[l] >= 0; }
 
     // Validates `desc` (the checks of kvrt_cache_create: its type and chain,
     // sizes, types, RoPE, flags) and computes the geometry for a device whose
     // largest binding is `max_binding` bytes. `desc` may be NULL (an error).
     static Result from_desc(const kvrt_cache_desc* desc, uint64_t max_binding, CacheGeometry* out);
 };
+
+// The descriptor of a cache's window group: the windowed layers as a cell
+// cache of window_cells cells, with its chain (RoPE, the windowed layers'
+// static scales) held here.
+struct WindowGroupDesc {
+    kvrt_cache_desc desc = KVRT_CACHE_DESC_INIT;
+    kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
+    kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
+    std::vector<uint32_t> windows;
+    std::vector<float> k_scales, v_scales;
+    std::vector<int32_t> k_zero_points, v_zero_points;
+
+    WindowGroupDesc() = default;
+    WindowGroupDesc(const WindowGroupDesc&) = delete;  // desc points into it
+    WindowGroupDesc& operator=(const WindowGroupDesc&) = delete;
+};
+
+// Builds the group's descriptor for a cache of geometry `g` (with a window
+// group) created from `d`.
+void window_group_desc(const kvrt_cache_desc& d, const CacheGeometry& g, WindowGroupDesc* out);
 
 }  // namespace kvrt::kv
