@@ -325,10 +325,11 @@ private:
                             const kvrt_attention_params& params, const Tree* tree);
     // Follows cell moves of a compaction in the links (and back, for undo).
     void window_move(const std::vector<kv::CellMove>& moves, bool back);
-    // After a position change applied to both tables: frees the group cells
-    // that no longer match their cell (a cell shared by sequences moves for
-    // all of them, its group cell only when it still holds the moved
-    // sequence); a window that needed them then fails its check.
+    // After a position change applied to both tables: a cell shared by
+    // sequences moves for all of them, its group cell only when it still
+    // holds the moved sequence. A group cell left behind follows its cell
+    // when one sequence uses it (the move becomes its pending shift) and is
+    // freed otherwise (a window that needs it then fails its check).
     void window_unlink_moved();
 
     vk::Context& ctx_;

@@ -243,7 +243,24 @@ void Cache::window_unlink_moved() {
     for (uint32_t w = 0; w < g.used_end(); ++w) {
         if (g.cell_is_empty(w)) continue;
         const uint32_t c = cell_of_[w];
-        if (group_cell(c) == static_cast<int32_t>(w) && table_.cell_pos(c) == g.cell_pos(w)) continue;
+        const bool linked = group_cell(c) == static_cast<int32_t>(w);
+        if (linked && table_.cell_pos(c) == g.cell_pos(w)) continue;
+        // A group cell of one sequence follows its cell, with the move as a
+        // pending shift of its K rows; one of several is freed.
+        int32_t only = -1;
+        uint32_t count = 0;
+        for (uint32_t s = 0; s < geo_.max_seqs && count < 2; ++s)
+            if (g.cell_has_seq(w, static_cast<int32_t>(s))) {
+                only = static_cast<int32_t>(s);
+                ++count;
+            }
+        if (linked && count == 1 && g.reserve(1) == KVRT_SUCCESS) {
+            const int64_t delta = int64_t{g.cell_delta(w)} + table_.cell_pos(c) - g.cell_pos(w);
+            if (delta >= INT32_MIN && delta <= INT32_MAX) {
+                const kv::CellSet to{w, table_.cell_pos(c), static_cast<int32_t>(delta)};
+                if (g.mirror_seq(only, nullptr, 0, &to, 1) == KVRT_SUCCESS) continue;
+            }
+        }
         (void)g.release_cell(w, g.cell_epoch(w));
     }
 }

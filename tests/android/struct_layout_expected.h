@@ -105,6 +105,12 @@ KVRT_LAYOUT_FIELD(kvrt_cache_desc, layer_windows, 56, 48)
 KVRT_LAYOUT_FIELD(kvrt_cache_desc, label, 64, 52)
 KVRT_LAYOUT_FIELD(kvrt_cache_desc, flags, 72, 56)
 
+KVRT_LAYOUT_SIZE(kvrt_window_layout_desc, 24, 16)
+KVRT_LAYOUT_FIELD(kvrt_window_layout_desc, type, 0, 0)
+KVRT_LAYOUT_FIELD(kvrt_window_layout_desc, next, 8, 4)
+KVRT_LAYOUT_FIELD(kvrt_window_layout_desc, cells, 16, 8)
+KVRT_LAYOUT_FIELD(kvrt_window_layout_desc, n_keep, 20, 12)
+
 KVRT_LAYOUT_SIZE(kvrt_static_layout_desc, 32, 24)
 KVRT_LAYOUT_FIELD(kvrt_static_layout_desc, type, 0, 0)
 KVRT_LAYOUT_FIELD(kvrt_static_layout_desc, next, 8, 4)

@@ -1,0 +1,322 @@
+// The window group under the operations that move, fork, shift and undo
+// cells: context shifts, seq_add and seq_div on shared cells, compaction,
+// token trees, and failures at every fault point.
+//
+// Differential: every operation runs on a cache with a window group and on
+// a plain cache with the same windows (which keeps every row, and whose
+// attention is checked against the double reference by the attention
+// tests). Attention in every layer must then agree between the two, or, in
+// a windowed layer, be refused with KVRT_ERROR_INVALID_STATE when the group
+// dropped a row the query's window reaches: never a different answer.
+#include "gpu_test.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "api/handles.hpp"
+#include "core/fault.hpp"
+#include "reference/metrics.hpp"
+
+using namespace kvrt_test;
+
+namespace {
+
+constexpr uint32_t kHeads = 4, kKvHeads = 2, kDim = 32, kLayers = 3;
+constexpr uint32_t kRow = kKvHeads * kDim;
+const std::vector<uint32_t> kWindows = {8, 0, 12};
+
+float value(uint32_t token, uint32_t layer, uint32_t array, uint32_t e) {
+    return std::sin(0.37f * static_cast<float>(token) + 1.3f * static_cast<float>(layer) +
+                    0.71f * static_cast<float>(array) + 0.113f * static_cast<float>(e));
+}
+
+kvrt_cache make(kvrt_context ctx, const kvrt_window_layout_desc* group) {
+    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
+    d.next = group;
+    d.n_layers = kLayers;
+    d.n_heads = kHeads;
+    d.n_kv_heads = kKvHeads;
+    d.head_dim_k = kDim;
+    d.capacity = 128;
+    d.max_seqs = 2;
+    d.layer_windows = kWindows.data();
+    kvrt_cache c = nullptr;
+    REQUIRE(kvrt_cache_create(ctx, &d, &c) == KVRT_SUCCESS);
+    return c;
+}
+
+// The same operations on a cache with a window group and a plain one.
+class Pair {
+public:
+    explicit Pair(kvrt_context ctx) {
+        kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
+        wl.cells = 48;
+        wl.n_keep = 2;
+        grouped_ = make(ctx, &wl);
+        plain_ = make(ctx, nullptr);
+    }
+    ~Pair() {
+        kvrt_cache_destroy(grouped_);
+        kvrt_cache_destroy(plain_);
+    }
+    Pair(const Pair&) = delete;
+    Pair& operator=(const Pair&) = delete;
+
+    kvrt_cache grouped() const { return grouped_; }
+    kvrt_cache plain() const { return plain_; }
+
+    // Stores tokens (one sequence each, or a tree) in both; the same result.
+    std::vector<uint32_t> store(const std::vector<int32_t>& pos, const std::vector<int32_t>& seqs,
+                                const kvrt_batch_tree* tree = nullptr, std::vector<uint32_t>* plain_cells = nullptr) {
+        const uint32_t n = static_cast<uint32_t>(pos.size());
+        std::vector<float> k(size_t{kLayers} * n * kRow), v(k.size());
+        for (uint32_t l = 0; l < kLayers; ++l)
+            for (uint32_t t = 0; t < n; ++t)
+                for (uint32_t e = 0; e < kRow; ++e) {
+                    k[(size_t{l} * n + t) * kRow + e] = value(next_token_ + t, l, 0, e);
+                    v[(size_t{l} * n + t) * kRow + e] = value(next_token_ + t, l, 1, e);
+                }
+        next_token_ += n;
+        kvrt_batch b = make_batch(n, pos.data(), seqs.data());
+        const kvrt_tensor_ref kt = host_tensor(k.data()), vt = host_tensor(v.data());
+        std::vector<uint32_t> a(n), p(n);
+        kvrt_batch_tree ta = tree ? *tree : kvrt_batch_tree{}, tp = ta;
+        if (tree) b.next = &ta;
+        const kvrt_result r = kvrt_cache_store(grouped_, nullptr, &b, -1, &kt, &vt, a.data());
+        INFO("store at " << pos[0] << " in sequence " << seqs[0] << ": " << kvrt_last_error_message());
+        REQUIRE(r == KVRT_SUCCESS);
+        if (tree) b.next = &tp;
+        REQUIRE(kvrt_cache_store(plain_, nullptr, &b, -1, &kt, &vt, p.data()) == KVRT_SUCCESS);
+        REQUIRE(impl(grouped_).window_verify() == KVRT_SUCCESS);
+        if (plain_cells) *plain_cells = p;
+        return a;
+    }
+
+    // Attention of one query per listed sequence at its last position, in
+    // every layer: equal, or refused in a windowed layer. Returns the number
+    // of windowed-layer queries answered.
+    uint32_t compare(const std::vector<int32_t>& seqs, const std::vector<int32_t>& positions = {}) {
+        uint32_t answered = 0;
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            int32_t pos = 0;
+            if (positions.empty()) REQUIRE(kvrt_cache_seq_pos_max(plain_, seqs[i], &pos) == KVRT_SUCCESS);
+            else pos = positions[i];
+            if (pos < 0) continue;
+            std::vector<float> q(kHeads * kDim);
+            for (uint32_t e = 0; e < q.size(); ++e) q[e] = std::cos(0.29f * static_cast<float>(e + 7 * i));
+            const kvrt_batch b = make_batch(1, &pos, &seqs[i]);
+            const kvrt_tensor_ref qt = host_tensor(q.data());
+            kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+            params.n_keep = 2;
+            for (uint32_t l = 0; l < kLayers; ++l) {
+                std::vector<float> a(kHeads * kDim), p(kHeads * kDim);
+                const kvrt_output_ref oa = host_output(a.data()), op = host_output(p.data());
+                REQUIRE(kvrt_cache_attention(plain_, nullptr, static_cast<int32_t>(l), &b, &qt, &op, &params) ==
+                        KVRT_SUCCESS);
+                const kvrt_result r = kvrt_cache_attention(grouped_, nullptr, static_cast<int32_t>(l), &b, &qt, &oa, &params);
+                INFO("layer " << l << ", sequence " << seqs[i] << ", position " << pos);
+                if (kWindows[l] && r == KVRT_ERROR_INVALID_STATE) continue;
+                REQUIRE(r == KVRT_SUCCESS);
+                REQUIRE(kvrt::ref::nmse(a, p) <= 1e-10);
+                if (kWindows[l]) ++answered;
+            }
+        }
+        return answered;
+    }
+
+private:
+    static kvrt::cache::Cache& impl(kvrt_cache c) { return *c->cache; }
+    kvrt_cache grouped_ = nullptr, plain_ = nullptr;
+    uint32_t next_token_ = 1;
+};
+
+void both(const Pair& p, const std::function<kvrt_result(kvrt_cache)>& op) {
+    REQUIRE(op(p.grouped()) == KVRT_SUCCESS);
+    REQUIRE(op(p.plain()) == KVRT_SUCCESS);
+    REQUIRE(p.grouped()->cache->window_verify() == KVRT_SUCCESS);
+}
+
+std::vector<int32_t> range(int32_t first, int32_t n) {
+    std::vector<int32_t> v;
+    for (int32_t i = 0; i < n; ++i) v.push_back(first + i);
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("window group: context shifts, shared shifts, seq_div and compaction", "[window]") {
+    GpuContext ctx;
+    Pair p(ctx);
+    // A prompt of 30 tokens, then 10 decoded one by one.
+    p.store(range(0, 30), std::vector<int32_t>(30, 0));
+    for (int32_t t = 30; t < 40; ++t) p.store({t}, {0});
+    CHECK(p.compare({0}) == 2);
+
+    // Context shift: keep 2, discard half of the rest, shift down.
+    int32_t n_past = 0;
+    both(p, [&](kvrt_cache c) { return kvrt_cache_context_shift(c, 0, 2, 0, &n_past); });
+    CHECK(n_past == 21);
+    CHECK(p.compare({0}) == 2);
+    for (int32_t t = n_past; t < n_past + 6; ++t) p.store({t}, {0});
+    CHECK(p.compare({0}) == 2);
+
+    // Fork, then move positions of sequence 1 over cells both share: in the
+    // cache a shared cell moves for both sequences.
+    both(p, [](kvrt_cache c) { return kvrt_cache_seq_cp(c, 0, 1, -1, -1); });
+    for (int32_t t = 27; t < 33; ++t) p.store({t}, {1});
+    CHECK(p.compare({0, 1}) == 4);
+    // Sequence 1 had dropped the cell at 20 from the group: the group cell,
+    // now sequence 0's alone, follows its cell to 23 with a pending shift.
+    both(p, [](kvrt_cache c) { return kvrt_cache_seq_add(c, 1, 20, -1, 3); });
+    CHECK(p.compare({0, 1}) == 4);
+    p.store({36}, {1});
+    CHECK(p.compare({0, 1}) == 4);
+
+    // SelfExtend grouping of sequence 0's middle (4..19 to 2..9: above the
+    // sinks, which a group never lacks).
+    both(p, [](kvrt_cache c) { return kvrt_cache_seq_div(c, 0, 4, 20, 2); });
+    CHECK(p.compare({0, 1}) == 4);
+    // Positions inside the window moved by seq_div: sequence 0 at 9 sees
+    // 2..9, rows the group dropped long ago, and is refused there.
+    CHECK(p.compare({0}, {9}) == 0);
+
+    // Holes and compaction (the cache's cells move, the group's links follow).
+    both(p, [](kvrt_cache c) { return kvrt_cache_seq_rm(c, 1, -1, -1); });
+    uint32_t moved_a = 0, moved_b = 0;
+    REQUIRE(kvrt_cache_compact(p.grouped(), nullptr, 0.0f, 0, &moved_a) == KVRT_SUCCESS);
+    REQUIRE(kvrt_cache_compact(p.plain(), nullptr, 0.0f, 0, &moved_b) == KVRT_SUCCESS);
+    CHECK(moved_a > 0);
+    REQUIRE(p.grouped()->cache->window_verify() == KVRT_SUCCESS);
+    int32_t last = 0;
+    REQUIRE(kvrt_cache_seq_pos_max(p.plain(), 0, &last) == KVRT_SUCCESS);
+    p.store({last + 1}, {0});
+    CHECK(p.compare({0}) == 2);
+    // Reads after compaction: the windowed layer's rows of the last token
+    // equal the plain cache's.
+    std::vector<uint32_t> cells_a, cells_b;
+    cells_a = p.store({last + 2}, {0}, nullptr, &cells_b);
+    std::vector<float> ka(kRow), kb(kRow);
+    REQUIRE(kvrt_cache_read(p.grouped(), 2, 1, cells_a.data(), ka.data(), nullptr) == KVRT_SUCCESS);
+    REQUIRE(kvrt_cache_read(p.plain(), 2, 1, cells_b.data(), kb.data(), nullptr) == KVRT_SUCCESS);
+    CHECK(ka == kb);
+}
+
+TEST_CASE("window group: token trees", "[window]") {
+    GpuContext ctx;
+    Pair p(ctx);
+    p.store(range(0, 20), std::vector<int32_t>(20, 0));
+    // A tree of 5 draft tokens after position 19: 20 <- 21 <- 22 and 20 <- 21' <- 22'.
+    const std::vector<int32_t> pos = {20, 21, 22, 21, 22}, seqs(5, 0), parents = {-1, 0, 1, 0, 3};
+    kvrt_batch_tree tree = KVRT_BATCH_TREE_INIT;
+    tree.parents = parents.data();
+    std::vector<uint32_t> cells_b;
+    // Each cache gets its own cells: store returns them, and the tree's
+    // attention and acceptance use them.
+    kvrt_batch_tree t = tree;
+    const std::vector<uint32_t> cells_a = p.store(pos, seqs, &t, &cells_b);
+    std::vector<float> q(size_t{5} * kHeads * kDim);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.17f * static_cast<float>(i));
+    for (uint32_t l = 0; l < kLayers; ++l) {
+        std::vector<float> a(q.size()), b(q.size());
+        for (int which = 0; which < 2; ++which) {
+            kvrt_batch_tree tt = tree;
+            tt.cells = which == 0 ? cells_a.data() : cells_b.data();
+            kvrt_batch qb = make_batch(5, pos.data(), seqs.data());
+            qb.next = &tt;
+            const kvrt_tensor_ref qt = host_tensor(q.data());
+            const kvrt_output_ref ot = host_output(which == 0 ? a.data() : b.data());
+            REQUIRE(kvrt_cache_attention(which == 0 ? p.grouped() : p.plain(), nullptr, static_cast<int32_t>(l), &qb,
+                                         &qt, &ot, nullptr) == KVRT_SUCCESS);
+        }
+        CHECK(kvrt::ref::nmse(a, b) <= 1e-10);
+    }
+    // Keep the branch ending in 22' (token 4).
+    const int32_t leaf = 4;
+    for (int which = 0; which < 2; ++which) {
+        kvrt_batch_tree tt = tree;
+        tt.cells = which == 0 ? cells_a.data() : cells_b.data();
+        kvrt_batch tb = make_batch(5, pos.data(), seqs.data());
+        tb.next = &tt;
+        REQUIRE(kvrt_cache_tree_accept(which == 0 ? p.grouped() : p.plain(), &tb, 1, &leaf) == KVRT_SUCCESS);
+    }
+    REQUIRE(p.grouped()->cache->window_verify() == KVRT_SUCCESS);
+    // The cache keeps 0..19 and the branch's 20, 21', 22'; the group the
+    // sinks 0 and 1, 9..19 (the tree's lowest position 20 dropped 2..8) and
+    // the branch.
+    CHECK(p.grouped()->cache->table().seq_cell_count(0) == 23);
+    CHECK(p.grouped()->cache->window_group()->table().seq_cell_count(0) == 16);
+    p.store({23}, {0});
+    CHECK(p.compare({0}) == 2);
+}
+
+TEST_CASE("window group: a failed store changes neither group", "[window]") {
+    GpuContext ctx;
+    kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
+    wl.cells = 32;
+    wl.n_keep = 2;  // with windows of 12, positions up to 13 drop nothing
+    kvrt_cache c = make(ctx, &wl);
+    const kvrt::cache::Cache& impl = *c->cache;
+    const std::vector<int32_t> pos0 = range(0, 10), seq0(10, 0);
+    std::vector<float> k(size_t{kLayers} * 10 * kRow, 0.5f), v = k;
+    kvrt_tensor_ref kt = host_tensor(k.data()), vt = host_tensor(v.data());
+    kvrt_batch b0 = make_batch(10, pos0.data(), seq0.data());
+    REQUIRE(kvrt_cache_store(c, nullptr, &b0, -1, &kt, &vt, nullptr) == KVRT_SUCCESS);
+
+    // Two tokens within the window: the group drops nothing, so a failure
+    // must leave both tables exactly as they were.
+    const std::vector<int32_t> pos = {10, 11}, seqs = {0, 0};
+    std::vector<float> k2(size_t{kLayers} * 2 * kRow, -1.0f), v2 = k2;
+    const kvrt_tensor_ref kt2 = host_tensor(k2.data()), vt2 = host_tensor(v2.data());
+    const kvrt_batch b = make_batch(2, pos.data(), seqs.data());
+    const auto snapshot = [](const kvrt::kv::CellTable& t) {
+        std::vector<int64_t> s(t.positions(), t.positions() + t.capacity());
+        s.insert(s.end(), t.seq_words(), t.seq_words() + size_t{t.capacity()} * t.words_per_cell());
+        s.push_back(t.used());
+        return s;
+    };
+    uint32_t failures = 0;
+    for (uint64_t n = 1;; ++n) {
+        const auto before = snapshot(impl.table()), group_before = snapshot(impl.window_group()->table());
+        kvrt::fault::arm(n);
+        const kvrt_result r = kvrt_cache_store(c, nullptr, &b, -1, &kt2, &vt2, nullptr);
+        const uint64_t passed = kvrt::fault::points_passed();
+        kvrt::fault::arm(0);
+        if (r == KVRT_SUCCESS) {
+            CHECK(passed < n);
+            break;
+        }
+        INFO("fault point " << n << ": " << kvrt_last_error_message());
+        ++failures;
+        REQUIRE(snapshot(impl.table()) == before);
+        REQUIRE(snapshot(impl.window_group()->table()) == group_before);
+        REQUIRE(impl.window_verify() == KVRT_SUCCESS);
+        REQUIRE(n < 200);
+    }
+    CHECK(failures > 0);
+    // And with a stream whose submission fails: the cells taken at recording
+    // are given back in both groups.
+    kvrt_stream s = nullptr;
+    REQUIRE(kvrt_stream_create(ctx, nullptr, &s) == KVRT_SUCCESS);
+    const std::vector<int32_t> pos3 = {12, 13};
+    const kvrt_batch b3 = make_batch(2, pos3.data(), seqs.data());
+    const auto before = snapshot(impl.table()), group_before = snapshot(impl.window_group()->table());
+    REQUIRE(kvrt_stream_begin(s) == KVRT_SUCCESS);
+    REQUIRE(kvrt_cache_store(c, s, &b3, -1, &kt2, &vt2, nullptr) == KVRT_SUCCESS);
+    CHECK(impl.window_group()->table().used() == 14);
+    uint32_t submit_failed = 0;
+    for (uint64_t n = 1; n < 20 && !submit_failed; ++n) {
+        kvrt::fault::arm(n);
+        const kvrt_result r = kvrt_stream_submit(s);
+        kvrt::fault::arm(0);
+        if (r != KVRT_SUCCESS) submit_failed = 1;
+        else break;
+    }
+    REQUIRE(submit_failed == 1);
+    CHECK(snapshot(impl.table()) == before);
+    CHECK(snapshot(impl.window_group()->table()) == group_before);
+    REQUIRE(impl.window_verify() == KVRT_SUCCESS);
+    kvrt_stream_destroy(s);
+    kvrt_cache_destroy(c);
+}
