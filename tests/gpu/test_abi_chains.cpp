@@ -256,6 +256,20 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                         kvrt_cache_destroy(c);
                         return r;
                     }});
+    rows.push_back({"kvrt_cache_create: window layout desc", KVRT_STRUCT_TYPE_CACHE_DESC, KVRT_STRUCT_TYPE_ROPE_DESC,
+                    [&](const Tamper& t) {
+                        std::vector<uint32_t> windows(kLayers, 0);
+                        windows[0] = 64;
+                        kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
+                        kvrt_cache_desc d = cell_desc();
+                        d.layer_windows = windows.data();
+                        d.next = &wl;
+                        apply(t, &d, &wl);  // behind the window layout desc
+                        kvrt_cache c = nullptr;
+                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, &c));
+                        kvrt_cache_destroy(c);
+                        return r;
+                    }});
     rows.push_back({"kvrt_cache_estimate_size: desc (scales chained)", KVRT_STRUCT_TYPE_CACHE_DESC,
                     KVRT_STRUCT_TYPE_ROPE_DESC, [&](const Tamper& t) {
                         const float scale = 0.5f;

@@ -277,6 +277,10 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
             int32_t p = 0;
             return out(kvrt_cache_seq_pos_max(c, 0, &p));
         }));
+        r.push_back(err("kvrt_cache_seq_window_pos_min", what, hnd, N, [c] {
+            int32_t p = 0;
+            return out(kvrt_cache_seq_window_pos_min(c, 0, &p));
+        }));
         r.push_back(err("kvrt_cache_clear", what, hnd, N, [c] { return out(kvrt_cache_clear(c)); }));
         r.push_back(err("kvrt_cache_compact", what, hnd, N, [c] { return out(kvrt_cache_compact(c, nullptr, 0.0f, 0, nullptr)); }));
         r.push_back(err("kvrt_cache_apply_shifts", what, hnd, N, [c] { return out(kvrt_cache_apply_shifts(c, nullptr)); }));
@@ -525,6 +529,10 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
             int32_t p = 0;
             return out(kvrt_cache_seq_pos_max(w.cache, seq, &p));
         }));
+        r.push_back(err("kvrt_cache_seq_window_pos_min", s, inv, N, [&w, seq] {
+            int32_t p = 0;
+            return out(kvrt_cache_seq_window_pos_min(w.cache, seq, &p));
+        }));
         r.push_back(err("kvrt_cache_discard_for_reevaluation", s, inv, C, [&w, seq] {
             int32_t a = 0, b = 0, n = 0;
             return out(kvrt_cache_discard_for_reevaluation(w.cache, seq, 0, 0, &a, &b, &n));
@@ -542,6 +550,8 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
                         [&w, d] { return out(kvrt_cache_seq_div(w.cache, 0, -1, -1, d)); }));
     r.push_back(err("kvrt_cache_seq_pos_min", "out_pos NULL", inv, N, [&w] { return out(kvrt_cache_seq_pos_min(w.cache, 0, nullptr)); }));
     r.push_back(err("kvrt_cache_seq_pos_max", "out_pos NULL", inv, N, [&w] { return out(kvrt_cache_seq_pos_max(w.cache, 0, nullptr)); }));
+    r.push_back(err("kvrt_cache_seq_window_pos_min", "out_pos NULL", inv, N,
+                    [&w] { return out(kvrt_cache_seq_window_pos_min(w.cache, 0, nullptr)); }));
     r.push_back(err("kvrt_cache_seq_rm", "static: part of a sequence", unsup, S, [&w] { return out(kvrt_cache_seq_rm(w.static_cache, 0, 1, -1)); }));
     r.push_back(err("kvrt_cache_seq_cp", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_cp(w.static_cache, 0, 1, -1, -1)); }));
     r.push_back(err("kvrt_cache_seq_add", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_add(w.static_cache, 0, -1, -1, 1)); }));

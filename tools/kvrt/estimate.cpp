@@ -1,8 +1,10 @@
 // `kvrt estimate`: the memory a cache needs, before anything is allocated.
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "cli.hpp"
 #include "kv_types.hpp"
@@ -15,7 +17,7 @@ const char* kUsage =
     "usage: kvrt estimate --layers N --kv-heads N --head-dim N [--head-dim-v N] [--heads N]\n"
     "                     [--type T] [--type-v T] [--layout cells|static|paged] [--cells N]\n"
     "                     [--seq-len S] [--reserve R] [--seqs N] [--block B] [--prefix P --own T]\n"
-    "                     [--json]\n"
+    "                     [--window W [--global-every N] [--window-cells C] [--keep K]] [--json]\n"
     "  Prints the sizes of a cache with this geometry, computed by kvrt_cache_estimate_size\n"
     "  before anything is allocated (assuming a 128 MiB largest binding, the common mobile\n"
     "  and lavapipe limit). Byte counts are exact integers, printed with thousands\n"
@@ -52,6 +54,16 @@ const char* kUsage =
     "  --seq-len S       static: the graph's sequence length S >= 2 (required with static)\n"
     "  --reserve R       static: rows reserved per region as a multiple of S-1, a decimal\n"
     "                    >= 1 (default 2)\n"
+    "  --window W        cells: layers with a sliding window of W tokens that keep their rows\n"
+    "                    in a group of their own (kvrt_window_layout_desc), so their memory\n"
+    "                    follows the window, not --cells. Prints the group's cells and what\n"
+    "                    the cache would need with every layer keeping every cell.\n"
+    "  --global-every N  with --window: every N-th layer (N-1, 2N-1, ...) attends to the whole\n"
+    "                    context (2: alternating, as Gemma 2; 6: Gemma 3's 5 local to 1\n"
+    "                    global); 0 (default): every layer is windowed (Mistral 7B v0.1)\n"
+    "  --window-cells C  with --window: the group's cells (default: min(--cells,\n"
+    "                    seqs x (W + K) + 512))\n"
+    "  --keep K          with --window: positions below K the group never drops (sinks)\n"
     "  --seqs N          sequences (max_seqs): static: each has its own windows (default\n"
     "                    1); cells: ids 0..N-1 (default 64; the size does not depend on it)\n"
     "  --json            print one JSON object with the same figures\n"
@@ -60,7 +72,8 @@ const char* kUsage =
 
 const char* const kOptions[] = {"layers", "kv-heads", "heads",   "head-dim", "head-dim-v", "type",
                                 "type-v", "layout",   "cells",   "seq-len",  "reserve",    "seqs",
-                                "block",  "prefix",   "own",     "json",     "help"};
+                                "block",  "prefix",   "own",     "json",     "help",       "window",
+                                "global-every", "window-cells", "keep"};
 
 int usage_error(const std::string& message) {
     std::fprintf(stderr, "error: %s\nRun 'kvrt estimate --help' for the options.\n", message.c_str());
@@ -139,6 +152,12 @@ struct Request {
     uint32_t seq_len = 0, seqs = 0, block = 16;
     uint64_t prefix = 0, own = 0;  // paged: the workload the cells were sized for (0: --cells given)
     double reserve = 2.0;
+    // --window: each layer's window and the group's desc.
+    std::vector<uint32_t> windows;
+    uint32_t window = 0, windowed_layers = 0;
+    kvrt_window_layout_desc group = KVRT_WINDOW_LAYOUT_DESC_INIT;
+    uint32_t group_cells = 0;       // resolved as kvrt does
+    uint64_t plain_data_bytes = 0;  // with every layer keeping every cell
 };
 
 // Reads the options into `req`; false with a message for bad values.
@@ -244,6 +263,34 @@ bool parse(const Args& args, Request* req, std::string* error) {
         }
     }
 
+    for (const char* name : {"global-every", "window-cells", "keep"}) {
+        if (args.has(name) && !args.has("window")) {
+            *error = "--" + std::string(name) + " goes with --window";
+            return false;
+        }
+    }
+    if (args.has("window")) {
+        uint64_t window = 0, every = 0, group_cells = 0, keep = 0;
+        if (!args.u64("window", 0, &window, error) || !args.u64("global-every", 0, &every, error) ||
+            !args.u64("window-cells", 0, &group_cells, error) || !args.u64("keep", 0, &keep, error))
+            return false;
+        if (req->is_static || req->is_paged) {
+            *error = "--window applies to --layout cells only";
+            return false;
+        }
+        if (window == 0 || window > UINT32_MAX || every > layers || group_cells > UINT32_MAX || keep > UINT32_MAX) {
+            *error = "--window must be positive, --global-every at most --layers, and sizes must fit in 32 bits";
+            return false;
+        }
+        req->window = static_cast<uint32_t>(window);
+        req->windows.assign(layers, static_cast<uint32_t>(window));
+        for (uint64_t l = 0; every && l < layers; ++l)
+            if ((l + 1) % every == 0) req->windows[l] = 0;
+        for (uint32_t w : req->windows) req->windowed_layers += w ? 1 : 0;
+        req->group.cells = static_cast<uint32_t>(group_cells);
+        req->group.n_keep = static_cast<uint32_t>(keep);
+    }
+
     req->type_k = args.str("type", "f16");
     req->type_v = args.str("type-v", req->type_k);
     kvrt_cache_desc& d = req->desc;
@@ -310,6 +357,9 @@ void print_json(const Request& req, const kvrt_cache_estimate& e) {
     } else {
         std::printf("\"cells\": %u, ", d.capacity);
     }
+    if (req.window)
+        std::printf("\"window\": %u, \"windowed_layers\": %u, \"window_cells\": %u, \"every_cell_data_bytes\": %llu, ",
+                    req.window, req.windowed_layers, req.group_cells, ull(req.plain_data_bytes));
     if (req.is_paged) {
         std::printf("\"block\": %u, \"blocks\": %u, ", req.block, d.capacity / req.block);
         if (req.own)
@@ -345,7 +395,16 @@ void print_text(const Request& req, const kvrt_cache_estimate& e) {
         }
     } else if (!req.is_static) {
         std::printf("layout            cells: %u cells shared by up to %u sequences\n", d.capacity, req.seqs);
-        std::printf("K/V data          %s for %u cells\n", bytes_text(e.data_bytes).c_str(), d.capacity);
+        if (req.window) {
+            std::printf("window group      %u of %u layers with a window of %u keep %u cells\n", req.windowed_layers,
+                        d.n_layers, req.window, req.group_cells);
+            std::printf("K/V data          %s\n", bytes_text(e.data_bytes).c_str());
+            std::printf("every cell        %s: every layer keeping %u cells (group: %.3fx)\n",
+                        bytes_text(req.plain_data_bytes).c_str(), d.capacity,
+                        static_cast<double>(e.data_bytes) / static_cast<double>(req.plain_data_bytes));
+        } else {
+            std::printf("K/V data          %s for %u cells\n", bytes_text(e.data_bytes).c_str(), d.capacity);
+        }
     } else {
         const StaticFigures f = static_figures(req);
         std::printf("layout            static padded (SPEC 5): S = %u, R = %s, %u sequence%s with %s own K and V\n"
@@ -417,10 +476,26 @@ int cmd_estimate(int argc, char** argv) {
         *tail = &paged;
         tail = &paged.next;
     }
-    if (scales.k_scales || scales.v_scales) *tail = &scales;
+    if (scales.k_scales || scales.v_scales) {
+        *tail = &scales;
+        tail = &scales.next;
+    }
 
     kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
-    const kvrt_result r = kvrt_cache_estimate_size(nullptr, &req.desc, &e);
+    kvrt_result r = KVRT_SUCCESS;
+    if (req.window) {
+        // The same cache with every layer keeping every cell, then the group.
+        req.desc.layer_windows = req.windows.data();
+        r = kvrt_cache_estimate_size(nullptr, &req.desc, &e);
+        req.plain_data_bytes = e.data_bytes;
+        *tail = &req.group;
+        req.group_cells = req.group.cells;
+        if (!req.group_cells) {
+            const uint64_t fit = uint64_t{req.seqs} * (uint64_t{req.window} + req.group.n_keep) + 512;
+            req.group_cells = static_cast<uint32_t>(std::min<uint64_t>(fit, req.desc.capacity));
+        }
+    }
+    if (r == KVRT_SUCCESS) r = kvrt_cache_estimate_size(nullptr, &req.desc, &e);
     if (r == KVRT_ERROR_INVALID_ARGUMENT || r == KVRT_ERROR_UNSUPPORTED) {
         // The geometry itself is refused: a usage error, with kvrt's reason.
         std::fprintf(stderr, "error: kvrt refuses this geometry: %s\n", kvrt_last_error_message());
