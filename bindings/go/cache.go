@@ -72,6 +72,45 @@ type PagedLayout struct {
 	BlockSize uint32 // tokens per block: 16, 32 or 64; 0 = 16
 }
 
+// WindowGroupOptions keeps the windowed layers (LayerWindows[l] > 0) of a
+// cell-layout cache in a group of cells of their own
+// (kvrt_window_layout_desc), so their memory follows the windows of the
+// sequences rather than the capacity (models that interleave local and
+// global layers, such as Gemma and Mistral).
+//
+// Cells keep their meaning: Store, Place and Write return and take the
+// cache's cells, and every sequence operation applies to both groups. When a
+// batch is placed, the group drops, for each of its sequences, the rows at
+// positions no query at or after the batch's lowest position can see
+// (position <= lowest - W, W the largest window), except positions below
+// NKeep. Afterwards:
+//   - placing a token, or attending in a windowed layer, at a position whose
+//     window reaches dropped rows fails with an error matching
+//     ErrInvalidState and changes nothing: after removing a sequence's tail
+//     from p0 on, go on at p0 only when p0 >= Cache.SeqWindowPosMin + W - 1;
+//     otherwise remove the sequence's positions from NKeep on and evaluate
+//     them again;
+//   - reading dropped rows of a windowed layer (Read, ReadRaw) fails with an
+//     error matching ErrInvalidArgument, and writing them is skipped;
+//   - Attention with AttentionParams.NKeep above NKeep in a windowed layer
+//     fails with an error matching ErrInvalidArgument;
+//   - state save and load, swaps and SeqTransfer fail with an error matching
+//     ErrUnsupported.
+//
+// A store or place fails with an error matching ErrCacheFull, placing
+// nothing, when the group lacks a cell for each token: size it for
+// MaxSeqs * (W + NKeep) plus the largest batch. NewCache fails with an error
+// matching ErrInvalidArgument when no layer has a window or Cells exceeds
+// the capacity, and with one matching ErrUnsupported for layouts other than
+// the cell layout.
+type WindowGroupOptions struct {
+	// Cells of the group; 0 = min(Capacity, MaxSeqs * (W + NKeep) + 512).
+	// At most the capacity.
+	Cells uint32
+	// NKeep: positions below it are never dropped (attention sinks).
+	NKeep uint32
+}
+
 // StaticScales are the quantization of static-scale K/V types
 // (kvrt_static_scales_desc): value = scale * (q - zero point). Each slice has
 // 1 entry (all layers) or Layers entries; K ones when TypeK is static-scale,
@@ -101,7 +140,8 @@ type CacheOptions struct {
 	// layout, or both at once, is refused.
 	Layout Layout
 	// LayerWindows is the sliding window of each layer (Layers entries, 0 =
-	// full attention), or nil for none.
+	// full attention), or nil for none. Windowed layers store rows for every
+	// cell unless WindowGroup is set.
 	LayerWindows []uint32
 	Label        string // debug name for Vulkan tools
 	// DeferredRoPE stores K before rotation; attention rotates it by the
@@ -111,6 +151,9 @@ type CacheOptions struct {
 	Static       *StaticLayout // the static layout's sizes
 	Paged        *PagedLayout  // the paged layout's block size; nil = 16
 	Scales       *StaticScales // scales of static-scale types
+	// WindowGroup keeps the windowed layers in a smaller group of cells of
+	// their own (cell layout only); nil = none.
+	WindowGroup *WindowGroupOptions
 }
 
 // cacheDesc builds a pinned kvrt_cache_desc with its chain; free releases
@@ -189,6 +232,15 @@ func (o *CacheOptions) cacheDesc(p *runtime.Pinner) (d *C.kvrt_cache_desc, free 
 		c.k_zero_points = (*C.int32_t)(pinSlice(p, s.KZeroPoints))
 		c.v_scales = (*C.float)(pinSlice(p, s.VScales))
 		c.v_zero_points = (*C.int32_t)(pinSlice(p, s.VZeroPoints))
+		p.Pin(c)
+		*next = unsafe.Pointer(c)
+		next = &c.next
+	}
+	if w := o.WindowGroup; w != nil {
+		c := new(C.kvrt_window_layout_desc)
+		*c = C.go_window_layout_desc_init()
+		c.cells = C.uint32_t(w.Cells)
+		c.n_keep = C.uint32_t(w.NKeep)
 		p.Pin(c)
 		*next = unsafe.Pointer(c)
 	}
@@ -570,6 +622,21 @@ func (c *Cache) SeqPosMin(seq int32) (int32, error) {
 	var pos C.int32_t
 	err := c.meta("kvrt_cache_seq_pos_min", func(h C.kvrt_cache) C.kvrt_result {
 		return C.kvrt_cache_seq_pos_min(h, C.int32_t(seq), &pos)
+	})
+	return int32(pos), err
+}
+
+// SeqWindowPosMin returns the smallest position of seq, at or above the
+// window group's NKeep, whose rows the windowed layers still hold; if none,
+// the smallest they hold; -1 when they hold none
+// (kvrt_cache_seq_window_pos_min). Without a window group it is SeqPosMin.
+// After removing a sequence's tail from p0 on, the engine can go on at p0
+// when p0 >= SeqWindowPosMin + W - 1 (W the largest window); see
+// WindowGroupOptions.
+func (c *Cache) SeqWindowPosMin(seq int32) (int32, error) {
+	var pos C.int32_t
+	err := c.meta("kvrt_cache_seq_window_pos_min", func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_seq_window_pos_min(h, C.int32_t(seq), &pos)
 	})
 	return int32(pos), err
 }

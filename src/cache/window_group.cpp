@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cache/cache.hpp"
 #include "cache/strides.hpp"
@@ -91,29 +93,27 @@ Result Cache::window_check(int32_t seq, int32_t lowest) const {
 }
 
 Result Cache::window_plan(const kv::Token* tokens, uint32_t n, bool tree, kv::Placement* out) {
-    // The lowest position of each sequence of the batch.
-    std::vector<int32_t> lowest;
+    // The lowest position of each sequence of the batch: (sequence, lowest)
+    // pairs, by sequence.
+    std::vector<std::pair<int32_t, int32_t>> lowest;
     try {
-        lowest.assign(geo_.max_seqs, INT32_MAX);
+        for (uint32_t i = 0; i < n; ++i)
+            for (uint32_t j = 0; j < tokens[i].n_seq; ++j) lowest.emplace_back(tokens[i].seq_ids[j], tokens[i].pos);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a batch of %u tokens", n);
     }
-    for (uint32_t i = 0; i < n; ++i)
-        for (uint32_t j = 0; j < tokens[i].n_seq; ++j) {
-            int32_t& m = lowest[static_cast<uint32_t>(tokens[i].seq_ids[j])];
-            m = std::min(m, tokens[i].pos);
-        }
-    for (uint32_t s = 0; s < geo_.max_seqs; ++s)
-        if (lowest[s] != INT32_MAX) KVRT_TRY(window_check(static_cast<int32_t>(s), lowest[s]));
+    std::sort(lowest.begin(), lowest.end());
+    lowest.erase(std::unique(lowest.begin(), lowest.end(),
+                             [](const auto& a, const auto& b) { return a.first == b.first; }),
+                 lowest.end());
+    for (const auto& [seq, pos] : lowest) KVRT_TRY(window_check(seq, pos));
     // Rows at positions <= lowest - W are out of every window of the batch
     // and of what follows it (kept: the sinks below n_keep).
     const int64_t keep = geo_.window_keep;
-    for (uint32_t s = 0; s < geo_.max_seqs; ++s) {
-        if (lowest[s] == INT32_MAX) continue;
-        const int64_t end = int64_t{lowest[s]} - geo_.window_span + 1;
+    for (const auto& [seq, pos] : lowest) {
+        const int64_t end = int64_t{pos} - geo_.window_span + 1;
         if (end > keep)
-            KVRT_TRY(win_->table_.seq_rm(static_cast<int32_t>(s), static_cast<int32_t>(keep),
-                                         static_cast<int32_t>(end)));
+            KVRT_TRY(win_->table_.seq_rm(seq, static_cast<int32_t>(keep), static_cast<int32_t>(end)));
     }
     const Result r = win_->table_.plan(tokens, n, out, nullptr, tree);
     if (r == KVRT_ERROR_CACHE_FULL)

@@ -61,6 +61,7 @@ pub const KVRT_STRUCT_TYPE_MEMORY_ESTIMATE: kvrt_struct_type = 23;
 pub const KVRT_STRUCT_TYPE_BATCH_TREE: kvrt_struct_type = 24;
 pub const KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC: kvrt_struct_type = 25;
 pub const KVRT_STRUCT_TYPE_PAGED_STATS: kvrt_struct_type = 26;
+pub const KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC: kvrt_struct_type = 27;
 pub const KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC: kvrt_struct_type = 100;
 pub const KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC: kvrt_struct_type = 101;
 pub const KVRT_STRUCT_TYPE_VULKAN_COMPLETION: kvrt_struct_type = 102;
@@ -712,6 +713,35 @@ const _: () = {
 };
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct kvrt_window_layout_desc {
+    pub type_: kvrt_struct_type,
+    pub next: *const ::core::ffi::c_void,
+    pub cells: u32,
+    pub n_keep: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of kvrt_window_layout_desc",
+    ][::core::mem::size_of::<kvrt_window_layout_desc>() - 24usize];
+    [
+        "Alignment of kvrt_window_layout_desc",
+    ][::core::mem::align_of::<kvrt_window_layout_desc>() - 8usize];
+    [
+        "Offset of field: kvrt_window_layout_desc::type_",
+    ][::core::mem::offset_of!(kvrt_window_layout_desc, type_) - 0usize];
+    [
+        "Offset of field: kvrt_window_layout_desc::next",
+    ][::core::mem::offset_of!(kvrt_window_layout_desc, next) - 8usize];
+    [
+        "Offset of field: kvrt_window_layout_desc::cells",
+    ][::core::mem::offset_of!(kvrt_window_layout_desc, cells) - 16usize];
+    [
+        "Offset of field: kvrt_window_layout_desc::n_keep",
+    ][::core::mem::offset_of!(kvrt_window_layout_desc, n_keep) - 20usize];
+};
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct kvrt_static_layout_desc {
     pub type_: kvrt_struct_type,
     pub next: *const ::core::ffi::c_void,
@@ -1151,6 +1181,13 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn kvrt_cache_seq_pos_max(
+        cache: kvrt_cache,
+        seq: i32,
+        out_pos: *mut i32,
+    ) -> kvrt_result;
+}
+unsafe extern "C" {
+    pub fn kvrt_cache_seq_window_pos_min(
         cache: kvrt_cache,
         seq: i32,
         out_pos: *mut i32,

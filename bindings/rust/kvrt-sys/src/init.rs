@@ -121,6 +121,14 @@ pub const KVRT_CACHE_DESC_INIT: kvrt_cache_desc = kvrt_cache_desc {
     flags: 0,
 };
 
+/// The value of `KVRT_WINDOW_LAYOUT_DESC_INIT`: `type` set and every field at its default.
+pub const KVRT_WINDOW_LAYOUT_DESC_INIT: kvrt_window_layout_desc = kvrt_window_layout_desc {
+    type_: KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC,
+    next: core::ptr::null(),
+    cells: 0,
+    n_keep: 0,
+};
+
 /// The value of `KVRT_STATIC_LAYOUT_DESC_INIT`: `type` set and every field at its default.
 pub const KVRT_STATIC_LAYOUT_DESC_INIT: kvrt_static_layout_desc = kvrt_static_layout_desc {
     type_: KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC,

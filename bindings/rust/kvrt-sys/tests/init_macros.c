@@ -19,6 +19,7 @@ int main(void) {
     { static const kvrt_timing v = KVRT_TIMING_INIT; dump("KVRT_TIMING_INIT", &v, sizeof v); }
     { static const kvrt_rope_desc v = KVRT_ROPE_DESC_INIT; dump("KVRT_ROPE_DESC_INIT", &v, sizeof v); }
     { static const kvrt_cache_desc v = KVRT_CACHE_DESC_INIT; dump("KVRT_CACHE_DESC_INIT", &v, sizeof v); }
+    { static const kvrt_window_layout_desc v = KVRT_WINDOW_LAYOUT_DESC_INIT; dump("KVRT_WINDOW_LAYOUT_DESC_INIT", &v, sizeof v); }
     { static const kvrt_static_layout_desc v = KVRT_STATIC_LAYOUT_DESC_INIT; dump("KVRT_STATIC_LAYOUT_DESC_INIT", &v, sizeof v); }
     { static const kvrt_static_scales_desc v = KVRT_STATIC_SCALES_DESC_INIT; dump("KVRT_STATIC_SCALES_DESC_INIT", &v, sizeof v); }
     { static const kvrt_cache_estimate v = KVRT_CACHE_ESTIMATE_INIT; dump("KVRT_CACHE_ESTIMATE_INIT", &v, sizeof v); }

@@ -92,6 +92,11 @@ fn init_constants_match_c_macros() {
     check(&values, "KVRT_CACHE_DESC_INIT", kvrt_sys::KVRT_CACHE_DESC_INIT);
     check(
         &values,
+        "KVRT_WINDOW_LAYOUT_DESC_INIT",
+        kvrt_sys::KVRT_WINDOW_LAYOUT_DESC_INIT,
+    );
+    check(
+        &values,
         "KVRT_STATIC_LAYOUT_DESC_INIT",
         kvrt_sys::KVRT_STATIC_LAYOUT_DESC_INIT,
     );
@@ -143,5 +148,5 @@ fn init_constants_match_c_macros() {
         "KVRT_MEMORY_ESTIMATE_INIT",
         kvrt_sys::KVRT_MEMORY_ESTIMATE_INIT,
     );
-    assert_eq!(values.len(), 26);
+    assert_eq!(values.len(), 27);
 }

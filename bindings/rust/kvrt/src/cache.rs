@@ -84,6 +84,76 @@ pub struct StaticLayoutDesc {
     pub reserve: f64,
 }
 
+/// The windowed layers in a group of their own (`kvrt_window_layout_desc`),
+/// given with [`CacheDesc::window_layout`] for a [`Layout::Cells`] cache
+/// with [`CacheDesc::layer_windows`]: the layers with a window keep their
+/// rows in a separate, smaller group of `cells` cells instead of one row per
+/// cell of the cache, so their memory follows the window per sequence, not
+/// the capacity (models that interleave local and global layers).
+///
+/// Cells keep their meaning: [`Cache::store`], [`Cache::place`] and
+/// [`Cache::write`] return and take the cache's cells, and every sequence
+/// operation applies to both groups. When a batch is placed, the group drops,
+/// for each of its sequences, the rows no query at or after the batch's
+/// lowest position of that sequence can see (position <= lowest - W, W the
+/// largest window), except positions below `n_keep`. Afterwards:
+/// - placing a token, or attending in a windowed layer, at a position whose
+///   window reaches dropped rows fails with
+///   [`Error::InvalidState`](crate::Error::InvalidState) and changes
+///   nothing: after removing a sequence's tail from `p0` on, go on at `p0`
+///   when `p0 >= seq_window_pos_min + W - 1` ([`Cache::seq_window_pos_min`]),
+///   otherwise remove its positions from `n_keep` on and evaluate them again;
+/// - reading a windowed layer's dropped rows ([`Cache::read`],
+///   [`Cache::read_raw`]) fails with
+///   [`Error::InvalidArgument`](crate::Error::InvalidArgument), and writing
+///   them is skipped;
+/// - attention with [`AttentionParams::n_keep`] above `n_keep` in a windowed
+///   layer fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument);
+/// - state save and load ([`Cache::state_size`], [`Cache::state_save`],
+///   [`Cache::state_load`] and their file forms), host swaps and transfers
+///   fail with [`Error::Unsupported`](crate::Error::Unsupported).
+///
+/// A store or place fails with [`Error::CacheFull`](crate::Error::CacheFull)
+/// (nothing placed) when the group lacks a cell for each token: size it for
+/// max_seqs × (W + n_keep) plus the largest batch. Creating or estimating
+/// the cache fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+/// when no layer has a window or `cells` exceeds the capacity, and with
+/// [`Error::Unsupported`](crate::Error::Unsupported) for a layout other than
+/// [`Layout::Cells`].
+///
+/// ```
+/// use kvrt::{CacheDesc, WindowLayoutDesc};
+/// let mut desc = CacheDesc::new(4, 4, 2, 64, 4096);
+/// desc.layer_windows = Some(vec![0, 64, 0, 64]);
+/// desc.max_seqs = 2;
+/// let full = desc.estimate().unwrap();
+/// desc.window_layout = Some(WindowLayoutDesc { cells: 0, n_keep: 4 });
+/// assert!(desc.estimate().unwrap().device_bytes < full.device_bytes);
+/// // A window group needs a windowed layer.
+/// desc.layer_windows = None;
+/// assert!(matches!(desc.estimate(), Err(kvrt::Error::InvalidArgument(_))));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct WindowLayoutDesc {
+    /// Cells of the windowed group; 0 = min(capacity, max_seqs × (W +
+    /// n_keep) + 512), W the largest window. At most the capacity.
+    pub cells: u32,
+    /// Positions below `n_keep` are never dropped (attention sinks).
+    pub n_keep: u32,
+}
+
+impl WindowLayoutDesc {
+    /// The C struct, chained before `next`.
+    pub(crate) fn raw(&self, next: *const std::ffi::c_void) -> sys::kvrt_window_layout_desc {
+        sys::kvrt_window_layout_desc {
+            next,
+            cells: self.cells,
+            n_keep: self.n_keep,
+            ..sys::KVRT_WINDOW_LAYOUT_DESC_INIT
+        }
+    }
+}
+
 /// Scales of static-scale K/V types (`kvrt_static_scales_desc`): each
 /// non-empty array has one entry (all layers) or n_layers entries.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -145,6 +215,9 @@ pub struct CacheDesc {
     /// The paged layout's block size (with [`Layout::Paged`]; without it,
     /// 16).
     pub paged_layout: Option<PagedLayoutDesc>,
+    /// The windowed layers in a group of their own (with [`Layout::Cells`]
+    /// and [`CacheDesc::layer_windows`]); see [`WindowLayoutDesc`].
+    pub window_layout: Option<WindowLayoutDesc>,
 }
 
 impl Default for CacheDesc {
@@ -168,6 +241,7 @@ impl Default for CacheDesc {
             static_layout: None,
             static_scales: None,
             paged_layout: None,
+            window_layout: None,
         }
     }
 }
@@ -245,6 +319,7 @@ impl CacheDesc {
         let mut layout = sys::KVRT_STATIC_LAYOUT_DESC_INIT;
         let mut scales = sys::KVRT_STATIC_SCALES_DESC_INIT;
         let mut paged = PagedLayoutDesc::default().raw(ptr::null());
+        let window: sys::kvrt_window_layout_desc;
         let mut next: *const std::ffi::c_void = ptr::null();
         if let Some(r) = &self.rope {
             rope.mode = match r.mode {
@@ -305,6 +380,10 @@ impl CacheDesc {
             paged.block_size = p.block_size;
             paged.next = next;
             next = (&paged as *const sys::kvrt_paged_layout_desc).cast();
+        }
+        if let Some(w) = &self.window_layout {
+            window = w.raw(next);
+            next = (&window as *const sys::kvrt_window_layout_desc).cast();
         }
         desc.next = next;
         Ok(f(&desc))
@@ -683,6 +762,24 @@ impl Cache {
         let mut p = -1;
         // SAFETY: Unsafe on the cache (not Sync).
         check(unsafe { sys::kvrt_cache_seq_pos_max(self.raw, seq, &mut p) })?;
+        Ok((p >= 0).then_some(p))
+    }
+
+    /// The smallest position of `seq`, at or above the window group's
+    /// `n_keep`, whose rows the windowed layers still hold; if none, the
+    /// smallest they hold; `None` when they hold none
+    /// (`kvrt_cache_seq_window_pos_min`). Without a window group
+    /// ([`CacheDesc::window_layout`]) the same as [`Cache::seq_pos_min`].
+    ///
+    /// After removing a sequence's tail from `p0` on, the engine can go on at
+    /// `p0` when `p0 >= seq_window_pos_min + W - 1` (W the largest window);
+    /// see [`WindowLayoutDesc`].
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a sequence id out of range.
+    pub fn seq_window_pos_min(&self, seq: i32) -> Result<Option<i32>> {
+        let mut p = -1;
+        // SAFETY: Unsafe on the cache (not Sync).
+        check(unsafe { sys::kvrt_cache_seq_window_pos_min(self.raw, seq, &mut p) })?;
         Ok((p >= 0).then_some(p))
     }
 

@@ -84,6 +84,9 @@ fn save_with(
 /// and capacity; rows of another type are converted as [`Cache::store`]
 /// quantizes f32 values.
 ///
+/// Every call here fails with [`Error::Unsupported`] on a cache with a
+/// window group ([`CacheDesc::window_layout`](crate::CacheDesc::window_layout)).
+///
 /// A `seq` of `None` selects the whole cache (-1 in C); a negative
 /// `Some(seq)` is refused with [`Error::InvalidArgument`] before calling
 /// the library.
