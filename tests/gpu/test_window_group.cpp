@@ -521,3 +521,53 @@ TEST_CASE("window group: random schedules against the model and the reference", 
                                     << run.refused_full << " by a full group, " << run.attention_checks
                                     << " attention checks, worst NMSE " << run.worst);
 }
+
+TEST_CASE("window group: static-scale types keep each windowed layer's scales", "[window]") {
+    GpuContext ctx;
+    // Layers 1 and 2 are windowed: the group's layers 0 and 1 must use the
+    // cache's layer 1 and 2 scales.
+    const std::vector<uint32_t> windows = {0, 16, 16};
+    const std::vector<float> scales = {0.02f, 0.03f, 0.04f};  // with the zero points: [-2, 2] fits
+    const std::vector<int32_t> zero_points = {128, 100, 90};
+    kvrt_static_scales_desc sc = KVRT_STATIC_SCALES_DESC_INIT;
+    sc.count = 3;
+    sc.k_scales = scales.data();
+    sc.k_zero_points = zero_points.data();
+    sc.v_scales = scales.data();
+    sc.v_zero_points = zero_points.data();
+    kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
+    wl.next = &sc;
+    kvrt_cache caches[2] = {};
+    for (int grouped = 0; grouped < 2; ++grouped) {
+        kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
+        d.next = grouped ? static_cast<const void*>(&wl) : static_cast<const void*>(&sc);
+        d.n_layers = 3;
+        d.n_heads = kHeads;
+        d.n_kv_heads = kKvHeads;
+        d.head_dim_k = kDim;
+        d.capacity = 64;
+        d.max_seqs = 1;
+        d.type_k = KVRT_TYPE_U8_STATIC;
+        d.type_v = KVRT_TYPE_U8_STATIC;
+        d.layer_windows = windows.data();
+        REQUIRE(kvrt_cache_create(ctx, &d, &caches[grouped]) == KVRT_SUCCESS);
+    }
+    const std::vector<int32_t> pos = {0, 1, 2}, seqs = {0, 0, 0};
+    std::vector<uint32_t> cells[2];
+    for (int i = 0; i < 2; ++i) REQUIRE(store(caches[i], 3, {5, 6, 7}, pos, seqs, &cells[i]) == KVRT_SUCCESS);
+    for (int32_t layer = 0; layer < 3; ++layer) {
+        std::vector<float> k[2], v[2];
+        for (int i = 0; i < 2; ++i) {
+            k[i].resize(3 * kRow);
+            v[i].resize(3 * kRow);
+            REQUIRE(kvrt_cache_read(caches[i], layer, 3, cells[i].data(), k[i].data(), v[i].data()) == KVRT_SUCCESS);
+        }
+        INFO("layer " << layer);
+        CHECK(k[0] == k[1]);
+        CHECK(v[0] == v[1]);
+        // Quantized with this layer's scale: within half a step of the value.
+        for (uint32_t e = 0; e < kRow; ++e) CHECK(std::abs(k[1][e] - value(5, static_cast<uint32_t>(layer), 0, e)) <=
+                                                  scales[static_cast<size_t>(layer)] * 0.5f + 1e-6f);
+    }
+    for (kvrt_cache c : caches) kvrt_cache_destroy(c);
+}
