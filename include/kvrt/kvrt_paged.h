@@ -64,8 +64,10 @@ extern "C" {
  *   changes then.
  * - kvrt_cache_seq_rm removes a suffix of a sequence (or all of it);
  *   seq_keep, clear, pos_min/max work as in the cell layout; compaction moves
- *   nothing. seq_div, context shifts and discard_for_reevaluation fail
- *   with KVRT_ERROR_UNSUPPORTED (they remove the middle of a sequence).
+ *   nothing. kvrt_cache_discard_for_reevaluation removes the suffix from
+ *   n_keep on, as in the cell layout (shared blocks stay with the other
+ *   sequences). seq_div and context shifts fail with KVRT_ERROR_UNSUPPORTED
+ *   (they move or remove the middle of a sequence).
  * - State (kvrt_state.h) and kvrt_cache_seq_transfer work as in the cell
  *   layout (states of a paged cache are format version 2). A loaded or
  *   transferred sequence gets its tokens appended in rising position order

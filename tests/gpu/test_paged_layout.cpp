@@ -620,11 +620,6 @@ TEST_CASE("paged layout: bad input and unsupported operations are refused and ch
         {"copying into a sequence in use", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_seq_cp(c, 0, 1, -1, -1); }},
         {"seq_div", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_seq_div(c, 0, 0, -1, 2); }},
         {"context shift", KVRT_ERROR_UNSUPPORTED, [&] { return kvrt_cache_context_shift(c, 0, 4, 8, &n_past); }},
-        {"discard for reevaluation", KVRT_ERROR_UNSUPPORTED,
-         [&] {
-             int32_t src = 0, dst = 0, count = 0;
-             return kvrt_cache_discard_for_reevaluation(c, 0, 4, 8, &src, &dst, &count);
-         }},
         {"reversed range", KVRT_ERROR_INVALID_ARGUMENT, [&] { return kvrt_cache_seq_rm(c, 0, 20, 10); }},
     };
     for (const Case& k : cases) {
