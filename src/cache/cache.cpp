@@ -118,7 +118,10 @@ Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int
     }
     tx.on_undo([this, batch, group]() {
         batch->give_back(table_);
-        if (group) group->give_back(win_->table_);
+        if (!group) return;
+        group->give_back(win_->table_);
+        // Given back cell by cell, the two groups may differ: count again.
+        window_forget_floors();
     });
     KVRT_TRY(record_writes(tx.stream(), n, batch->placement.cells().data(), layer, k, v));
     KVRT_TRY(tx.finish());
@@ -325,7 +328,10 @@ Result Cache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     if (is_paged()) return paged_seq_cp(src, dst, p0, p1);
     KVRT_TRY(require_cells("kvrt_cache_seq_cp"));
     KVRT_TRY(table_.seq_cp(src, dst, p0, p1));
-    if (win_) KVRT_TRY(win_->table_.seq_cp(src, dst, p0, p1));
+    if (win_) {
+        KVRT_TRY(win_->table_.seq_cp(src, dst, p0, p1));
+        window_copy_floor(src, dst);
+    }
     return KVRT_SUCCESS;
 }
 

@@ -2,6 +2,7 @@
 // (an Arena), and the operations that keep the two consistent.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -323,6 +324,10 @@ private:
     Result window_attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
                             const int32_t* seq_ids, const Source& q, const Output& out,
                             const kvrt_attention_params& params, const Tree* tree);
+    // Every sequence's rows are counted at its next check.
+    void window_forget_floors() { std::fill(win_floors_.known.begin(), win_floors_.known.end(), 0); }
+    // After seq_cp(src, dst): dst's floor is at least src's.
+    void window_copy_floor(int32_t src, int32_t dst);
     // Follows cell moves of a compaction in the links (and back, for undo).
     void window_move(const std::vector<kv::CellMove>& moves, bool back);
     // After a position change applied to both tables: a cell shared by
@@ -356,16 +361,17 @@ private:
     std::vector<kv::CellSet> mirror_set_;
     // Window group: the windowed layers' cells, each cell's group cell (-1:
     // none) and each group cell's cell; a link holds while both agree and the
-    // group cell is in use. Checks of windows that held, until either table
-    // changes: per sequence the lowest position checked.
+    // group cell is in use. Per sequence, while `known`: the group holds
+    // every position of the sequence's cells at or above `floor` (and below
+    // n_keep), so a window that starts there needs no count.
     std::unique_ptr<Cache> win_;
     std::vector<int32_t> win_of_;
     std::vector<uint32_t> cell_of_;
-    struct WindowChecked {
-        uint64_t revision = 0, group_revision = 0;
-        std::vector<int32_t> lowest;
+    struct WindowFloors {
+        std::vector<int32_t> floor;
+        std::vector<uint8_t> known;
     };
-    mutable WindowChecked win_checked_;
+    mutable WindowFloors win_floors_;
 };
 
 }  // namespace kvrt::cache

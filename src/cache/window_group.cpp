@@ -23,7 +23,8 @@ Result Cache::create_window_group(const kvrt_cache_desc& desc) {
     try {
         win_of_.assign(geo_.capacity, -1);
         cell_of_.assign(geo_.window_cells, 0);
-        win_checked_.lowest.assign(geo_.max_seqs, INT32_MAX);
+        win_floors_.floor.assign(geo_.max_seqs, 0);
+        win_floors_.known.assign(geo_.max_seqs, 1);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for the window group's links");
     }
@@ -63,18 +64,14 @@ Result Cache::seq_window_pos_min(int32_t seq, int32_t* out_pos) const {
 }
 
 Result Cache::window_check(int32_t seq, int32_t lowest) const {
-    WindowChecked& wc = win_checked_;
-    if (wc.revision != table_.revision() || wc.group_revision != win_->table_.revision()) {
-        std::fill(wc.lowest.begin(), wc.lowest.end(), INT32_MAX);
-        wc.revision = table_.revision();
-        wc.group_revision = win_->table_.revision();
-    }
-    int32_t& checked = wc.lowest[static_cast<uint32_t>(seq)];
-    if (lowest >= checked) return KVRT_SUCCESS;
+    WindowFloors& f = win_floors_;
+    const uint32_t s = static_cast<uint32_t>(seq);
     // The rows a query at `lowest` or later can see: positions from
-    // lowest - W + 1 on, and the sinks below n_keep. The group's cells of a
-    // sequence are a subset of the cache's, so equal counts mean equal sets.
+    // lowest - W + 1 on, and the sinks below n_keep.
     const int64_t from = std::max<int64_t>(0, int64_t{lowest} - geo_.window_span + 1);
+    if (f.known[s] && from >= f.floor[s]) return KVRT_SUCCESS;
+    // Count them: the group's cells of a sequence are a subset of the
+    // cache's, so equal counts mean equal sets.
     const int32_t keep = static_cast<int32_t>(std::min<int64_t>(geo_.window_keep, from));
     const auto seen = [&](const kv::CellTable& t) {
         return t.seq_count(seq, static_cast<int32_t>(from), -1) + (keep > 0 ? t.seq_count(seq, 0, keep) : 0);
@@ -88,8 +85,17 @@ Result Cache::window_check(int32_t seq, int32_t lowest) const {
                     "from %u on and evaluate them again",
                     seq, lowest, geo_.window_span, held, geo_.window_keep, geo_.window_keep);
     }
-    checked = lowest;
+    f.floor[s] = static_cast<int32_t>(from);
+    f.known[s] = 1;
     return KVRT_SUCCESS;
+}
+
+void Cache::window_copy_floor(int32_t src, int32_t dst) {
+    if (!win_ || src == dst) return;
+    WindowFloors& f = win_floors_;
+    const uint32_t a = static_cast<uint32_t>(src), b = static_cast<uint32_t>(dst);
+    f.floor[b] = std::max(f.floor[b], f.floor[a]);
+    f.known[b] = f.known[b] && f.known[a];
 }
 
 Result Cache::window_plan(const kv::Token* tokens, uint32_t n, bool tree, kv::Placement* out) {
@@ -112,8 +118,12 @@ Result Cache::window_plan(const kv::Token* tokens, uint32_t n, bool tree, kv::Pl
     const int64_t keep = geo_.window_keep;
     for (const auto& [seq, pos] : lowest) {
         const int64_t end = int64_t{pos} - geo_.window_span + 1;
-        if (end > keep)
+        if (end <= keep) continue;
+        const int32_t first = win_->table_.seq_pos_from(seq, static_cast<int32_t>(keep));
+        if (first >= 0 && first < end)
             KVRT_TRY(win_->table_.seq_rm(seq, static_cast<int32_t>(keep), static_cast<int32_t>(end)));
+        int32_t& floor = win_floors_.floor[static_cast<uint32_t>(seq)];
+        floor = std::max(floor, static_cast<int32_t>(end));
     }
     const Result r = win_->table_.plan(tokens, n, out, nullptr, tree);
     if (r == KVRT_ERROR_CACHE_FULL)
@@ -239,6 +249,8 @@ void Cache::window_move(const std::vector<kv::CellMove>& moves, bool back) {
 }
 
 void Cache::window_unlink_moved() {
+    // Positions moved: every floor is counted again.
+    window_forget_floors();
     kv::CellTable& g = win_->table_;
     for (uint32_t w = 0; w < g.used_end(); ++w) {
         if (g.cell_is_empty(w)) continue;
