@@ -40,7 +40,7 @@ kvrt_cache make(kvrt_context ctx, const kvrt_window_layout_desc* group) {
     d.n_kv_heads = kKvHeads;
     d.head_dim_k = kDim;
     d.capacity = 128;
-    d.max_seqs = 2;
+    d.max_seqs = 3;
     d.layer_windows = kWindows.data();
     kvrt_cache c = nullptr;
     REQUIRE(kvrt_cache_create(ctx, &d, &c) == KVRT_SUCCESS);
@@ -319,4 +319,23 @@ TEST_CASE("window group: a failed store changes neither group", "[window]") {
     REQUIRE(impl.window_verify() == KVRT_SUCCESS);
     kvrt_stream_destroy(s);
     kvrt_cache_destroy(c);
+}
+
+TEST_CASE("window group: a shift that frees a group cell other sequences share", "[window]") {
+    GpuContext ctx;
+    Pair p(ctx);
+    p.store(range(0, 20), std::vector<int32_t>(20, 0));
+    both(p, [](kvrt_cache c) { return kvrt_cache_seq_cp(c, 0, 1, -1, -1); });
+    both(p, [](kvrt_cache c) { return kvrt_cache_seq_cp(c, 0, 2, -1, -1); });
+    // Sequence 2 goes on alone: the group drops it from the shared cells
+    // below 24, which sequences 0 and 1 still hold there.
+    for (int32_t t = 20; t < 36; ++t) p.store({t}, {2});
+    CHECK(p.compare({0, 1, 2}) == 6);
+    // Moving sequence 2's positions from 10 on moves the shared cells 10..19
+    // for all three; their group cells (sequences 0 and 1 only) cannot
+    // follow and are freed, so the windows of 0 and 1 that reach them are
+    // refused from now on (never answered without them).
+    both(p, [](kvrt_cache c) { return kvrt_cache_seq_add(c, 2, 10, -1, 5); });
+    CHECK(p.compare({0, 1}) == 0);
+    CHECK(p.compare({2}) == 2);
 }
