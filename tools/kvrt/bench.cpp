@@ -61,6 +61,40 @@ TimedStream::TimedStream(kvrt_context ctx) {
 
 TimedStream::~TimedStream() { kvrt_stream_destroy(s_); }
 
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+kvrt_result measure_attention_interleaved(const Env& env, kvrt_stream stream, const std::vector<kvrt_cache>& caches,
+                                          uint32_t n_layers, const kvrt_batch& queries, const kvrt_tensor_ref& q,
+                                          const kvrt_output_ref& out, std::vector<Measurement>* per_cache) {
+    per_cache->assign(caches.size(), Measurement{});
+    Env once = env;
+    once.runs = 1;
+    once.warmup = 0;
+    kvrt_result r = KVRT_SUCCESS;
+    for (int run = -env.warmup; run < env.runs && r == KVRT_SUCCESS; ++run)
+        for (size_t i = 0; i < caches.size() && r == KVRT_SUCCESS; ++i) {
+            Measurement m;
+            r = measure(once, stream, [&] {
+                kvrt_result e = KVRT_SUCCESS;
+                for (uint32_t l = 0; l < n_layers && e == KVRT_SUCCESS; ++l)
+                    e = kvrt_cache_attention(caches[i], stream, static_cast<int32_t>(l), &queries, &q, &out, nullptr);
+                return e;
+            }, "attention", &m);
+            if (r == KVRT_SUCCESS && run >= 0) (*per_cache)[i].ms.push_back(m.ms[0]);
+        }
+    return r;
+}
+
+int validation_status(const Env& env, const char* what) {
+    kvrt_context_stats cs = KVRT_CONTEXT_STATS_INIT;
+    if (kvrt_context_get_stats(env.ctx, &cs) != KVRT_SUCCESS || !cs.validation_errors) return 0;
+    std::fprintf(stderr, "error: %s: the Vulkan validation layer reported %llu errors\n", what,
+                 static_cast<unsigned long long>(cs.validation_errors));
+    return 1;
+}
+
 kvrt_result measure(const Env& env, kvrt_stream stream, const std::function<kvrt_result()>& record,
                     const char* label, Measurement* out) {
     out->ms.clear();

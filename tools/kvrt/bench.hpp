@@ -4,6 +4,7 @@
 // several timed runs, each its own submission; median and minimum reported.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <utility>
@@ -38,6 +39,20 @@ struct Measurement {
 // equals `label` (nullptr: all operations) per run.
 kvrt_result measure(const Env& env, kvrt_stream stream, const std::function<kvrt_result()>& record,
                     const char* label, Measurement* out);
+
+// Wall milliseconds since t0.
+double ms_since(std::chrono::steady_clock::time_point t0);
+
+// GPU milliseconds of one decode attention pass (the batch `queries`, every
+// layer 0..n_layers-1) over each of `caches`, the caches interleaved within
+// each run: env.warmup untimed rounds, then env.runs timed ones.
+kvrt_result measure_attention_interleaved(const Env& env, kvrt_stream stream, const std::vector<kvrt_cache>& caches,
+                                          uint32_t n_layers, const kvrt_batch& queries, const kvrt_tensor_ref& q,
+                                          const kvrt_output_ref& out, std::vector<Measurement>* per_cache);
+
+// 1 with a message naming `what` when the validation layer reported errors
+// in the context's life; else 0.
+int validation_status(const Env& env, const char* what);
 
 // One line of results.
 struct Row {

@@ -34,8 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
 struct Options {
     uint64_t seqs = 16, prefix = 2048, own = 128, block = 16, layers = 4, heads = 32, kv_heads = 8, dim = 128;
     kvrt_type type = KVRT_TYPE_F16;
@@ -251,24 +249,11 @@ int run_paged(Env& env, const Args& args, std::vector<Row>* rows) {
     if (r == KVRT_SUCCESS) r = kvrt_buffer_create(env.ctx, &bd, &obuf);
     if (r == KVRT_SUCCESS) r = kvrt_buffer_upload(qbuf, 0, q.data(), bd.size);
     const kvrt_cache subjects[3] = {c.paged, c.own, c.shared};
-    Measurement attn[3];
-    Env once = env;
-    once.runs = 1;
-    once.warmup = 0;
-    const kvrt_tensor_ref qr = buffer_tensor(qbuf, 0);
-    const kvrt_output_ref orf = buffer_output(obuf, 0);
+    std::vector<Measurement> attn;
     const kvrt_batch qb = make_batch(seqs, qpos.data(), qseq.data());
-    for (int run = -env.warmup; run < env.runs && r == KVRT_SUCCESS; ++run)
-        for (int i = 0; i < 3 && r == KVRT_SUCCESS; ++i) {
-            Measurement m;
-            r = measure(once, stream, [&] {
-                kvrt_result e = KVRT_SUCCESS;
-                for (uint32_t l = 0; l < o.layers && e == KVRT_SUCCESS; ++l)
-                    e = kvrt_cache_attention(subjects[i], stream, static_cast<int32_t>(l), &qb, &qr, &orf, nullptr);
-                return e;
-            }, "attention", &m);
-            if (r == KVRT_SUCCESS && run >= 0) attn[i].ms.push_back(m.ms[0]);
-        }
+    if (r == KVRT_SUCCESS)
+        r = measure_attention_interleaved(env, stream, {c.paged, c.own, c.shared}, static_cast<uint32_t>(o.layers), qb,
+                                          buffer_tensor(qbuf, 0), buffer_output(obuf, 0), &attn);
     kvrt_buffer_destroy(qbuf);
     kvrt_buffer_destroy(obuf);
     if (r != KVRT_SUCCESS) return report("bench paged: attention", r);
@@ -312,13 +297,7 @@ int run_paged(Env& env, const Args& args, std::vector<Row>* rows) {
                      static_cast<double>(info[0].device_bytes) / static_cast<double>(info[2].device_bytes), admit,
                      store, median_of(fork_us), attn[0].median() / attn[1].median(),
                      attn[0].median() / attn[2].median());
-    kvrt_context_stats cs = KVRT_CONTEXT_STATS_INIT;
-    if (kvrt_context_get_stats(env.ctx, &cs) == KVRT_SUCCESS && cs.validation_errors) {
-        std::fprintf(stderr, "error: bench paged: the Vulkan validation layer reported %llu errors\n",
-                     static_cast<unsigned long long>(cs.validation_errors));
-        return 1;
-    }
-    return 0;
+    return validation_status(env, "bench paged");
 }
 
 namespace {
