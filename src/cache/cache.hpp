@@ -264,7 +264,20 @@ private:
     Result paged_reserve(size_t n_set, size_t n_drop);
     void paged_diff(const PagedView& before, const std::vector<kv::BlockCopy>& copies, std::vector<uint32_t>* drop,
                     std::vector<kv::CellSet>* set) const;
-    Result paged_apply(int32_t seq, const std::vector<uint32_t>& drop, const std::vector<kv::CellSet>& set);
+    // The window group's side of paged edits (window_group.cpp): block
+    // copies give the group rows of the copied cells group cells of their own
+    // (copies of the rows, recorded with the blocks'), and a cell that moves
+    // moves its group cell. `set` holds group-cell edits by sequence, each
+    // sequence's ending at its set_end entry.
+    struct WindowEdits {
+        std::vector<uint32_t> from, to;  // group rows to copy
+        std::vector<uint32_t> cells;     // the cache's cell linked to to[i]
+        std::vector<kv::CellSet> set;
+        std::vector<size_t> set_end;
+        uint32_t cursor = 0;  // where the search for free group cells goes on
+    };
+    Result paged_apply(int32_t seq, const std::vector<uint32_t>& drop, const std::vector<kv::CellSet>& set,
+                       const WindowEdits* group = nullptr);
     Result paged_mirror(const PagedView& before, const std::vector<kv::BlockCopy>& copies);
     // One sequence's edits in mirror_drop_ / mirror_set_: they end at
     // drop_end and set_end (and start where the previous span ends).
@@ -272,7 +285,7 @@ private:
         int32_t seq = 0;
         size_t drop_end = 0, set_end = 0;
     };
-    Result paged_commit(const std::vector<EditSpan>& spans);
+    Result paged_commit(const std::vector<EditSpan>& spans, const WindowEdits* group = nullptr);
     // Cuts `seq` to its first `keep` tokens (forget: unregistering what it
     // drops, for rows never written).
     Result paged_cut(int32_t seq, uint32_t keep, bool forget);
@@ -330,6 +343,32 @@ private:
     void window_copy_floor(int32_t src, int32_t dst);
     // Follows cell moves of a compaction in the links (and back, for undo).
     void window_move(const std::vector<kv::CellMove>& moves, bool back);
+    // Paged layout: checks the windows of the runs' sequences, drops what
+    // they no longer see and places the batch's tokens (in batch order) in
+    // the group (applied; undo with rollback until the group changes again).
+    Result window_paged_place(const std::vector<PagedRun>& runs, uint32_t n, kv::Placement* out);
+    // Adds to `out` the group's side of the cache's edits set[0..n_set) of
+    // `seq` (before they are applied), with `copies` the mutation's block
+    // copies. KVRT_ERROR_CACHE_FULL when the group has no cell for a copy.
+    Result window_paged_edits(int32_t seq, const kv::CellSet* set, size_t n_set,
+                              const std::vector<kv::BlockCopy>& copies, WindowEdits* out) const;
+    // Applies the group's side of one sequence's edits, after the cache's:
+    // the group cells of the dropped cells lose `seq`, then `group`'s sets
+    // [set_begin, set_end) apply and its copies are linked.
+    Result window_paged_mirror(int32_t seq, const uint32_t* drop, size_t n_drop, const WindowEdits* group,
+                               size_t span);
+    // kvrt_cache_paged_admit: the most leading blocks of the prompt whose
+    // windowed rows the group still holds for what the first computed token
+    // and the ones after it see.
+    Result window_admit_blocks(int32_t seq, uint32_t n, const int32_t* token_ids, const int32_t* positions,
+                               uint64_t salt, uint32_t* out_max_blocks) const;
+    // Plans group cells for tokens n_cached .. n - 1 of a prompt.
+    Result window_admit_plan(int32_t seq, uint32_t n, const int32_t* positions, uint32_t n_cached,
+                             kv::Placement* out) const;
+    // After kvrt_cache_paged_admit mapped n_cached tokens of `seq`: places
+    // the rest (the planned `group`) and joins the group cells of the cached
+    // rows that the computed tokens see.
+    Result window_admit(int32_t seq, uint32_t n, const int32_t* positions, uint32_t n_cached, kv::Placement& group);
     // After a position change applied to both tables: a cell shared by
     // sequences moves for all of them, its group cell only when it still
     // holds the moved sequence. A group cell left behind follows its cell
@@ -365,6 +404,7 @@ private:
     // every position of the sequence's cells at or above `floor` (and below
     // n_keep), so a window that starts there needs no count.
     std::unique_ptr<Cache> win_;
+    std::vector<uint32_t> win_drop_;  // paged: group cells to drop (reserved)
     std::vector<int32_t> win_of_;
     std::vector<uint32_t> cell_of_;
     struct WindowFloors {

@@ -53,9 +53,11 @@ Result Cache::paged_view(int32_t seq, PagedView* out) const {
 
 Result Cache::paged_reserve(size_t n_set, size_t n_drop) {
     KVRT_TRY(table_.reserve(n_set));
+    if (win_) KVRT_TRY(win_->table_.reserve(n_set));
     try {
         mirror_set_.reserve(n_set);
         mirror_drop_.reserve(n_drop);
+        if (win_) win_drop_.reserve(n_drop);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for %zu cells", n_set + n_drop);
     }
@@ -111,17 +113,21 @@ void Cache::paged_diff(const PagedView& before, const std::vector<kv::BlockCopy>
     }
 }
 
-Result Cache::paged_apply(int32_t seq, const std::vector<uint32_t>& drop, const std::vector<kv::CellSet>& set) {
-    return table_.mirror_seq(seq, drop.data(), drop.size(), set.data(), set.size());
+Result Cache::paged_apply(int32_t seq, const std::vector<uint32_t>& drop, const std::vector<kv::CellSet>& set,
+                          const WindowEdits* group) {
+    KVRT_TRY(table_.mirror_seq(seq, drop.data(), drop.size(), set.data(), set.size()));
+    return window_paged_mirror(seq, drop.data(), drop.size(), group, 0);
 }
 
 // Applies edits of several sequences, back to back in mirror_drop_ and
 // mirror_set_.
-Result Cache::paged_commit(const std::vector<EditSpan>& spans) {
+Result Cache::paged_commit(const std::vector<EditSpan>& spans, const WindowEdits* group) {
     size_t d0 = 0, s0 = 0;
-    for (const EditSpan& e : spans) {
+    for (size_t i = 0; i < spans.size(); ++i) {
+        const EditSpan& e = spans[i];
         KVRT_TRY(table_.mirror_seq(e.seq, mirror_drop_.data() + d0, e.drop_end - d0, mirror_set_.data() + s0,
                                    e.set_end - s0));
+        KVRT_TRY(window_paged_mirror(e.seq, mirror_drop_.data() + d0, e.drop_end - d0, group, i));
         d0 = e.drop_end;
         s0 = e.set_end;
     }
@@ -168,9 +174,13 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for %u tokens", n);
     }
     KVRT_TRY(paged_reserve(n_set, n_drop));
+    // The window group's cells for the tokens (the windows checked first).
+    kv::Placement group;
+    if (win_) KVRT_TRY(window_paged_place(runs, n, &group));
 
-    // Undoes the pool mutations of runs[0 .. done).
+    // Undoes the pool mutations of runs[0 .. done), and the group's placement.
     auto undo_pool = [&](size_t done) {
+        if (win_) (void)win_->table_.rollback(group);
         if (copies_possible) {
             pool_ = pool_undo_;  // same sizes: no allocation
             return;
@@ -200,14 +210,25 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
         return r;
     }
 
+    // Each token's group cell.
+    for (uint32_t i = 0; win_ && i < n; ++i) {
+        win_of_[cells[i]] = static_cast<int32_t>(group.cells()[i]);
+        cell_of_[group.cells()[i]] = cells[i];
+    }
+
     // The table edits, computed against the table as it still is.
     mirror_drop_.clear();
     mirror_set_.clear();
     std::vector<EditSpan> spans;
+    WindowEdits group_edits;
     try {
         for (const PagedRun& run : runs) {
+            const size_t s0 = mirror_set_.size();
             paged_diff(run.before, copies, &mirror_drop_, &mirror_set_);
             spans.push_back({run.seq, mirror_drop_.size(), mirror_set_.size()});
+            if (r == KVRT_SUCCESS)
+                r = window_paged_edits(run.seq, mirror_set_.data() + s0, mirror_set_.size() - s0, copies,
+                                       &group_edits);
         }
     } catch (const std::bad_alloc&) {
         r = fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for the cell edits");
@@ -236,6 +257,8 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
             if (r == KVRT_SUCCESS) {
                 tx.stream().begin_op("paged copy-on-write");
                 r = record_copy_cells(tx.stream(), *this, from, to);
+                if (r == KVRT_SUCCESS && !group_edits.from.empty())
+                    r = win_->record_copy_cells(tx.stream(), *win_, group_edits.from, group_edits.to);
                 tx.stream().end_op();
             }
         }
@@ -249,7 +272,7 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
     }
 
     // Commit the table: it cannot fail now but for a bug.
-    KVRT_TRY(paged_commit(spans));
+    KVRT_TRY(paged_commit(spans, &group_edits));
     if (stream && device) {
         // The recording may still be dropped: cut each sequence back so that
         // it never shows rows that were not written.
@@ -339,12 +362,45 @@ Result Cache::paged_admit(int32_t seq, uint32_t n, const int32_t* token_ids, con
     PagedView before;
     KVRT_TRY(paged_view(seq, &before));
     KVRT_TRY(paged_reserve(size_t(n) + geo_.block_size, 0));
-    KVRT_TRY(pool_.admit(seq, n, token_ids, positions, salt, &work_));
+    // With a window group: only as many blocks as the group still holds the
+    // windowed rows for, and group cells for the rest, planned first.
+    uint32_t max_blocks = UINT32_MAX;
+    kv::Placement group;
+    if (win_) {
+        if (n && (!token_ids || !positions))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "token_ids or positions is NULL");
+        for (uint32_t t = 0; t < n; ++t)
+            if (positions[t] < 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "token %u has position %d", t, positions[t]);
+        KVRT_TRY(window_admit_blocks(seq, n, token_ids, positions, salt, &max_blocks));
+        KVRT_TRY(window_admit_plan(seq, n, positions, max_blocks * geo_.block_size, &group));
+    }
+    KVRT_TRY(pool_.admit(seq, n, token_ids, positions, salt, &work_, max_blocks, win_ != nullptr));
     // Admit maps whole blocks and fills new ones: no copies, no device work.
-    const Result r = paged_mirror(before, work_.copies);
+    // A failure gives the mapped blocks back as they were and forgets the
+    // new ones (their rows were never written).
+    const uint32_t n_cached = work_.n_cached;
+    Result r = paged_mirror(before, work_.copies);
     if (r != KVRT_SUCCESS) {
-        keep_message([&] { (void)pool_.forget_tail(seq, 0); });
+        keep_message([&] {
+            if (win_) (void)win_->table_.rollback(group);
+            (void)pool_.forget_tail(seq, n_cached);
+            (void)pool_.truncate(seq, 0);
+        });
         return r;
+    }
+    if (win_) {
+        r = n_cached == max_blocks * geo_.block_size
+                ? window_admit(seq, n, positions, n_cached, group)
+                : fail(KVRT_ERROR_INTERNAL, "admit mapped %u tokens, the window group planned for %u", n_cached,
+                       max_blocks * geo_.block_size);
+        if (r != KVRT_SUCCESS) {
+            keep_message([&] {
+                (void)win_->table_.rollback(group);
+                (void)paged_cut(seq, n_cached, true);
+                (void)paged_cut(seq, 0, false);
+            });
+            return r;
+        }
     }
     *out_n_cached = work_.n_cached;
     if (out_cells)
@@ -358,8 +414,12 @@ Result Cache::paged_fork(int32_t src, int32_t dst) {
     KVRT_TRY(paged_view(dst, &before));
     KVRT_TRY(paged_reserve(pool_.seq_length(src), 0));
     KVRT_TRY(pool_.fork(src, dst));
-    const Result r = paged_mirror(before, {});
-    if (r != KVRT_SUCCESS) keep_message([&] { (void)pool_.truncate(dst, 0); });
+    Result r = paged_mirror(before, {});
+    if (r == KVRT_SUCCESS && win_) {
+        r = win_->table_.seq_cp(src, dst, -1, -1);
+        if (r == KVRT_SUCCESS) window_copy_floor(src, dst);
+    }
+    if (r != KVRT_SUCCESS) keep_message([&] { (void)paged_cut(dst, 0, false); });
     return r;
 }
 
@@ -427,8 +487,9 @@ Result Cache::paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
     mirror_drop_.clear();
     mirror_set_.clear();
     paged_diff(before, work_.copies, &mirror_drop_, &mirror_set_);
-    Result r = KVRT_SUCCESS;
-    if (!work_.copies.empty()) {
+    WindowEdits group;
+    Result r = window_paged_edits(seq, mirror_set_.data(), mirror_set_.size(), work_.copies, &group);
+    if (r == KVRT_SUCCESS && !work_.copies.empty()) {
         // Copy the shared blocks (synchronously: the call has no stream).
         std::vector<uint32_t> src, dst;
         const uint32_t B = geo_.block_size;
@@ -447,6 +508,8 @@ Result Cache::paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
         if (r == KVRT_SUCCESS) {
             tx.stream().begin_op("paged copy-on-shift");
             r = record_copy_cells(tx.stream(), *this, src, dst);
+            if (r == KVRT_SUCCESS && !group.from.empty())
+                r = win_->record_copy_cells(tx.stream(), *win_, group.from, group.to);
             tx.stream().end_op();
         }
         if (r == KVRT_SUCCESS) r = tx.finish();
@@ -455,7 +518,8 @@ Result Cache::paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
         keep_message([&] { pool_ = pool_undo_; });
         return r;
     }
-    KVRT_TRY(paged_apply(seq, mirror_drop_, mirror_set_));
+    KVRT_TRY(paged_apply(seq, mirror_drop_, mirror_set_, &group));
+    if (win_) window_forget_floors();
     if (r == KVRT_ERROR_TIMEOUT)
         return fail(KVRT_ERROR_TIMEOUT, "the wait for a paged-layout shift's block copies timed out; the shift stays "
                                         "and its rotation is pending");
@@ -466,6 +530,7 @@ Result Cache::paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
 
 Result Cache::paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32_t* cells,
                                 const std::vector<uint8_t>& keep) {
+    KVRT_TRY(require_no_window_group("kvrt_cache_tree_accept in the paged layout"));
     // Per sequence: its tree tokens, in batch order, must be its last tokens.
     struct Part {
         int32_t seq = 0;

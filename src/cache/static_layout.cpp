@@ -290,6 +290,7 @@ Result Cache::static_stats(int32_t seq, kvrt_static_stats* out) const {
 Result Cache::record_copy_cells(vk::Stream& s, const Cache& src, const std::vector<uint32_t>& src_cells,
                                 const std::vector<uint32_t>& dst_cells) {
     for (uint32_t l = 0; l < geo_.n_layers; ++l) {
+        if (geo_.in_window_group(l)) continue;  // the group copies its own rows
         for (Array array : {Array::K, Array::V}) {
             const kv::RowGeometry& g = arena_->rows(array);
             const uint64_t from_stride = src.arena_->head_stride(array), to_stride = arena_->head_stride(array);

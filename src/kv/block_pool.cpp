@@ -440,8 +440,44 @@ Result BlockPool::append(int32_t seq, uint32_t n, const int32_t* token_ids, cons
     return KVRT_SUCCESS;
 }
 
+void BlockPool::match_chain(const Seq& s, uint32_t n, const int32_t* token_ids, const int32_t* positions,
+                            uint64_t salt, uint32_t max_blocks, std::vector<uint32_t>* out) const {
+    // Longest registered chain that matches the prompt, one full block at a
+    // time, leaving the last token to compute. Each match is compared, so a
+    // match at block i also proves blocks 0..i-1 (its parent chain).
+    if (!s.sharing || n <= 1) return;
+    const uint32_t most = std::min(max_blocks, (n - 1) >> block_shift_);
+    uint32_t parent = kNone;
+    uint64_t parent_key = root_key;
+    for (uint32_t i = 0; i < most && n_registered_ != 0; ++i) {
+        const int32_t* tk = token_ids + (size_t(i) << block_shift_);
+        const int32_t* ps = positions + (size_t(i) << block_shift_);
+        const uint64_t key = hash_(parent_key, salt, tk, ps, block_size_);
+        const uint32_t b = find_registered(parent, key, salt, tk, ps);
+        if (b == kNone) break;
+        out->push_back(b);
+        parent = b;
+        parent_key = key;
+    }
+}
+
+Result BlockPool::match(int32_t seq, uint32_t n, const int32_t* token_ids, const int32_t* positions, uint64_t salt,
+                        std::vector<uint32_t>* out) const {
+    if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "match: out is NULL");
+    out->clear();
+    KVRT_TRY(check_seq("match", seq));
+    KVRT_TRY(check_tokens("match", n, token_ids, positions, false));
+    try {
+        out->reserve(n > 1 ? (n - 1) >> block_shift_ : 0);
+    } catch (const std::bad_alloc&) {
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "match: out of host memory for %u tokens", n);
+    }
+    match_chain(seqs_[size_t(seq)], n, token_ids, positions, salt, UINT32_MAX, out);
+    return KVRT_SUCCESS;
+}
+
 Result BlockPool::admit(int32_t seq, uint32_t n, const int32_t* token_ids, const int32_t* positions, uint64_t salt,
-                        BlockWork* out) {
+                        BlockWork* out, uint32_t max_blocks, bool replace) {
     if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "admit: out is NULL");
     out->clear();
     KVRT_TRY(check_seq("admit", seq));
@@ -450,28 +486,16 @@ Result BlockPool::admit(int32_t seq, uint32_t n, const int32_t* token_ids, const
     if (s.n_tokens != 0) {
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "admit: sequence %d is not empty (%u tokens)", seq, s.n_tokens);
     }
-
-    // Longest registered chain that matches the prompt, one full block at a
-    // time, leaving the last token to compute. Each match is compared, so a
-    // match at block i also proves blocks 0..i-1 (its parent chain).
     scratch_.clear();  // capacity n_blocks: matches are distinct blocks
-    uint32_t n_revived = 0;  // matches that are cached now
-    if (s.sharing && n > 1) {
-        const uint32_t max_blocks = (n - 1) >> block_shift_;
-        uint32_t parent = kNone;
-        uint64_t parent_key = root_key;
-        for (uint32_t i = 0; i < max_blocks && n_registered_ != 0; ++i) {
-            const int32_t* tk = token_ids + (size_t(i) << block_shift_);
-            const int32_t* ps = positions + (size_t(i) << block_shift_);
-            const uint64_t key = hash_(parent_key, salt, tk, ps, block_size_);
-            const uint32_t b = find_registered(parent, key, salt, tk, ps);
-            if (b == kNone) break;
-            scratch_.push_back(b);
-            if (ref_[b] == 0) ++n_revived;
-            parent = b;
-            parent_key = key;
-        }
+    match_chain(s, n, token_ids, positions, salt, replace ? UINT32_MAX : max_blocks, &scratch_);
+    uint32_t replaced = kNone;  // the first match past max_blocks
+    if (scratch_.size() > max_blocks) {
+        replaced = scratch_[max_blocks];
+        scratch_.resize(max_blocks);
     }
+    uint32_t n_revived = 0;  // matches that are cached now
+    for (const uint32_t b : scratch_)
+        if (ref_[b] == 0) ++n_revived;
     const uint32_t n_cached = uint32_t(scratch_.size()) << block_shift_;
     const uint32_t rest = n - n_cached;
     const uint32_t need = blocks_for_tokens(rest);
@@ -483,6 +507,7 @@ Result BlockPool::admit(int32_t seq, uint32_t n, const int32_t* token_ids, const
     }
     KVRT_TRY(reserve_work("admit", s, scratch_.size() + need, rest, 0, out));
 
+    if (replaced != kNone) unregister_tree(replaced);
     s.salt = salt;
     for (const uint32_t b : scratch_) {
         if (ref_[b] == 0) {

@@ -152,9 +152,20 @@ public:
     // that the engine gets the logits of the last one; out->n_cached tells
     // how many tokens that skips. The rest is appended as by append().
     // KVRT_ERROR_INVALID_ARGUMENT when `seq` is not empty; KVRT_ERROR_CACHE_FULL
-    // and KVRT_ERROR_OUT_OF_HOST_MEMORY as append().
+    // and KVRT_ERROR_OUT_OF_HOST_MEMORY as append(). At most `max_blocks`
+    // leading blocks are mapped; with `replace`, a registered block that
+    // matched past them is unregistered (with its descendants) once the call
+    // cannot fail, so that the blocks this call fills take its place in the
+    // registry (a cache whose copies of those rows are incomplete).
     Result admit(int32_t seq, uint32_t n, const int32_t* token_ids, const int32_t* positions, uint64_t salt,
-                 BlockWork* out);
+                 BlockWork* out, uint32_t max_blocks = UINT32_MAX, bool replace = false);
+
+    // The registered blocks that admit() would map for the same arguments,
+    // in order, without changing anything (none when `seq` has sharing off).
+    // Arguments are checked as by admit() (`seq` need not be empty);
+    // KVRT_ERROR_OUT_OF_HOST_MEMORY.
+    Result match(int32_t seq, uint32_t n, const int32_t* token_ids, const int32_t* positions, uint64_t salt,
+                 std::vector<uint32_t>* out) const;
 
     // Gives the EMPTY sequence `dst` the block table, tokens and salt of `src`
     // (reference counts go up; no data moves). src == dst or a non-empty dst
@@ -329,6 +340,10 @@ private:
     void maybe_register(Seq& s, uint32_t index);
     uint32_t find_registered(uint32_t parent, uint64_t key, uint64_t salt, const int32_t* tokens,
                              const int32_t* positions) const;
+    // admit()'s matching: appends the matched blocks to `out` (reserved by
+    // the caller for (n - 1) / B entries), at most max_blocks.
+    void match_chain(const Seq& s, uint32_t n, const int32_t* token_ids, const int32_t* positions, uint64_t salt,
+                     uint32_t max_blocks, std::vector<uint32_t>* out) const;
     uint32_t take_block();
     uint32_t copy_block(uint32_t src, uint32_t n_slots);
     void release(uint32_t block);

@@ -340,8 +340,10 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     uint32_t own_layers = d.n_layers;
     CacheGeometry group;
     if (window_desc) {
-        if (g.layout != KVRT_LAYOUT_CELLS)
-            return fail(KVRT_ERROR_UNSUPPORTED, "a kvrt_window_layout_desc needs the cell layout");
+        if (g.layout == KVRT_LAYOUT_STATIC)
+            return fail(KVRT_ERROR_UNSUPPORTED,
+                        "a kvrt_window_layout_desc needs the cell or paged layout (a static window already keeps "
+                        "a fixed number of rows)");
         uint32_t n_group = 0;
         g.window_local.assign(d.n_layers, -1);
         for (uint32_t l = 0; d.layer_windows && l < d.n_layers; ++l) {

@@ -231,9 +231,15 @@ TEST_CASE("window group: bad descriptors and a full group", "[window]") {
     wl.cells = 65;
     CHECK(kvrt_cache_create(ctx, &d, &c) == KVRT_ERROR_INVALID_ARGUMENT);  // above the capacity
     wl.cells = 0;
-    d.layout = KVRT_LAYOUT_PAGED;
+    kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
+    sl.seq_len = 17;
+    wl.next = &sl;
+    d.layout = KVRT_LAYOUT_STATIC;
+    d.capacity = 0;
     CHECK(kvrt_cache_create(ctx, &d, &c) == KVRT_ERROR_UNSUPPORTED);
     CHECK(c == nullptr);
+    wl.next = nullptr;
+    d.capacity = 64;
 
     // A group of 12 cells for two sequences of window 8: a batch that does
     // not fit is refused with the cache unchanged.

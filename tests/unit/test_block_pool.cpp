@@ -257,6 +257,48 @@ TEST_CASE("BlockPool unregisters the descendants of a block it unregisters", "[k
     REQUIRE(p.verify() == KVRT_SUCCESS);
 }
 
+TEST_CASE("BlockPool match tells what admit maps; a capped admit maps fewer and can replace the rest",
+          "[kv][block_pool]") {
+    BlockPool p;
+    REQUIRE(p.init(16, 4, 4) == KVRT_SUCCESS);
+    BlockWork w;
+    const std::vector<int32_t> ids = iota_ids(200, 13);
+    REQUIRE(admit_run(p, 0, ids, 7, &w) == KVRT_SUCCESS);
+    const std::vector<uint32_t> a = p.block_table(0);
+    std::vector<int32_t> pos(13);
+    for (int32_t i = 0; i < 13; ++i) pos[size_t(i)] = i;
+    // 13 tokens: three full blocks match (the last token is left to compute).
+    std::vector<uint32_t> m;
+    REQUIRE(p.match(1, 13, ids.data(), pos.data(), 7, &m) == KVRT_SUCCESS);
+    CHECK(m == std::vector<uint32_t>(a.begin(), a.begin() + 3));
+    REQUIRE(p.match(1, 13, ids.data(), pos.data(), 8, &m) == KVRT_SUCCESS);  // another salt
+    CHECK(m.empty());
+    const Snapshot before = snapshot(p);
+    REQUIRE(p.match(0, 13, ids.data(), pos.data(), 7, &m) == KVRT_SUCCESS);  // any sequence may ask
+    CHECK(snapshot(p) == before);
+
+    // Capped at one block: the second and third are computed again, in new
+    // blocks that stay unregistered while the equal ones are.
+    REQUIRE(p.admit(1, 13, ids.data(), pos.data(), 7, &w, 1) == KVRT_SUCCESS);
+    CHECK(w.n_cached == 4);
+    CHECK(p.block_table(1)[0] == a[0]);
+    CHECK(p.block_table(1)[1] != a[1]);
+    CHECK(!p.registered(p.block_table(1)[1]));
+    CHECK(p.registered(a[1]));
+    // With replace, the matched blocks past the cap leave the registry and
+    // the blocks this admit fills take their place.
+    REQUIRE(p.admit(2, 13, ids.data(), pos.data(), 7, &w, 1, true) == KVRT_SUCCESS);
+    CHECK(w.n_cached == 4);
+    const std::vector<uint32_t> c = p.block_table(2);
+    CHECK(!p.registered(a[1]));
+    CHECK(!p.registered(a[2]));
+    CHECK(p.registered(c[1]));
+    CHECK(p.registered(c[2]));
+    REQUIRE(p.match(3, 13, ids.data(), pos.data(), 7, &m) == KVRT_SUCCESS);
+    CHECK(m == std::vector<uint32_t>{a[0], c[1], c[2]});
+    REQUIRE(p.verify() == KVRT_SUCCESS);
+}
+
 TEST_CASE("BlockPool operations that fail change nothing", "[kv][block_pool]") {
     BlockPool p;
     REQUIRE(p.init(5, 4, 4) == KVRT_SUCCESS);
