@@ -152,7 +152,7 @@ type CacheOptions struct {
 	Paged        *PagedLayout  // the paged layout's block size; nil = 16
 	Scales       *StaticScales // scales of static-scale types
 	// WindowGroup keeps the windowed layers in a smaller group of cells of
-	// their own (cell layout only); nil = none.
+	// their own (cell and paged layouts); nil = none.
 	WindowGroup *WindowGroupOptions
 }
 

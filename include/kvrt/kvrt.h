@@ -807,7 +807,7 @@ typedef struct kvrt_cache_desc {
     }
 
 /* Windowed layers in a group of their own, chained on kvrt_cache_desc.next
- * (cell layout only): the layers with a window (layer_windows[l] > 0) keep
+ * (cell and paged layouts): the layers with a window (layer_windows[l] > 0) keep
  * their rows in a separate, smaller group of `cells` cells instead of one row
  * per cell of the cache, so their memory is about the window per sequence,
  * not the capacity (Gemma- and Mistral-style models that interleave local and
@@ -835,7 +835,21 @@ typedef struct kvrt_cache_desc {
  * that no query at the batch's positions or later sees.
  * The group is full (KVRT_ERROR_CACHE_FULL, nothing placed) when it lacks a
  * cell for each token; size it for max_seqs * (W + n_keep) plus the largest
- * batch. */
+ * batch.
+ *
+ * In the paged layout (kvrt_paged.h) the group is a cell group too, and
+ * follows the block tables: a fork shares the group's rows; the first
+ * append into a shared partial block, and a shift of a shared block, copy
+ * the rows the group holds for it (so the group needs a cell for each);
+ * kvrt_cache_paged_admit maps only the leading blocks whose windowed rows
+ * the group still holds for every computed token's window (the sinks and
+ * the rows from the lowest computed position - W + 1 on), so *out_n_cached
+ * may be smaller than without the group. The blocks such an admit fills
+ * then replace, in the prefix registry, the ones it could not map, so the
+ * next request with the same start maps them. Rows are shared between
+ * sequences while some sequence's window still holds them: a request that
+ * comes after its prefix's sequences moved W positions on computes the
+ * prefix again. kvrt_cache_tree_accept fails with KVRT_ERROR_UNSUPPORTED. */
 typedef struct kvrt_window_layout_desc {
     kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC */
     const void* next;

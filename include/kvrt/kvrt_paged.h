@@ -84,6 +84,11 @@ extern "C" {
  *   for it) and cuts the sequence after them.
  * - kvrt_cache_get_info: capacity, used (cells that some sequence sees) and
  *   fragmentation 0; kvrt_cache_paged_get_stats gives the block counts.
+ * - Windowed layers (kvrt_cache_desc.layer_windows) keep a row per cell of
+ *   the pool unless a kvrt_window_layout_desc is chained: then they keep
+ *   about their window per sequence in a group of their own (see
+ *   kvrt_window_layout_desc in kvrt.h for what changes: admit may map fewer
+ *   blocks; state and tree acceptance are refused).
  * - Failure: a call that fails changes no sequence; cached blocks evicted
  *   to make room may stay evicted. If a kvrt_cache_store or
  *   kvrt_cache_paged_append recorded into a stream is dropped (or its

@@ -85,8 +85,8 @@ pub struct StaticLayoutDesc {
 }
 
 /// The windowed layers in a group of their own (`kvrt_window_layout_desc`),
-/// given with [`CacheDesc::window_layout`] for a [`Layout::Cells`] cache
-/// with [`CacheDesc::layer_windows`]: the layers with a window keep their
+/// given with [`CacheDesc::window_layout`] for a [`Layout::Cells`] or
+/// [`Layout::Paged`] cache with [`CacheDesc::layer_windows`]: the layers with a window keep their
 /// rows in a separate, smaller group of `cells` cells instead of one row per
 /// cell of the cache, so their memory follows the window per sequence, not
 /// the capacity (models that interleave local and global layers).
@@ -118,8 +118,15 @@ pub struct StaticLayoutDesc {
 /// max_seqs × (W + n_keep) plus the largest batch. Creating or estimating
 /// the cache fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument)
 /// when no layer has a window or `cells` exceeds the capacity, and with
-/// [`Error::Unsupported`](crate::Error::Unsupported) for a layout other than
-/// [`Layout::Cells`].
+/// [`Error::Unsupported`](crate::Error::Unsupported) for [`Layout::Static`].
+///
+/// In the paged layout the group follows the block tables: forks share its
+/// rows, copy-on-write and shifts of shared blocks copy the rows it holds,
+/// and [`Cache::paged_admit`] maps only the leading blocks whose windowed
+/// rows the group still holds for the prompt's computed tokens (so its
+/// `n_cached` may be smaller than without the group);
+/// [`Cache::tree_accept`] fails with
+/// [`Error::Unsupported`](crate::Error::Unsupported).
 ///
 /// ```
 /// use kvrt::{CacheDesc, WindowLayoutDesc};
