@@ -54,7 +54,7 @@ const char* kUsage =
     "  --seq-len S       static: the graph's sequence length S >= 2 (required with static)\n"
     "  --reserve R       static: rows reserved per region as a multiple of S-1, a decimal\n"
     "                    >= 1 (default 2)\n"
-    "  --window W        cells: layers with a sliding window of W tokens that keep their rows\n"
+    "  --window W        cells, paged: layers with a sliding window of W tokens that keep their rows\n"
     "                    in a group of their own (kvrt_window_layout_desc), so their memory\n"
     "                    follows the window, not --cells. Prints the group's cells and what\n"
     "                    the cache would need with every layer keeping every cell.\n"
@@ -274,8 +274,8 @@ bool parse(const Args& args, Request* req, std::string* error) {
         if (!args.u64("window", 0, &window, error) || !args.u64("global-every", 0, &every, error) ||
             !args.u64("window-cells", 0, &group_cells, error) || !args.u64("keep", 0, &keep, error))
             return false;
-        if (req->is_static || req->is_paged) {
-            *error = "--window applies to --layout cells only";
+        if (req->is_static) {
+            *error = "--window applies to --layout cells and paged only";
             return false;
         }
         if (window == 0 || window > UINT32_MAX || every > layers || group_cells > UINT32_MAX || keep > UINT32_MAX) {
@@ -372,6 +372,18 @@ void print_json(const Request& req, const kvrt_cache_estimate& e) {
                 ull(e.bytes_per_token), ull(e.data_bytes), ull(e.device_bytes), ull(e.max_binding_bytes));
 }
 
+// The window group's lines: its cells, the data, and the same cache with
+// every layer keeping every cell.
+void print_window_group(const Request& req, const kvrt_cache_estimate& e) {
+    const kvrt_cache_desc& d = req.desc;
+    std::printf("window group      %u of %u layers with a window of %u keep %u cells\n", req.windowed_layers,
+                d.n_layers, req.window, req.group_cells);
+    std::printf("K/V data          %s\n", bytes_text(e.data_bytes).c_str());
+    std::printf("every cell        %s: every layer keeping %u cells (group: %.3fx)\n",
+                bytes_text(req.plain_data_bytes).c_str(), d.capacity,
+                static_cast<double>(e.data_bytes) / static_cast<double>(req.plain_data_bytes));
+}
+
 void print_text(const Request& req, const kvrt_cache_estimate& e) {
     const kvrt_cache_desc& d = req.desc;
     std::printf("geometry          %u layers, %u KV heads (%u query heads), head dim K %u / V %u, K %s, V %s\n",
@@ -385,7 +397,8 @@ void print_text(const Request& req, const kvrt_cache_estimate& e) {
             std::printf("                  sized for %u sequences sharing a %llu-token prefix with %llu own tokens "
                         "each\n",
                         req.seqs, ull(req.prefix), ull(req.own));
-        std::printf("K/V data          %s for %u cells\n", bytes_text(e.data_bytes).c_str(), d.capacity);
+        if (req.window) print_window_group(req, e);
+        else std::printf("K/V data          %s for %u cells\n", bytes_text(e.data_bytes).c_str(), d.capacity);
         if (req.own) {
             const uint64_t cells = uint64_t{req.seqs} * (req.prefix + req.own);
             std::printf("own copies        %s: a cell cache of %llu cells, each sequence\n"
@@ -396,12 +409,7 @@ void print_text(const Request& req, const kvrt_cache_estimate& e) {
     } else if (!req.is_static) {
         std::printf("layout            cells: %u cells shared by up to %u sequences\n", d.capacity, req.seqs);
         if (req.window) {
-            std::printf("window group      %u of %u layers with a window of %u keep %u cells\n", req.windowed_layers,
-                        d.n_layers, req.window, req.group_cells);
-            std::printf("K/V data          %s\n", bytes_text(e.data_bytes).c_str());
-            std::printf("every cell        %s: every layer keeping %u cells (group: %.3fx)\n",
-                        bytes_text(req.plain_data_bytes).c_str(), d.capacity,
-                        static_cast<double>(e.data_bytes) / static_cast<double>(req.plain_data_bytes));
+            print_window_group(req, e);
         } else {
             std::printf("K/V data          %s for %u cells\n", bytes_text(e.data_bytes).c_str(), d.capacity);
         }
