@@ -94,15 +94,17 @@ type PagedLayout struct {
 //     error matching ErrInvalidArgument, and writing them is skipped;
 //   - Attention with AttentionParams.NKeep above NKeep in a windowed layer
 //     fails with an error matching ErrInvalidArgument;
-//   - state save and load, swaps and SeqTransfer fail with an error matching
-//     ErrUnsupported.
+//   - a state (StateSave, SeqSwapOut) keeps exactly the rows the group holds
+//     and loads into a cell cache with the same windowed layers and a window
+//     group (a state without a group loads too, if the group has a cell for
+//     each of its cells); with the paged layout, states and swaps fail with
+//     an error matching ErrUnsupported, as SeqTransfer does with any layout.
 //
 // A store or place fails with an error matching ErrCacheFull, placing
 // nothing, when the group lacks a cell for each token: size it for
 // MaxSeqs * (W + NKeep) plus the largest batch. NewCache fails with an error
 // matching ErrInvalidArgument when no layer has a window or Cells exceeds
-// the capacity, and with one matching ErrUnsupported for layouts other than
-// the cell layout.
+// the capacity, and with one matching ErrUnsupported for the static layout.
 type WindowGroupOptions struct {
 	// Cells of the group; 0 = min(Capacity, MaxSeqs * (W + NKeep) + 512).
 	// At most the capacity.

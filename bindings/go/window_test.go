@@ -2,6 +2,7 @@ package kvrt_test
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	kvrt "github.com/kvrt/kvrt/bindings/go"
@@ -64,8 +65,17 @@ func TestWindowGroup(t *testing.T) {
 		t.Fatalf("used %d before the failed store, %d after", before.Used, after.Used)
 	}
 
-	if _, err := c.StateSave(0); !errors.Is(err, kvrt.ErrUnsupported) {
+	// A state keeps exactly what the group holds: loaded back, the window
+	// still starts at 84.
+	state, err := c.StateSave(-1)
+	if err != nil {
 		t.Fatalf("StateSave with a window group: %v", err)
+	}
+	if err := c.StateLoad(-1, state); err != nil {
+		t.Fatalf("StateLoad with a window group: %v", err)
+	}
+	if p, err := c.SeqWindowPosMin(0); err != nil || p != 84 {
+		t.Fatalf("SeqWindowPosMin after a load: %d, %v", p, err)
 	}
 
 	// Without a window group, SeqWindowPosMin is SeqPosMin.
@@ -104,5 +114,129 @@ func TestWindowGroupMemory(t *testing.T) {
 	t.Logf("device bytes: %d without the group, %d with it", full.DeviceBytes, grouped.DeviceBytes)
 	if grouped.DeviceBytes >= full.DeviceBytes {
 		t.Fatalf("device bytes with the group %d, without %d", grouped.DeviceBytes, full.DeviceBytes)
+	}
+}
+
+// pagedWindowRow is the K (kv 0) or V (kv 1) row of the token id at pos in
+// layer: a function of the five.
+func pagedWindowRow(id, pos, layer, kv int) []float32 {
+	out := make([]float32, nKVHeads*headDim)
+	for e := range out {
+		out[e] = float32(math.Sin(0.37*float64(id) + 1.3*float64(pos) + 2.1*float64(layer) + 0.71*float64(e) + 0.5*float64(kv)))
+	}
+	return out
+}
+
+// pagedWindowWrite writes the rows of tokens ids at positions to cells, every
+// layer.
+func pagedWindowWrite(t *testing.T, c *kvrt.Cache, cells []uint32, ids, positions []int32) {
+	t.Helper()
+	if len(cells) != len(ids) {
+		t.Fatalf("%d cells for %d tokens", len(cells), len(ids))
+	}
+	for l := 0; l < int(c.Layers()); l++ {
+		var k, v []float32
+		for i := range ids {
+			k = append(k, pagedWindowRow(int(ids[i]), int(positions[i]), l, 0)...)
+			v = append(v, pagedWindowRow(int(ids[i]), int(positions[i]), l, 1)...)
+		}
+		must(t, c.Write(nil, cells, l, kvrt.HostF32(k), kvrt.HostF32(v)))
+	}
+}
+
+// pagedWindowRun admits a 40-token prompt into sequence 0, forks it into 1,
+// appends positions 40..44 to 1 one at a time, admits the prompt plus one
+// token into 2, and returns n_cached of that admit and the attention of
+// sequences 0, 1 and 2 at their next positions (40, 45, 41) in every layer.
+func pagedWindowRun(t *testing.T, c *kvrt.Cache) (uint32, [][]float32) {
+	t.Helper()
+	const n = 40
+	ids, pos := make([]int32, n+1), make([]int32, n+1)
+	for i := range ids {
+		ids[i], pos[i] = int32(1000+i), int32(i)
+	}
+	n0, cells0, err := c.PagedAdmit(0, ids[:n], pos[:n], 0)
+	must(t, err)
+	if n0 != 0 {
+		t.Fatalf("first admit: %d cached", n0)
+	}
+	pagedWindowWrite(t, c, cells0[n0:], ids[n0:n], pos[n0:n])
+
+	must(t, c.PagedFork(0, 1))
+	for p := int32(n); p < n+5; p++ {
+		id, at := []int32{2000 + p}, []int32{p}
+		cells, err := c.PagedAppend(nil, 1, id, at)
+		must(t, err)
+		pagedWindowWrite(t, c, cells, id, at)
+	}
+
+	n2, cells2, err := c.PagedAdmit(2, ids, pos, 0)
+	must(t, err)
+	pagedWindowWrite(t, c, cells2[n2:], ids[n2:], pos[n2:])
+
+	var outs [][]float32
+	for _, sp := range []struct{ seq, next int32 }{{0, n}, {1, n + 5}, {2, n + 1}} {
+		for l := 0; l < int(c.Layers()); l++ {
+			q := make([]float32, nHeads*headDim)
+			for i := range q {
+				q[i] = float32(math.Cos(0.9*float64(sp.seq) + 1.7*float64(l) + 0.43*float64(i)))
+			}
+			out := make([]float32, nHeads*headDim)
+			if err := c.Attention(nil, l, kvrt.SeqBatch(sp.seq, sp.next, 1), kvrt.HostF32(q), kvrt.Output{F32: out}, nil); err != nil {
+				t.Fatalf("attention of sequence %d at %d, layer %d: %v", sp.seq, sp.next, l, err)
+			}
+			outs = append(outs, out)
+		}
+	}
+	return n2, outs
+}
+
+// A window group on a paged cache: prefix sharing, a fork and appends give
+// the same attention as the plain paged cache, in less device memory.
+func TestPagedWindowGroup(t *testing.T) {
+	ctx := newContext(t)
+	windows := []uint32{8, 0, 12}
+	opts := kvrt.CacheOptions{Layers: uint32(len(windows)), Heads: nHeads, KVHeads: nKVHeads, HeadDimK: headDim,
+		Capacity: 64 * pagedBlock, MaxSeqs: 4, LayerWindows: windows, Layout: kvrt.LayoutPaged,
+		Paged: &kvrt.PagedLayout{BlockSize: pagedBlock}}
+	plain := newCache(t, ctx, opts)
+	opts.WindowGroup = &kvrt.WindowGroupOptions{NKeep: 2}
+	grouped := newCache(t, ctx, opts)
+
+	nGrouped, outGrouped := pagedWindowRun(t, grouped)
+	nPlain, outPlain := pagedWindowRun(t, plain)
+	// Sequence 0 still holds every row of the prompt: its two full blocks map.
+	if nGrouped != 32 || nPlain != 32 {
+		t.Fatalf("n_cached of the second admit: %d with the group, %d without (want 32)", nGrouped, nPlain)
+	}
+
+	for i := range outPlain {
+		seq, layer := i/len(windows), i%len(windows)
+		want := make([]float64, len(outPlain[i]))
+		var errSum, norm float64
+		for j, x := range outPlain[i] {
+			want[j] = float64(x)
+			d := float64(outGrouped[i][j]) - float64(x)
+			errSum += d * d
+			norm += float64(x) * float64(x)
+		}
+		if d, nmse := maxDiff(outGrouped[i], want), errSum/norm; d > 1e-5 || nmse > 1e-10 {
+			t.Fatalf("sequence %d, layer %d: max abs diff %g, NMSE %g", seq, layer, d, nmse)
+		}
+	}
+
+	gi, err := grouped.Info()
+	must(t, err)
+	pi, err := plain.Info()
+	must(t, err)
+	if gi.DeviceBytes >= pi.DeviceBytes {
+		t.Fatalf("device bytes with the group %d, without %d", gi.DeviceBytes, pi.DeviceBytes)
+	}
+
+	// Appending position 44 dropped positions 2..32 (44 - 12) of sequence 1.
+	wmin, err := grouped.SeqWindowPosMin(1)
+	must(t, err)
+	if wmin != 33 {
+		t.Fatalf("SeqWindowPosMin(1) %d, want 33", wmin)
 	}
 }

@@ -830,7 +830,13 @@ typedef struct kvrt_cache_desc {
  *   fails with KVRT_ERROR_INVALID_ARGUMENT, and writing them is skipped;
  * - attention with kvrt_attention_params.n_keep above `n_keep` in a windowed
  *   layer fails with KVRT_ERROR_INVALID_ARGUMENT;
- * - state save/load, swaps and transfers fail with KVRT_ERROR_UNSUPPORTED.
+ * - a state (kvrt_state.h; format version 3) keeps exactly the rows the
+ *   group holds, and loads into a cell cache with the same windowed layers
+ *   and a window group (KVRT_ERROR_INVALID_ARGUMENT otherwise); a state
+ *   without a group loads too, each of its cells taking a group cell
+ *   (KVRT_ERROR_CACHE_FULL, nothing changed, when the group is too small).
+ *   In the paged layout states and swaps fail with KVRT_ERROR_UNSUPPORTED,
+ *   and transfers do in either layout.
  * A failed store or place may still have dropped rows; they are only rows
  * that no query at the batch's positions or later sees.
  * The group is full (KVRT_ERROR_CACHE_FULL, nothing placed) when it lacks a

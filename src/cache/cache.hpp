@@ -308,6 +308,11 @@ private:
     Result check_state_fits(int32_t seq, const state::Plan& plan) const;
     Result load_cells(int32_t seq, const state::Plan& plan);
     Result load_static(int32_t seq, const state::Plan& plan);
+    // load_cells with a window group: the cache's table is planned in
+    // `other` (cells `at`, one per record); places the group's records and
+    // writes every layer's rows.
+    Result load_group(int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at,
+                      const std::shared_ptr<kv::CellTable>& other);
     Result load_paged(int32_t seq, const state::Plan& plan);
     // A swap-in target: a sequence id in range that holds no token.
     Result check_swap_in(int32_t seq) const;

@@ -38,15 +38,19 @@ struct LoadRows {
     Source src;
 };
 
+// With `layer` >= 0, the rows of that layer only (layer_stride 0): the
+// records in `order`, or every row the state has for the layer.
 Result make_rows(const state::Plan& plan, Array array, const kv::RowGeometry& g, uint32_t n_kv_heads,
-                 const std::vector<uint32_t>* order, LoadRows* out) {
+                 const std::vector<uint32_t>* order, LoadRows* out, int32_t layer = -1) {
     const state::Header& h = plan.desc.header;
     const bool is_k = array == Array::K;
+    const uint32_t l0 = layer < 0 ? 0 : static_cast<uint32_t>(layer);
+    const uint32_t n_layers = layer < 0 ? h.n_layers : 1;
     const kvrt_type from = is_k ? h.type_k : h.type_v;
     const uint32_t head_dim = is_k ? h.head_dim_k : h.head_dim_v;
     const std::vector<kv::StaticScale>& scales = is_k ? plan.desc.k_scales : plan.desc.v_scales;
     const uint64_t row = is_k ? plan.extents.k_row_bytes : plan.extents.v_row_bytes;
-    const uint32_t n_tok = order ? static_cast<uint32_t>(order->size()) : h.n_cells;
+    const uint32_t n_tok = order ? static_cast<uint32_t>(order->size()) : plan.extents.rows(l0, h.n_cells);
     const uint64_t head_bytes = row / n_kv_heads;
     // Bytes as they are: the same type (and the same scales); F32 and F16
     // rows go through the store kernel as values, bit for bit.
@@ -55,12 +59,13 @@ Result make_rows(const state::Plan& plan, Array array, const kv::RowGeometry& g,
     Source& s = out->src;
     s.type = same ? from : KVRT_TYPE_F32;
     s.head_stride = 0;
-    if (same && !order && plan.extents.data_offset % align == 0 && plan.extents.layer_bytes % align == 0 &&
-        (plan.extents.k_row_bytes * h.n_cells) % align == 0) {
+    const uint64_t first = is_k ? plan.extents.k_offset(l0) : plan.extents.v_offset(l0, h.n_cells);
+    if (same && !order && first % align == 0 &&
+        (layer >= 0 || (plan.extents.layer_offsets.empty() && plan.extents.layer_bytes % align == 0))) {
         s.host = plan.bytes;
-        s.offset = is_k ? plan.extents.k_offset(0) : plan.extents.v_offset(0, h.n_cells);
+        s.offset = first;
         s.row_stride = row;
-        s.layer_stride = plan.extents.layer_bytes;
+        s.layer_stride = layer < 0 ? plan.extents.layer_bytes : 0;
         return KVRT_SUCCESS;
     }
     auto src_row = [&](uint32_t layer, uint32_t t) {
@@ -70,28 +75,29 @@ Result make_rows(const state::Plan& plan, Array array, const kv::RowGeometry& g,
     // The copy's size, checked against what the host can address.
     const uint64_t unit = same ? row : uint64_t{n_kv_heads} * head_dim * 4;
     uint64_t total = 0;
-    if (!checked_mul(uint64_t{h.n_layers} * n_tok, unit, &total) || total > SIZE_MAX)
+    if (!checked_mul(uint64_t{n_layers} * n_tok, unit, &total) || total > SIZE_MAX)
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "converting the state needs %llu bytes of host memory",
                     static_cast<unsigned long long>(total));
     if (same) {
         out->owned.resize(static_cast<size_t>(total));
-        for (uint32_t l = 0; l < h.n_layers; ++l)
+        for (uint32_t l = 0; l < n_layers; ++l)
             for (uint32_t t = 0; t < n_tok; ++t)
-                std::memcpy(out->owned.data() + (uint64_t{l} * n_tok + t) * row, src_row(l, t), static_cast<size_t>(row));
+                std::memcpy(out->owned.data() + (uint64_t{l} * n_tok + t) * row, src_row(l0 + l, t),
+                            static_cast<size_t>(row));
         s.row_stride = row;
     } else {
         const size_t elems = size_t{n_kv_heads} * head_dim;
         out->owned.resize(static_cast<size_t>(total));
         auto* f = reinterpret_cast<float*>(out->owned.data());
-        for (uint32_t l = 0; l < h.n_layers; ++l)
+        for (uint32_t l = 0; l < n_layers; ++l)
             for (uint32_t t = 0; t < n_tok; ++t)
-                kv::decode_row(from, src_row(l, t), elems, f + (size_t{l} * n_tok + t) * elems,
-                               scales.empty() ? nullptr : &scales[l]);
+                kv::decode_row(from, src_row(l0 + l, t), elems, f + (size_t{l} * n_tok + t) * elems,
+                               scales.empty() ? nullptr : &scales[l0 + l]);
         s.row_stride = elems * 4;
     }
     s.host = out->owned.data();
     s.offset = 0;
-    s.layer_stride = s.row_stride * n_tok;
+    s.layer_stride = layer < 0 ? s.row_stride * n_tok : 0;
     if (n_tok == 0) s.layer_stride = 0;
     return KVRT_SUCCESS;
 }
@@ -136,13 +142,34 @@ Result Cache::describe_state(int32_t seq, state::Description* out) const {
         }
     }
     h.n_cells = static_cast<uint32_t>(d.cells.size());
+    if (win_) {
+        // The group's rows: for each saved cell it holds, the (saved)
+        // sequences it holds the cell for.
+        h.flags |= state::kFlagWindowGroup;
+        d.windowed.resize(geo_.n_layers);
+        for (uint32_t l = 0; l < geo_.n_layers; ++l) d.windowed[l] = geo_.in_window_group(l);
+        const kv::CellTable& g = win_->table_;
+        for (uint32_t i = 0; i < h.n_cells; ++i) {
+            const state::CellRecord& c = d.cells[i];
+            const int32_t w = group_cell(c.cell);
+            if (w < 0) continue;
+            state::GroupRecord r{i, static_cast<uint32_t>(d.group_seq_ids.size()), 0};
+            for (uint32_t j = 0; j < c.n_seq; ++j) {
+                const int32_t s = d.seq_ids[c.seq_begin + j];
+                if (!g.cell_has_seq(static_cast<uint32_t>(w), s)) continue;
+                d.group_seq_ids.push_back(s);
+                ++r.n_seq;
+            }
+            if (r.n_seq) d.group.push_back(r);
+        }
+    }
     *out = std::move(d);
     return KVRT_SUCCESS;
 }
 
 Result Cache::state_save(int32_t seq, void* out, uint64_t* size) {
     if (!size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "size is NULL");
-    KVRT_TRY(require_no_window_group("saving state"));
+    if (is_paged()) KVRT_TRY(require_no_window_group("saving the state of a paged cache"));
     state::Description d;
     state::Extents e;
     KVRT_TRY(describe_state(seq, &d));
@@ -156,15 +183,20 @@ Result Cache::state_save(int32_t seq, void* out, uint64_t* size) {
                     static_cast<unsigned long long>(e.total), static_cast<unsigned long long>(*size));
     // Saved K is rotated to the cells' current positions: pending shifts
     // first (deferred RoPE: they are metadata only and simply cleared).
-    if (table_.has_pending_shift()) KVRT_TRY(apply_shifts(nullptr));
+    if (table_.has_pending_shift() || (win_ && win_->table_.has_pending_shift())) KVRT_TRY(apply_shifts(nullptr));
     auto* b = static_cast<uint8_t*>(out);
     state::write_prefix(d, e, b);
     std::vector<uint32_t> cells(d.cells.size());
     for (size_t i = 0; i < cells.size(); ++i) cells[i] = d.cells[i].cell;
+    std::vector<uint32_t> group_cells(d.group.size());
+    for (size_t i = 0; i < group_cells.size(); ++i) group_cells[i] = cells[d.group[i].record];
     const uint32_t n = d.header.n_cells;
     for (uint32_t l = 0; l < geo_.n_layers; ++l) {
-        KVRT_TRY(read_raw(static_cast<int32_t>(l), Array::K, n, cells.data(), b + e.k_offset(l), n * e.k_row_bytes));
-        KVRT_TRY(read_raw(static_cast<int32_t>(l), Array::V, n, cells.data(), b + e.v_offset(l, n), n * e.v_row_bytes));
+        // A windowed layer's rows: the cells the group holds, in order.
+        const uint32_t rows = e.rows(l, n);
+        const uint32_t* at = win_ && geo_.in_window_group(l) ? group_cells.data() : cells.data();
+        KVRT_TRY(read_raw(static_cast<int32_t>(l), Array::K, rows, at, b + e.k_offset(l), rows * e.k_row_bytes));
+        KVRT_TRY(read_raw(static_cast<int32_t>(l), Array::V, rows, at, b + e.v_offset(l, n), rows * e.v_row_bytes));
     }
     state::seal(b, e.total);
     *size = e.total;
@@ -247,6 +279,7 @@ Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
     // (an open token tree; seq_div merging positions).
     KVRT_TRY(other->plan(tokens.data(), n, &placement, at.data(), true));
     KVRT_TRY(other->apply(placement));
+    if (win_) return load_group(seq, plan, at, other);
 
     LoadRows k, v;
     KVRT_TRY(make_rows(plan, Array::K, geo_.k, geo_.n_kv_heads, nullptr, &k));
@@ -257,6 +290,90 @@ Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
     std::swap(table_, *other);
     tx.on_undo([this, other]() { std::swap(table_, *other); });
     // Past a timed-out wait the rows land later: the new table describes them.
+    tx.keep_on_timeout();
+    return tx.finish();
+}
+
+Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at,
+                         const std::shared_ptr<kv::CellTable>& other) {
+    const state::Description& d = plan.desc;
+    const uint32_t n = d.header.n_cells;
+    const bool saved_group = d.header.flags & state::kFlagWindowGroup;
+    // The group's records: the state's, or, from a state without a group,
+    // every cell for all its sequences (its windowed rows are the cells').
+    std::vector<state::GroupRecord> records;
+    const std::vector<state::GroupRecord>* group = &d.group;
+    if (!saved_group) {
+        records.resize(n);
+        for (uint32_t i = 0; i < n; ++i) records[i] = {i, d.cells[i].seq_begin, d.cells[i].n_seq};
+        group = &records;
+    }
+    const std::vector<int32_t>& group_ids = saved_group ? d.group_seq_ids : d.seq_ids;
+    const uint32_t n_group = static_cast<uint32_t>(group->size());
+
+    // The new group table, on a copy, in cells free before the load first.
+    const kv::CellTable& live = win_->table_;
+    auto other_g = std::make_shared<kv::CellTable>(live);
+    if (seq < 0) other_g->clear();
+    else KVRT_TRY(other_g->seq_rm(seq, -1, -1));
+    std::vector<uint32_t> at_g(n_group);
+    uint32_t k = 0;
+    for (uint32_t c = 0; c < live.capacity() && k < n_group; ++c)
+        if (live.cell_is_empty(c)) at_g[k++] = c;
+    if (k < n_group) {
+        k = 0;
+        for (uint32_t c = 0; c < other_g->capacity() && k < n_group; ++c)
+            if (other_g->cell_is_empty(c)) at_g[k++] = c;
+    }
+    if (k < n_group)
+        return fail(KVRT_ERROR_CACHE_FULL, "the state's windowed layers hold %u cells, the window group has %u for them",
+                    n_group, k);
+    std::vector<kv::Token> tokens(n_group);
+    for (uint32_t i = 0; i < n_group; ++i) {
+        const state::GroupRecord& g = (*group)[i];
+        tokens[i] = seq < 0 ? kv::Token{d.cells[g.record].pos, group_ids.data() + g.seq_begin, g.n_seq}
+                            : kv::Token{d.cells[g.record].pos, &seq, 1};
+    }
+    kv::Placement placement;
+    KVRT_TRY(other_g->plan(tokens.data(), n_group, &placement, at_g.data(), true));
+    KVRT_TRY(other_g->apply(placement));
+
+    // The rows, layer by layer: a windowed layer's are the group's records
+    // (from a state without a group: those of every cell).
+    vk::Transaction tx(this, nullptr, own_);
+    KVRT_TRY(tx.begin());
+    for (uint32_t l = 0; l < geo_.n_layers; ++l) {
+        const bool windowed = geo_.in_window_group(l);
+        const uint32_t rows = windowed ? n_group : n;
+        if (!rows) continue;
+        for (Array array : {Array::K, Array::V}) {
+            LoadRows r;
+            KVRT_TRY(make_rows(plan, array, array == Array::K ? geo_.k : geo_.v, geo_.n_kv_heads, nullptr, &r,
+                               static_cast<int32_t>(l)));
+            if (windowed)
+                KVRT_TRY(win_->record_array(tx.stream(), array, rows, at_g.data(),
+                                            static_cast<uint32_t>(geo_.window_local[l]), 0, r.src));
+            else
+                KVRT_TRY(record_array(tx.stream(), array, rows, at.data(), l, 0, r.src));
+        }
+    }
+    // Both tables and the links at once; the undo puts all of them back.
+    auto links = std::make_shared<std::pair<std::vector<int32_t>, std::vector<uint32_t>>>(win_of_, cell_of_);
+    std::swap(table_, *other);
+    std::swap(win_->table_, *other_g);
+    for (uint32_t i = 0; i < n_group; ++i) {
+        const uint32_t c = at[(*group)[i].record];
+        win_of_[c] = static_cast<int32_t>(at_g[i]);
+        cell_of_[at_g[i]] = c;
+    }
+    window_forget_floors();
+    tx.on_undo([this, other, other_g, links]() {
+        std::swap(table_, *other);
+        std::swap(win_->table_, *other_g);
+        std::swap(win_of_, links->first);
+        std::swap(cell_of_, links->second);
+        window_forget_floors();
+    });
     tx.keep_on_timeout();
     return tx.finish();
 }
@@ -434,10 +551,22 @@ Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
 }
 
 Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
-    KVRT_TRY(require_no_window_group("loading state"));
+    if (is_paged()) KVRT_TRY(require_no_window_group("loading the state of a paged cache"));
     state::Plan plan;
     KVRT_TRY(state::parse(data, size, &plan));
     KVRT_TRY(check_state_fits(seq, plan));
+    if (plan.desc.header.flags & state::kFlagWindowGroup) {
+        if (!win_)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "the state keeps its windowed layers' rows in a window group (the cells their windows still "
+                        "see); load it into a cell cache with the same windowed layers and a kvrt_window_layout_desc");
+        for (uint32_t l = 0; l < geo_.n_layers; ++l)
+            if (plan.desc.windowed[l] != geo_.in_window_group(l))
+                return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                            "layer %u is %s in the state but %s in the cache's window group", l,
+                            plan.desc.windowed[l] ? "windowed" : "not windowed",
+                            geo_.in_window_group(l) ? "is" : "is not");
+    }
     if (is_paged()) return load_paged(seq, plan);
     return is_static() ? load_static(seq, plan) : load_cells(seq, plan);
 }
@@ -451,7 +580,7 @@ Result Cache::seq_swap_out(int32_t seq, void* out, uint64_t* size) {
 }
 
 Result Cache::check_swap_in(int32_t seq) const {
-    KVRT_TRY(require_no_window_group("swapping in"));
+    if (is_paged()) KVRT_TRY(require_no_window_group("swapping in to a paged cache"));
     if (seq < 0 || seq >= static_cast<int32_t>(geo_.max_seqs))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
     if (table_.seq_cell_count(seq) != 0)

@@ -39,6 +39,11 @@ float bits_float(uint32_t u) {
 
 constexpr uint64_t kCellRecordBytes = 12;  // cell, pos, n_seq; then n_seq ids
 constexpr uint64_t kScaleBytes = 8;        // scale (f32), zero point (i32)
+constexpr uint64_t kGroupRecordBytes = 8;  // record, n_seq; then n_seq ids
+
+// The window section's fixed part: the windowed-layer mask (one u32 per 32
+// layers) and the group record count.
+uint64_t window_fixed_bytes(uint32_t n_layers) { return (uint64_t{n_layers} + 31) / 32 * 4 + 4; }
 
 // Reads a state front to back; every read first checks that the bytes are
 // there (before the checksum), so a read never passes the end.
@@ -98,6 +103,67 @@ Result read_scales(Reader& r, const uint8_t* base, const char* what, kvrt_type t
     return KVRT_SUCCESS;
 }
 
+// The window group's section (version 3): the windowed-layer mask, then the
+// group records, each a subset of its cell record's sequences.
+Result read_window_group(Reader& r, Description* d) {
+    const Header& h = d->header;
+    if (!r.has(window_fixed_bytes(h.n_layers)))
+        return corrupt("state offset %llu: truncated %s", r.at(), "window group section");
+    d->windowed.assign(h.n_layers, 0);
+    uint32_t n_windowed = 0;
+    for (uint32_t w = 0; w < (h.n_layers + 31) / 32; ++w) {
+        const uint64_t at = r.at();
+        const uint32_t mask = r.u32();
+        for (uint32_t bit = 0; bit < 32; ++bit) {
+            if (!(mask >> bit & 1u)) continue;
+            const uint64_t l = uint64_t{w} * 32 + bit;
+            if (l >= h.n_layers)
+                return fail(KVRT_ERROR_CORRUPT_STATE, "state offset %llu: windowed layer %llu of %u layers",
+                            static_cast<unsigned long long>(at), static_cast<unsigned long long>(l), h.n_layers);
+            d->windowed[static_cast<size_t>(l)] = 1;
+            ++n_windowed;
+        }
+    }
+    if (!n_windowed) return corrupt("state offset %llu: %s", r.at() - 4, "a window group without windowed layers");
+    const uint64_t count_at = r.at();
+    const uint32_t n_group = r.u32();
+    uint64_t fixed = 0;
+    if (n_group > h.n_cells || !checked_mul(n_group, kGroupRecordBytes, &fixed) || !r.has(fixed))
+        return fail(KVRT_ERROR_CORRUPT_STATE,
+                    "state offset %llu: %u group records for %u cells (or truncated: %llu bytes remain)",
+                    static_cast<unsigned long long>(count_at), n_group, h.n_cells,
+                    static_cast<unsigned long long>(r.left()));
+    d->group.resize(n_group);
+    for (uint32_t i = 0; i < n_group; ++i) {
+        const uint64_t at = r.at();
+        if (!r.has(kGroupRecordBytes)) return corrupt("state offset %llu: truncated %s", at, "group record");
+        GroupRecord g;
+        g.record = r.u32();
+        g.n_seq = r.u32();
+        g.seq_begin = static_cast<uint32_t>(d->group_seq_ids.size());
+        if (g.record >= h.n_cells || (i && g.record <= d->group[i - 1].record))
+            return fail(KVRT_ERROR_CORRUPT_STATE, "state offset %llu: group record %u is out of range or does not ascend",
+                        static_cast<unsigned long long>(at), g.record);
+        const CellRecord& c = d->cells[g.record];
+        if (g.n_seq == 0 || g.n_seq > c.n_seq)
+            return fail(KVRT_ERROR_CORRUPT_STATE, "state offset %llu: group record %u lists %u sequences (its cell %u)",
+                        static_cast<unsigned long long>(at + 4), g.record, g.n_seq, c.n_seq);
+        if (!r.has(uint64_t{g.n_seq} * 4)) return corrupt("state offset %llu: truncated %s", r.at(), "sequence ids");
+        for (uint32_t j = 0; j < g.n_seq; ++j) {
+            const uint64_t id_at = r.at();
+            const int32_t s = static_cast<int32_t>(r.u32());
+            const int32_t* first = d->seq_ids.data() + c.seq_begin;
+            if ((j && s <= d->group_seq_ids.back()) || !std::binary_search(first, first + c.n_seq, s))
+                return fail(KVRT_ERROR_CORRUPT_STATE,
+                            "state offset %llu: sequence %d of group record %u is out of order or not its cell's",
+                            static_cast<unsigned long long>(id_at), s, g.record);
+            d->group_seq_ids.push_back(s);
+        }
+        d->group[i] = g;
+    }
+    return KVRT_SUCCESS;
+}
+
 Result parse_body(const uint8_t* b, uint64_t size, Plan* out, const ParseOptions& options) {
     Reader r(b, size - kChecksumBytes);
     Header h;
@@ -120,6 +186,9 @@ Result parse_body(const uint8_t* b, uint64_t size, Plan* out, const ParseOptions
     h.seq = static_cast<int32_t>(r.u32());
     if (h.flags & ~kKnownFlags)
         return fail(KVRT_ERROR_CORRUPT_STATE, "state offset 16: unknown flags 0x%x", h.flags & ~kKnownFlags);
+    if ((h.flags & kFlagWindowGroup) && h.version < 3)
+        return fail(KVRT_ERROR_CORRUPT_STATE, "state offset 16: a window group needs format version 3, not %u",
+                    h.version);
     if (!h.n_layers || !h.n_kv_heads || !h.head_dim_k || !h.head_dim_v)
         return fail(KVRT_ERROR_CORRUPT_STATE,
                     "state offset 20: zero geometry (layers %u, KV heads %u, head dims %u, %u)", h.n_layers,
@@ -199,6 +268,7 @@ Result parse_body(const uint8_t* b, uint64_t size, Plan* out, const ParseOptions
         }
         d.cells[i] = c;
     }
+    if (h.flags & kFlagWindowGroup) KVRT_TRY(read_window_group(r, &d));
 
     // The rows: exactly what the geometry says, then the checksum.
     Extents& e = out->extents;
@@ -243,19 +313,40 @@ Result extents_of(const Description& d, Extents* out) {
         return fail(KVRT_ERROR_CORRUPT_STATE, "state: its row sizes overflow 64 bits");
     e.scales_offset = kHeaderBytes;
     const uint64_t scales = (d.k_scales.size() + d.v_scales.size()) * kScaleBytes;
-    const uint64_t cells = uint64_t{h.n_cells} * kCellRecordBytes + uint64_t{d.seq_ids.size()} * 4;
+    uint64_t cells = uint64_t{h.n_cells} * kCellRecordBytes + uint64_t{d.seq_ids.size()} * 4;
+    const bool group = h.flags & kFlagWindowGroup;
+    if (group)
+        cells += window_fixed_bytes(h.n_layers) + uint64_t{d.group.size()} * kGroupRecordBytes +
+                 uint64_t{d.group_seq_ids.size()} * 4;
     uint64_t per_cell = 0, data = 0;
     bool ok = checked_add(e.scales_offset, scales, &e.cells_offset) &&
               checked_add(e.cells_offset, cells, &e.data_offset) &&
-              checked_add(e.k_row_bytes, e.v_row_bytes, &per_cell) && checked_mul(per_cell, h.n_cells, &e.layer_bytes) &&
-              checked_mul(e.layer_bytes, h.n_layers, &data) && checked_add(e.data_offset, data, &e.checksum_offset) &&
-              checked_add(e.checksum_offset, kChecksumBytes, &e.total);
+              checked_add(e.k_row_bytes, e.v_row_bytes, &per_cell) && checked_mul(per_cell, h.n_cells, &e.layer_bytes);
+    if (ok && group) {
+        // Layer by layer: a windowed layer has the group's rows.
+        e.layer_offsets.resize(h.n_layers);
+        e.layer_rows.resize(h.n_layers);
+        uint64_t at = e.data_offset;
+        for (uint32_t l = 0; l < h.n_layers && ok; ++l) {
+            e.layer_offsets[l] = at;
+            e.layer_rows[l] = l < d.windowed.size() && d.windowed[l] ? static_cast<uint32_t>(d.group.size()) : h.n_cells;
+            uint64_t bytes = 0;
+            ok = checked_mul(per_cell, e.layer_rows[l], &bytes) && checked_add(at, bytes, &at);
+        }
+        ok = ok && checked_add(at, 0, &e.checksum_offset);
+    } else {
+        ok = ok && checked_mul(e.layer_bytes, h.n_layers, &data) && checked_add(e.data_offset, data, &e.checksum_offset);
+    }
+    ok = ok && checked_add(e.checksum_offset, kChecksumBytes, &e.total);
     if (!ok) return fail(KVRT_ERROR_CORRUPT_STATE, "state: its size overflows 64 bits");
     *out = e;
     return KVRT_SUCCESS;
 }
 
-uint32_t version_for(const Header& h) { return h.layout == KVRT_LAYOUT_PAGED ? 2 : 1; }
+uint32_t version_for(const Header& h) {
+    if (h.flags & kFlagWindowGroup) return 3;
+    return h.layout == KVRT_LAYOUT_PAGED ? 2 : 1;
+}
 
 void write_prefix(const Description& d, const Extents& e, uint8_t* out) {
     const Header& h = d.header;
@@ -282,6 +373,22 @@ void write_prefix(const Description& d, const Extents& e, uint8_t* out) {
         p += kCellRecordBytes;
         for (uint32_t j = 0; j < c.n_seq; ++j, p += 4) put_u32(p, static_cast<uint32_t>(d.seq_ids[c.seq_begin + j]));
     }
+    if (!(h.flags & kFlagWindowGroup)) return;
+    for (uint32_t w = 0; w < (h.n_layers + 31) / 32; ++w, p += 4) {
+        uint32_t mask = 0;
+        for (uint32_t bit = 0; bit < 32 && w * 32 + bit < h.n_layers; ++bit)
+            if (d.windowed[w * 32 + bit]) mask |= 1u << bit;
+        put_u32(p, mask);
+    }
+    put_u32(p, static_cast<uint32_t>(d.group.size()));
+    p += 4;
+    for (const GroupRecord& g : d.group) {
+        put_u32(p, g.record);
+        put_u32(p + 4, g.n_seq);
+        p += kGroupRecordBytes;
+        for (uint32_t j = 0; j < g.n_seq; ++j, p += 4)
+            put_u32(p, static_cast<uint32_t>(d.group_seq_ids[g.seq_begin + j]));
+    }
 }
 
 void seal(uint8_t* out, uint64_t size) {
@@ -304,7 +411,8 @@ Result parse(const void* data, uint64_t size, Plan* out, const ParseOptions& opt
                     kVersion);
     try {
         // Versions 1..kVersion: version 2 is version 1 with one more layout
-        // value, so one parser reads both.
+        // value, version 3 adds the window group's section (behind a flag),
+        // so one parser reads them all.
         return parse_body(b, size, out, options);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory parsing a state");

@@ -2,8 +2,9 @@
 // sequence looks like as bytes, written and parsed without a device.
 //
 // A state is a fixed header, the static scales (only for static-scale types),
-// the cell records, every layer's K and V rows in their stored type, and an
-// XXH3-64 checksum of everything before it. parse() checks every length
+// the cell records, the window group's records (version 3, a cache whose
+// windowed layers keep a group of their own), every layer's K and V rows in
+// their stored type, and an XXH3-64 checksum of everything before it. parse() checks every length
 // against the bytes that remain before it allocates anything, then every
 // field, then the checksum, and turns a valid state into a Plan: what to
 // place and where its rows are. Applying a plan to a cache is the cache's
@@ -24,14 +25,16 @@ namespace kvrt::state {
 constexpr uint8_t kMagic[8] = {'K', 'V', 'R', 'T', 'S', 'T', 'A', 'T'};
 // The newest version this library writes; it reads every version from 1 to
 // this. A state is written in the oldest version that can hold it
-// (version_for): 1, or 2 for a state of the paged layout (layout 3).
-constexpr uint32_t kVersion = 2;
+// (version_for): 1, 2 for a state of the paged layout (layout 3), 3 for one
+// with a window group.
+constexpr uint32_t kVersion = 3;
 constexpr uint32_t kHeaderBytes = 64;
 constexpr uint32_t kChecksumBytes = 8;
 // Header flags.
 constexpr uint32_t kFlagSequence = 0x1;       // one sequence's state (else the whole cache)
 constexpr uint32_t kFlagDeferredRope = 0x2;   // K stored before rotation
-constexpr uint32_t kKnownFlags = kFlagSequence | kFlagDeferredRope;
+constexpr uint32_t kFlagWindowGroup = 0x4;    // version 3: windowed layers keep a group of their own
+constexpr uint32_t kKnownFlags = kFlagSequence | kFlagDeferredRope | kFlagWindowGroup;
 
 struct Header {
     // As read by parse(); 0 in a description to write. write_prefix writes
@@ -52,8 +55,9 @@ struct Header {
     int32_t seq = -1;                     // the saved sequence, or -1 for the whole cache
 };
 
-// The oldest format version that holds a state of this header: 1, or 2 when
-// the saving cache's layout is the paged one (a value version 1 lacks).
+// The oldest format version that holds a state of this header: 1; 2 when
+// the saving cache's layout is the paged one (a value version 1 lacks); 3
+// with a window group.
 uint32_t version_for(const Header& h);
 
 // One saved cell: its index in the saving cache, its position, and its
@@ -65,6 +69,15 @@ struct CellRecord {
     uint32_t n_seq = 0;
 };
 
+// One cell whose rows the window group holds: the index of its cell record,
+// and the sequences the group holds it for (a non-empty subset of the
+// record's): group_seq_ids[seq_begin, seq_begin + n_seq).
+struct GroupRecord {
+    uint32_t record = 0;
+    uint32_t seq_begin = 0;
+    uint32_t n_seq = 0;
+};
+
 // Everything of a state but its rows.
 struct Description {
     Header header;
@@ -72,6 +85,12 @@ struct Description {
     std::vector<kv::StaticScale> v_scales;
     std::vector<CellRecord> cells;           // ascending cell indices
     std::vector<int32_t> seq_ids;            // ascending within each cell
+    // With kFlagWindowGroup: which layers are windowed (n_layers entries, 0
+    // or 1, at least one 1), and the group's records (ascending records).
+    // A windowed layer's rows are those of the group records, in order.
+    std::vector<uint8_t> windowed;
+    std::vector<GroupRecord> group;
+    std::vector<int32_t> group_seq_ids;      // ascending within each record
 };
 
 // Bytes of one cell's K (or V) rows of one layer, all KV heads: n_kv_heads *
@@ -89,9 +108,21 @@ struct Extents {
     uint64_t layer_bytes = 0;    // n_cells * (k_row_bytes + v_row_bytes)
     uint64_t checksum_offset = 0;
     uint64_t total = 0;
-    // Rows of `layer`: K rows of every cell in record order, then V rows.
-    uint64_t k_offset(uint32_t layer) const { return data_offset + layer * layer_bytes; }
-    uint64_t v_offset(uint32_t layer, uint32_t n_cells) const { return k_offset(layer) + n_cells * k_row_bytes; }
+    // With a window group: where each layer's rows begin, and how many
+    // rows each layer has (n_cells, or the group's records for a windowed
+    // layer). Empty otherwise: every layer has n_cells rows, layer_bytes apart.
+    std::vector<uint64_t> layer_offsets;
+    std::vector<uint32_t> layer_rows;
+    // Rows of `layer`: K rows in record order (group record order for a
+    // windowed layer), then V rows.
+    uint64_t k_offset(uint32_t layer) const {
+        return layer_offsets.empty() ? data_offset + layer * layer_bytes : layer_offsets[layer];
+    }
+    uint64_t v_offset(uint32_t layer, uint32_t n_cells) const {
+        return k_offset(layer) + uint64_t{layer_rows.empty() ? n_cells : layer_rows[layer]} * k_row_bytes;
+    }
+    // Rows of `layer` (n_cells without a window group).
+    uint32_t rows(uint32_t layer, uint32_t n_cells) const { return layer_rows.empty() ? n_cells : layer_rows[layer]; }
 };
 
 // The extents of `d`; KVRT_ERROR_CORRUPT_STATE when a size overflows 64

@@ -1,6 +1,7 @@
 // Writes the fuzzer's seed corpus: valid states of several shapes (types,
 // static scales, whole cache and one sequence, empty, shared cells, a state
-// of the paged layout in format version 2), made by the format's writer. Usage: kvrt_state_corpus DIR
+// of the paged layout in format version 2, one with a window group in
+// version 3), made by the format's writer. Usage: kvrt_state_corpus DIR
 #include <cstdio>
 #include <string>
 
@@ -36,10 +37,12 @@ int main(int argc, char** argv) {
         {"u8_u16_static_whole", spec(KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC, -1, 4, 6)},
         {"u16_static_seq", spec(KVRT_TYPE_U16_STATIC, KVRT_TYPE_F16, 1, 2, 7)},
         {"empty", spec(KVRT_TYPE_F16, KVRT_TYPE_F16, -1, 0, 8)},
+        {"window_group_whole", spec(KVRT_TYPE_F16, KVRT_TYPE_Q8_0, -1, 5, 10)},
         {"paged_q8_0_whole", spec(KVRT_TYPE_Q8_0, KVRT_TYPE_F16, -1, 6, 9)},
     };
     Named& paged = seeds[sizeof seeds / sizeof seeds[0] - 1];
     paged.spec.layout = KVRT_LAYOUT_PAGED;
+    seeds[sizeof seeds / sizeof seeds[0] - 2].spec.window_group = true;
     for (const Named& n : seeds) {
         const auto bytes = kvrt_test::make_sample_state(n.spec);
         const std::string path = std::string(argv[1]) + "/" + n.name + ".kvrt";

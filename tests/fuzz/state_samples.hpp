@@ -23,6 +23,9 @@ struct SampleSpec {
     int32_t seq = -1;  // >= 0: a sequence state of that sequence
     bool deferred = false;
     uint32_t layout = KVRT_LAYOUT_CELLS;  // the saving cache's (KVRT_LAYOUT_PAGED: format version 2)
+    // A window group (format version 3): layer 0 is windowed, and the group
+    // holds every other cell, for its first sequence.
+    bool window_group = false;
     uint32_t seed = 1;
 };
 
@@ -63,6 +66,15 @@ inline std::vector<uint8_t> make_sample_state(const SampleSpec& spec) {
             }
         }
         d.cells.push_back(c);
+    }
+    if (spec.window_group) {
+        h.flags |= state::kFlagWindowGroup;
+        d.windowed.assign(spec.n_layers, 0);
+        d.windowed[0] = 1;
+        for (uint32_t i = 0; i < spec.n_cells; i += 2) {
+            d.group.push_back({i, uint32_t(d.group_seq_ids.size()), 1});
+            d.group_seq_ids.push_back(d.seq_ids[d.cells[i].seq_begin]);
+        }
     }
     state::Extents e;
     if (state::extents_of(d, &e) != KVRT_SUCCESS) return {};

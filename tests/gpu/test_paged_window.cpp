@@ -582,6 +582,10 @@ TEST_CASE("paged window group: a full group refuses and changes nothing", "[page
     KVRT_REQUIRE_OK(kvrt_cache_paged_append(c, nullptr, 0, 4, ids, ps, cells.data()));
     CHECK(impl(c).window_group()->table().used() == 2 + 11 + 4);  // sinks, 9..19, 20..23
     verify_group(c);
+    // States of a paged cache with a group are refused.
+    uint64_t size = 0;
+    CHECK(kvrt_cache_state_save(c, -1, nullptr, &size) == KVRT_ERROR_UNSUPPORTED);
+    CHECK(kvrt_cache_seq_swap_out(c, 0, nullptr, &size) == KVRT_ERROR_UNSUPPORTED);
     kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }

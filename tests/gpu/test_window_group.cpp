@@ -204,10 +204,6 @@ TEST_CASE("window group: dropped rows, refusals and reads", "[window]") {
     REQUIRE(store(c, 2, {2002, 2003}, {2, 3}, {0, 0}) == KVRT_SUCCESS);
     REQUIRE(impl(c).window_verify() == KVRT_SUCCESS);
 
-    // What the group does not support.
-    uint64_t size = 0;
-    CHECK(kvrt_cache_state_save(c, -1, nullptr, &size) == KVRT_ERROR_UNSUPPORTED);
-    CHECK(kvrt_cache_state_load(c, -1, raw.data(), raw.size()) == KVRT_ERROR_UNSUPPORTED);
     kvrt_cache_destroy(c);
 }
 

@@ -339,3 +339,157 @@ TEST_CASE("window group: a shift that frees a group cell other sequences share",
     CHECK(p.compare({0, 1}) == 0);
     CHECK(p.compare({2}) == 2);
 }
+
+namespace {
+
+// Every sequence's attention in every layer at positions 0..max of `a` and
+// `b`: the same result code and, where answered, the same values (up to the
+// order of the sums: the cells may lie elsewhere).
+// Returns the queries answered in windowed layers.
+uint32_t same_attention(kvrt_cache a, kvrt_cache b, int32_t max_pos) {
+    uint32_t answered = 0;
+    for (int32_t s = 0; s < 3; ++s)
+        for (int32_t pos = 0; pos <= max_pos; pos += 3) {
+            std::vector<float> q(kHeads * kDim);
+            for (uint32_t e = 0; e < q.size(); ++e) q[e] = std::cos(0.31f * static_cast<float>(e + 5 * s + pos));
+            const kvrt_batch qb = make_batch(1, &pos, &s);
+            const kvrt_tensor_ref qt = host_tensor(q.data());
+            kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+            params.n_keep = 2;
+            for (uint32_t l = 0; l < kLayers; ++l) {
+                std::vector<float> x(kHeads * kDim, 1.0f), y(kHeads * kDim, 2.0f);
+                const kvrt_output_ref ox = host_output(x.data()), oy = host_output(y.data());
+                const kvrt_result rx = kvrt_cache_attention(a, nullptr, static_cast<int32_t>(l), &qb, &qt, &ox, &params);
+                const kvrt_result ry = kvrt_cache_attention(b, nullptr, static_cast<int32_t>(l), &qb, &qt, &oy, &params);
+                INFO("sequence " << s << ", position " << pos << ", layer " << l);
+                REQUIRE(rx == ry);
+                if (rx != KVRT_SUCCESS) continue;
+                REQUIRE(kvrt::ref::nmse(x, y) <= 1e-12);
+                if (kWindows[l]) ++answered;
+            }
+        }
+    return answered;
+}
+
+std::vector<uint8_t> save(kvrt_cache c, int32_t seq) {
+    uint64_t size = 0;
+    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, nullptr, &size));
+    std::vector<uint8_t> bytes(size);
+    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, bytes.data(), &size));
+    return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("window group: state save and load keep exactly what the group holds", "[window][state]") {
+    GpuContext ctx;
+    Pair p(ctx);
+    // Sequence 0: a prompt, then decoding (the group drops its early rows);
+    // sequence 1 a fork of it that goes on; sequence 2 a short prompt.
+    p.store(range(0, 20), std::vector<int32_t>(20, 0));
+    for (int32_t t = 20; t < 34; ++t) p.store({t}, {0});
+    both(p, [](kvrt_cache c) { return kvrt_cache_seq_cp(c, 0, 1, -1, -1); });
+    for (int32_t t = 34; t < 38; ++t) p.store({t}, {1});
+    p.store(range(0, 5), std::vector<int32_t>(5, 2));
+    const kvrt_cache g = p.grouped();
+
+    // Version 3, and smaller than the same cache's state without the group:
+    // the windowed layers carry the group's rows only.
+    const std::vector<uint8_t> state = save(g, -1);
+    CHECK(state[8] == 3);
+    CHECK(state.size() < save(p.plain(), -1).size());
+
+    kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
+    wl.cells = 48;
+    wl.n_keep = 2;
+    kvrt_cache loaded = make(ctx, &wl);
+    KVRT_REQUIRE_OK(kvrt_cache_state_load(loaded, -1, state.data(), state.size()));
+    REQUIRE(loaded->cache->window_verify() == KVRT_SUCCESS);
+    CHECK(loaded->cache->window_group()->table().used() == g->cache->window_group()->table().used());
+    for (int32_t s = 0; s < 3; ++s) {
+        int32_t a = -1, b = -2;
+        KVRT_REQUIRE_OK(kvrt_cache_seq_window_pos_min(g, s, &a));
+        KVRT_REQUIRE_OK(kvrt_cache_seq_window_pos_min(loaded, s, &b));
+        CHECK(a == b);
+    }
+    // Answered and refused alike, with the same values; and both go on alike.
+    CHECK(same_attention(g, loaded, 40) > 20);
+    for (kvrt_cache c : {g, loaded}) {
+        const int32_t pos = 38, seq = 1;
+        std::vector<float> k(size_t{kLayers} * kRow, 0.25f), v = k;
+        const kvrt_tensor_ref kt = host_tensor(k.data()), vt = host_tensor(v.data());
+        const kvrt_batch b = make_batch(1, &pos, &seq);
+        KVRT_REQUIRE_OK(kvrt_cache_store(c, nullptr, &b, -1, &kt, &vt, nullptr));
+    }
+    CHECK(same_attention(g, loaded, 40) > 20);
+
+    // One sequence: swapped out and back in, it is what it was.
+    const std::vector<uint8_t> before_swap = save(g, -1);
+    uint64_t size = 0;
+    KVRT_REQUIRE_OK(kvrt_cache_seq_swap_out(g, 1, nullptr, &size));
+    std::vector<uint8_t> swapped(size);
+    KVRT_REQUIRE_OK(kvrt_cache_seq_swap_out(g, 1, swapped.data(), &size));
+    CHECK(swapped[8] == 3);
+    int32_t last = 0;
+    KVRT_REQUIRE_OK(kvrt_cache_seq_pos_max(g, 1, &last));
+    CHECK(last == -1);
+    KVRT_REQUIRE_OK(kvrt_cache_seq_swap_in(g, 1, swapped.data(), swapped.size()));
+    REQUIRE(g->cache->window_verify() == KVRT_SUCCESS);
+    CHECK(same_attention(g, loaded, 40) > 20);
+
+    // A state without a group loads into a cache with one: the group takes
+    // every row (nothing was dropped), and answers as the plain cache does.
+    const std::vector<uint8_t> plain_state = save(p.plain(), -1);
+    CHECK(plain_state[8] == 1);
+    // (44 cells: a group of 40 is too small, and the load changes nothing.)
+    kvrt_window_layout_desc small = wl;
+    small.cells = 40;
+    kvrt_cache from_plain = make(ctx, &small);
+    CHECK(kvrt_cache_state_load(from_plain, -1, plain_state.data(), plain_state.size()) == KVRT_ERROR_CACHE_FULL);
+    kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
+    KVRT_REQUIRE_OK(kvrt_cache_get_info(from_plain, &info));
+    CHECK(info.used == 0);
+    kvrt_window_layout_desc big = wl;
+    big.cells = 128;
+    kvrt_cache roomy = make(ctx, &big);
+    KVRT_REQUIRE_OK(kvrt_cache_state_load(roomy, -1, plain_state.data(), plain_state.size()));
+    REQUIRE(roomy->cache->window_verify() == KVRT_SUCCESS);
+    CHECK(same_attention(p.plain(), roomy, 40) > 60);
+
+    // A group's state needs a cache with the same group.
+    CHECK(kvrt_cache_state_load(p.plain(), -1, state.data(), state.size()) == KVRT_ERROR_INVALID_ARGUMENT);
+
+    // A load that fails at any point changes nothing: both tables and the
+    // links (window_verify) stay, and so do the answers.
+    const auto snapshot = [](const kvrt::kv::CellTable& t) {
+        std::vector<int64_t> v(t.positions(), t.positions() + t.capacity());
+        v.insert(v.end(), t.seq_words(), t.seq_words() + size_t{t.capacity()} * t.words_per_cell());
+        return v;
+    };
+    uint32_t failures = 0;
+    for (uint64_t n = 1;; ++n) {
+        const auto main_before = snapshot(roomy->cache->table());
+        const auto group_before = snapshot(roomy->cache->window_group()->table());
+        kvrt::fault::arm(n);
+        const kvrt_result r = kvrt_cache_state_load(roomy, -1, state.data(), state.size());
+        kvrt::fault::arm(0);
+        if (r == KVRT_SUCCESS || r == KVRT_ERROR_TIMEOUT) break;
+        INFO("fault point " << n << ": " << kvrt_last_error_message());
+        ++failures;
+        REQUIRE(snapshot(roomy->cache->table()) == main_before);
+        REQUIRE(snapshot(roomy->cache->window_group()->table()) == group_before);
+        REQUIRE(roomy->cache->window_verify() == KVRT_SUCCESS);
+        REQUIRE(n < 200);
+    }
+    CHECK(failures > 0);
+    REQUIRE(roomy->cache->window_verify() == KVRT_SUCCESS);
+    // (The state is from before the store at 38 and the swap.)
+    kvrt_cache again = make(ctx, &wl);
+    KVRT_REQUIRE_OK(kvrt_cache_state_load(again, -1, state.data(), state.size()));
+    CHECK(same_attention(again, roomy, 40) > 20);
+    kvrt_cache_destroy(again);
+    kvrt_cache_destroy(from_plain);
+    kvrt_cache_destroy(roomy);
+    kvrt_cache_destroy(loaded);
+    REQUIRE(ctx.validation_errors() == 0);
+}

@@ -160,7 +160,7 @@ TEST_CASE("state format: every single-bit flip is refused", "[state]") {
             const Result r = parse(m);
             INFO("bit " << i % 8 << " of byte " << i / 8 << ": " << last_error_message());
             // A flipped version bit names a newer version; all else is corrupt.
-            if (i / 8 >= 8 && i / 8 < 12 && rd32(m, 8) > 1)
+            if (i / 8 >= 8 && i / 8 < 12 && rd32(m, 8) > state::kVersion)
                 CHECK(r == KVRT_ERROR_UNSUPPORTED);
             else
                 CHECK(r == KVRT_ERROR_CORRUPT_STATE);
@@ -177,12 +177,15 @@ TEST_CASE("state format: versions", "[state]") {
     REQUIRE(rd32(b, 44) == KVRT_LAYOUT_CELLS);
     CHECK(parse(b) == KVRT_SUCCESS);
     // Version 2 adds the paged layout (3): read in version 2, corrupt in 1.
-    REQUIRE(state::kVersion == 2);
+    // Version 3 adds the window group's section.
+    REQUIRE(state::kVersion == 3);
     state::Header h;
     h.layout = KVRT_LAYOUT_PAGED;
     CHECK(state::version_for(h) == 2);
     h.layout = KVRT_LAYOUT_STATIC;
     CHECK(state::version_for(h) == 1);
+    h.flags = state::kFlagWindowGroup;
+    CHECK(state::version_for(h) == 3);
     wr32(&b, 44, KVRT_LAYOUT_PAGED);
     reseal(&b);
     CHECK(parse(b) == KVRT_ERROR_CORRUPT_STATE);
@@ -197,7 +200,10 @@ TEST_CASE("state format: versions", "[state]") {
     reseal(&b);
     CHECK(parse(b) == KVRT_ERROR_CORRUPT_STATE);
     wr32(&b, 44, KVRT_LAYOUT_CELLS);
-    for (uint32_t v : {3u, 4u, 0xFFFFFFFFu}) {
+    wr32(&b, 8, 3);
+    reseal(&b);
+    CHECK(parse(b) == KVRT_SUCCESS);
+    for (uint32_t v : {4u, 0xFFFFFFFFu}) {
         wr32(&b, 8, v);
         reseal(&b);
         CHECK(parse(b) == KVRT_ERROR_UNSUPPORTED);
@@ -323,4 +329,67 @@ TEST_CASE("state format: NULL arguments", "[state]") {
     CHECK(state::parse(nullptr, 0, &plan) == KVRT_ERROR_CORRUPT_STATE);
     const std::vector<uint8_t> b = make_sample_state(SampleSpec{});
     CHECK(state::parse(b.data(), b.size(), nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("state format: the window group's section", "[state]") {
+    SampleSpec spec;
+    spec.window_group = true;
+    spec.n_layers = 3;
+    spec.n_cells = 5;
+    std::vector<uint8_t> b = make_sample_state(spec);
+    REQUIRE(rd32(b, 8) == 3);
+    state::Plan plan;
+    REQUIRE(parse(b, &plan) == KVRT_SUCCESS);
+    const state::Description& d = plan.desc;
+    CHECK(d.windowed == std::vector<uint8_t>{1, 0, 0});
+    REQUIRE(d.group.size() == 3);  // cells 0, 2 and 4
+    CHECK(d.group[1].record == 2);
+    // Layer 0 has the group's 3 rows, the others every cell's 5.
+    const state::Extents& e = plan.extents;
+    const uint64_t row = e.k_row_bytes + e.v_row_bytes;
+    CHECK(e.rows(0, 5) == 3);
+    CHECK(e.rows(1, 5) == 5);
+    CHECK(e.k_offset(1) == e.data_offset + 3 * row);
+    CHECK(e.k_offset(2) == e.data_offset + 8 * row);
+    CHECK(e.checksum_offset == e.data_offset + 13 * row);
+    CHECK(e.total == b.size());
+
+    // Each field of the section, broken behind a valid checksum. The
+    // section follows the cell records: the mask, the count, then records
+    // of (record, n_seq, ids).
+    const size_t mask_at = size_t(e.data_offset) - (4 + 4 + 3 * 12);
+    struct Case {
+        const char* what;
+        size_t at;
+        uint32_t value;
+        const char* message;
+    };
+    const Case cases[] = {
+        {"no windowed layer", mask_at, 0, "without windowed layers"},
+        {"a layer past n_layers", mask_at, 0x9, "windowed layer 3"},
+        {"more records than cells", mask_at + 4, 6, "group records for 5 cells"},
+        {"a record out of range", mask_at + 8, 5, "out of range"},
+        {"records not ascending", mask_at + 8 + 12, 0, "does not ascend"},
+        {"no sequence", mask_at + 12, 0, "lists 0 sequences"},
+        {"a sequence of another cell", mask_at + 16, 3, "not its cell's"},
+    };
+    for (const Case& c : cases) {
+        INFO(c.what);
+        std::vector<uint8_t> m = b;
+        wr32(&m, c.at, c.value);
+        reseal(&m);
+        CHECK(parse(m) == KVRT_ERROR_CORRUPT_STATE);
+        CHECK(std::string(last_error_message()).find(c.message) != std::string::npos);
+    }
+    // The flag needs version 3.
+    std::vector<uint8_t> m = b;
+    wr32(&m, 8, 2);
+    reseal(&m);
+    CHECK(parse(m) == KVRT_ERROR_CORRUPT_STATE);
+    CHECK(std::string(last_error_message()).find("version 3") != std::string::npos);
+    // Every truncation is refused.
+    for (size_t n = 0; n < b.size(); ++n) {
+        const std::vector<uint8_t> t(b.begin(), b.begin() + static_cast<ptrdiff_t>(n));
+        CHECK(parse(t) == KVRT_ERROR_CORRUPT_STATE);
+    }
 }

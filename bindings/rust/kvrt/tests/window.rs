@@ -6,7 +6,10 @@
 mod common;
 
 use common::*;
-use kvrt::{Batch, Cache, CacheDesc, Context, Error, Layers, TensorRef, WindowLayoutDesc};
+use kvrt::{
+    AttentionParams, Batch, Cache, CacheDesc, Context, Error, Layers, Layout, OutputRef, PagedLayoutDesc,
+    TensorRef, WindowLayoutDesc,
+};
 
 const LAYERS: usize = 2;
 const H: usize = 4; // query heads
@@ -93,13 +96,22 @@ fn window_group_drops_rows_out_of_the_window() {
         }
     }
 
-    // State saves, swaps and transfers are unsupported with a window group.
-    let err = cache.state_size(None).unwrap_err();
-    assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
-    let err = cache.state_save(Some(0)).unwrap_err();
-    assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
-    let err = cache.seq_swap_out(0).unwrap_err();
-    assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
+    // A swap keeps exactly what the group holds: the sinks and 84.. only.
+    let swapped = cache.seq_swap_out(0).unwrap();
+    assert_eq!(cache.seq_window_pos_min(0).unwrap(), None);
+    cache.seq_swap_in(0, &swapped).unwrap();
+    assert_eq!(cache.seq_window_pos_min(0).unwrap(), Some(84));
+    // (Its cells were free, so it comes back to them.)
+    let err = read_cell(&cache, 1, cells[50]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    for pos in [0usize, 1, 84, 99] {
+        let (wk, wv) = token_kv(pos as i32);
+        for layer in 0..LAYERS {
+            let (k, v) = read_cell(&cache, layer as u32, cells[pos]).unwrap();
+            assert_rows(&k, &wk, layer);
+            assert_rows(&v, &wv, layer);
+        }
+    }
 
     // Going on at 90 needs positions 75.. that layer 1 dropped: nothing changes.
     cache.seq_rm(0, 90, -1).unwrap();
@@ -149,4 +161,138 @@ fn window_group_takes_less_device_memory() {
     desc.window_layout = Some(WindowLayoutDesc::default());
     let windowed = ctx.create_cache(&desc).unwrap().info().unwrap().device_bytes;
     assert!(windowed < full, "{windowed} >= {full}");
+}
+
+/// Layers of the paged window-group test: windows 8, none and 12.
+const PAGED_WINDOWS: [u32; 3] = [8, 0, 12];
+const PAGED_N_KEEP: u32 = 2;
+
+/// A paged cache (blocks of 16, 1024 cells, 4 sequences) of 3 layers with
+/// windows [8, 0, 12], with a window group of the default size keeping
+/// positions below 2 when `grouped`.
+fn paged_window_cache(ctx: &Context, grouped: bool) -> Cache {
+    let mut desc = CacheDesc::new(PAGED_WINDOWS.len() as u32, H as u32, KV as u32, D as u32, 1024);
+    desc.layout = Layout::Paged;
+    desc.paged_layout = Some(PagedLayoutDesc { block_size: 16 });
+    desc.layer_windows = Some(PAGED_WINDOWS.to_vec());
+    desc.max_seqs = 4;
+    if grouped {
+        desc.window_layout = Some(WindowLayoutDesc {
+            cells: 0,
+            n_keep: PAGED_N_KEEP,
+        });
+    }
+    ctx.create_cache(&desc).unwrap()
+}
+
+/// K and V of the token `id` at `pos` in `layer`: a function of the four.
+fn paged_token_kv(id: i32, pos: i32, layer: usize) -> (Vec<f32>, Vec<f32>) {
+    let seed = ((id as u64) << 24) ^ ((pos as u64) << 4) ^ ((layer as u64) << 1);
+    (values(seed, ROW), values(seed | (1 << 63), ROW))
+}
+
+/// Writes the rows of tokens `ids` at `positions` to `cells`, every layer.
+fn paged_write(cache: &mut Cache, cells: &[u32], ids: &[i32], positions: &[i32]) {
+    assert_eq!(cells.len(), ids.len());
+    for layer in 0..PAGED_WINDOWS.len() {
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        for (&id, &pos) in ids.iter().zip(positions) {
+            let (tk, tv) = paged_token_kv(id, pos, layer);
+            k.extend(tk);
+            v.extend(tv);
+        }
+        cache
+            .write(
+                cells,
+                Layers::One(layer as u32),
+                &TensorRef::host_f32(&k),
+                &TensorRef::host_f32(&v),
+            )
+            .unwrap();
+    }
+}
+
+/// A 40-token prompt in sequence 0, forked into 1, which then goes on one
+/// token at a time to position 44, and the prompt plus one token admitted
+/// into sequence 2; returns n_cached of that admit and the attention of
+/// sequences 0, 1 and 2 at their next positions (40, 45, 41) in every layer.
+fn paged_window_run(cache: &mut Cache) -> (u32, Vec<Vec<f32>>) {
+    let n = 40;
+    let ids: Vec<i32> = (0..n).map(|i| 1000 + i).collect();
+    let pos: Vec<i32> = (0..n).collect();
+    let a0 = cache.paged_admit(0, &ids, &pos, 0).unwrap();
+    assert_eq!(a0.n_cached, 0);
+    let from = a0.n_cached as usize;
+    paged_write(cache, a0.uncached_cells(), &ids[from..], &pos[from..]);
+
+    cache.paged_fork(0, 1).unwrap();
+    for p in n..n + 5 {
+        let (id, at) = ([2000 + p], [p]);
+        let cells = cache.paged_append(1, Some(&id), &at).unwrap();
+        paged_write(cache, &cells, &id, &at);
+    }
+
+    let ids2: Vec<i32> = (0..=n).map(|i| 1000 + i).collect();
+    let pos2: Vec<i32> = (0..=n).collect();
+    let a2 = cache.paged_admit(2, &ids2, &pos2, 0).unwrap();
+    let from = a2.n_cached as usize;
+    paged_write(cache, a2.uncached_cells(), &ids2[from..], &pos2[from..]);
+
+    let mut outs = Vec::new();
+    for (seq, next) in [(0, n), (1, n + 5), (2, n + 1)] {
+        for layer in 0..PAGED_WINDOWS.len() as u32 {
+            let q = values(500 + 10 * seq as u64 + u64::from(layer), H * D);
+            let mut out = vec![0f32; H * D];
+            cache
+                .attention(
+                    layer,
+                    &Batch::for_seq(seq, &[next]),
+                    &TensorRef::host_f32(&q),
+                    &mut OutputRef::host_f32(&mut out),
+                    &AttentionParams::default(),
+                )
+                .unwrap_or_else(|e| panic!("sequence {seq}, layer {layer}: {e:?}"));
+            outs.push(out);
+        }
+    }
+    (a2.n_cached, outs)
+}
+
+#[test]
+fn paged_window_group_attends_as_the_plain_paged_cache() {
+    let ctx = context();
+    let mut grouped = paged_window_cache(&ctx, true);
+    let mut plain = paged_window_cache(&ctx, false);
+    let (n_grouped, out_grouped) = paged_window_run(&mut grouped);
+    let (n_plain, out_plain) = paged_window_run(&mut plain);
+
+    // Sequence 0 still holds every row of the prompt: the two full blocks map.
+    assert_eq!(n_grouped, 32);
+    assert_eq!(n_plain, 32);
+
+    for (i, (g, p)) in out_grouped.iter().zip(&out_plain).enumerate() {
+        let (seq, layer) = (i / PAGED_WINDOWS.len(), i % PAGED_WINDOWS.len());
+        let max_abs = g.iter().zip(p).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let err: f64 = g
+            .iter()
+            .zip(p)
+            .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+            .sum();
+        let norm: f64 = p.iter().map(|&b| f64::from(b).powi(2)).sum();
+        let nmse = err / norm;
+        assert!(
+            max_abs <= 1e-5 && nmse <= 1e-10,
+            "sequence {seq}, layer {layer}: max abs diff {max_abs}, NMSE {nmse}"
+        );
+    }
+
+    let (gb, pb) = (
+        grouped.info().unwrap().device_bytes,
+        plain.info().unwrap().device_bytes,
+    );
+    assert!(gb < pb, "device bytes with the group {gb}, without {pb}");
+
+    // Appending position 44 dropped positions 2..=32 of sequence 1 (44 - 12).
+    assert_eq!(grouped.seq_window_pos_min(1).unwrap(), Some(33));
+    assert_eq!(ctx.stats().unwrap().validation_errors, 0);
 }
