@@ -589,3 +589,48 @@ TEST_CASE("paged window group: a full group refuses and changes nothing", "[page
     kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
+
+TEST_CASE("paged window group: admit at the window's edge, and blocks computed again", "[paged][window]") {
+    GpuContext ctx;
+    {
+        // Sequence 0 holds 0..65 and decoded 64 and 65 one by one: the group
+        // dropped 2..53. A query at 64 sees 53..63: one row short, so the four
+        // blocks of the prompt cannot be mapped (nor fewer).
+        Pair pair(ctx);
+        const Prompt p = prompt(64, 7);
+        CHECK(pair.admit(0, p).first == 0);
+        REQUIRE(pair.append(0, {900}, {64}) == KVRT_SUCCESS);
+        REQUIRE(pair.append(0, {901}, {65}) == KVRT_SUCCESS);
+        int32_t pos_min = -1;
+        KVRT_REQUIRE_OK(kvrt_cache_seq_window_pos_min(pair.grouped(), 0, &pos_min));
+        CHECK(pos_min == 54);
+        Prompt longer = p;
+        longer.ids.push_back(900);
+        longer.pos.push_back(64);
+        CHECK(pair.admit(1, longer) == std::make_pair(0u, 64u));
+        pair.check(0);
+    }
+    {
+        // Sequence 1 could not map the blocks of sequence 0, whose rows are
+        // gone, and computed them again: its blocks take their place in the
+        // registry, so sequence 2, with the same start, maps them.
+        Pair pair(ctx);
+        const Prompt p = prompt(40, 8);
+        CHECK(pair.admit(0, p).first == 0);
+        for (int32_t t = 40; t < 60; ++t) REQUIRE(pair.append(0, {100 + t}, {t}) == KVRT_SUCCESS);
+        Prompt a = p;
+        for (int32_t t = 40; t < 45; ++t) {
+            a.ids.push_back(5000 + t);
+            a.pos.push_back(t);
+        }
+        CHECK(pair.admit(1, a) == std::make_pair(0u, 32u));
+        Prompt b = a;
+        for (int32_t t = 45; t < 48; ++t) {
+            b.ids.push_back(6000 + t);
+            b.pos.push_back(t);
+        }
+        CHECK(pair.admit(2, b) == std::make_pair(32u, 32u));
+        pair.check(0);
+        CHECK(pair.checked() == 3 * 3);
+    }
+}
