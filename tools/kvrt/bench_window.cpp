@@ -10,7 +10,8 @@
 // each cache (kvrt_cache_get_info), the wall time of one decode step's
 // kvrt_cache_store (all sequences, all layers; synchronous, median over the
 // decode steps), and the GPU time of one decode attention call (one query
-// per sequence, every layer) over each cache, runs interleaved.
+// per sequence, every layer) over each cache, runs interleaved. With
+// --layout paged both caches are paged (blocks of 16 tokens).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +31,7 @@ struct Options {
     uint64_t seqs = 4, tokens = 16384, window = 4096, decode = 32, layers = 4, heads = 32, kv_heads = 8, dim = 128;
     kvrt_type type = KVRT_TYPE_F16;
     std::string type_name = "f16";
+    std::string layout = "cells";
 };
 
 bool parse(const Args& args, Options* o) {
@@ -45,6 +47,11 @@ bool parse(const Args& args, Options* o) {
         error = "sizes out of range: 1..256 sequences of 1.. tokens (seqs x tokens at most 2^30), a window of "
                 "1..2^30, 1..tokens decode steps, layers 1..256, heads a multiple of kv-heads up to 256, head-dim "
                 "1..1024";
+        ok = false;
+    }
+    o->layout = args.str("layout", "cells");
+    if (ok && o->layout != "cells" && o->layout != "paged") {
+        error = "--layout is cells or paged, not '" + o->layout + "'";
         ok = false;
     }
     if (!ok) std::fprintf(stderr, "error: %s\n", error.c_str());
@@ -68,6 +75,9 @@ int run_window(Env& env, const Args& args, std::vector<Row>* rows) {
     const std::vector<uint32_t> windows(o.layers, static_cast<uint32_t>(o.window));
     Caches c;
     kvrt_window_layout_desc group = KVRT_WINDOW_LAYOUT_DESC_INIT;
+    const bool paged = o.layout == "paged";
+    kvrt_paged_layout_desc blocks[2] = {KVRT_PAGED_LAYOUT_DESC_INIT, KVRT_PAGED_LAYOUT_DESC_INIT};
+    constexpr uint64_t B = 16;
     kvrt_result r = KVRT_SUCCESS;
     for (int i = 0; i < 2 && r == KVRT_SUCCESS; ++i) {
         kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
@@ -75,11 +85,18 @@ int run_window(Env& env, const Args& args, std::vector<Row>* rows) {
         d.n_heads = static_cast<uint32_t>(o.heads);
         d.n_kv_heads = static_cast<uint32_t>(o.kv_heads);
         d.head_dim_k = static_cast<uint32_t>(o.dim);
-        d.capacity = static_cast<uint32_t>(o.seqs * o.tokens);
+        // Paged: every sequence's tokens in whole blocks.
+        d.capacity = static_cast<uint32_t>(o.seqs * (paged ? (o.tokens + B - 1) / B * B : o.tokens));
         d.max_seqs = seqs;
         d.type_k = d.type_v = o.type;
         d.layer_windows = windows.data();
         d.next = i ? &group : nullptr;
+        if (paged) {
+            d.layout = KVRT_LAYOUT_PAGED;
+            blocks[i].block_size = static_cast<uint32_t>(B);
+            blocks[i].next = d.next;
+            d.next = &blocks[i];
+        }
         d.label = i ? "bench window: window group" : "bench window: every cell";
         r = kvrt_cache_create(env.ctx, &d, &c.c[i]);
     }
@@ -162,6 +179,7 @@ int run_window(Env& env, const Args& args, std::vector<Row>* rows) {
         out.name = "window";
         out.params = {{"layout", names[i]},
                       {"type", o.type_name},
+                      {"cache", o.layout},
                       {"seqs", std::to_string(o.seqs)},
                       {"tokens", std::to_string(o.tokens)},
                       {"window", std::to_string(o.window)},
@@ -191,9 +209,10 @@ namespace {
 const bool registered = register_case(
     {"window",
      "[--seqs N] [--tokens T] [--window W] [--decode D] [--layers L] [--heads H] [--kv-heads K]\n"
-     "                 [--head-dim D] [--type f16|q8_0|q4_0|...]: N sequences of T tokens (a prompt of\n"
-     "                 T - D tokens, then D decode steps) in layers of window W, in a cache that keeps\n"
-     "                 every cell and in one with a window group (kvrt_window_layout_desc). Reports\n"
+     "                 [--head-dim D] [--type f16|q8_0|q4_0|...] [--layout cells|paged]: N sequences of\n"
+     "                 T tokens (a prompt of T - D tokens, then D decode steps) in layers of window W,\n"
+     "                 in a cache that keeps every cell and in one with a window group\n"
+     "                 (kvrt_window_layout_desc), both of the cell layout or both paged. Reports\n"
      "                 device_mib and bytes_vs_every_cell (kvrt_cache_get_info), median/min ms of one\n"
      "                 decode attention (one query per sequence, all L layers; runs interleaved;\n"
      "                 GB/s over the rows of the queries' windows) and attn_vs_every_cell, and\n"
