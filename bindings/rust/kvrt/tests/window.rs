@@ -67,6 +67,22 @@ fn assert_rows(got: &[f32], want: &[f32], layer: usize) {
     }
 }
 
+/// After 100 tokens with a window of 16 and two sinks: layer 1 dropped
+/// position 50, and the kept (below n_keep) and in-window positions read
+/// back in both layers.
+fn assert_held(cache: &Cache, cells: &[u32]) {
+    let err = read_cell(cache, 1, cells[50]).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    for pos in [0usize, 1, 84, 99] {
+        let (wk, wv) = token_kv(pos as i32);
+        for layer in 0..LAYERS {
+            let (k, v) = read_cell(cache, layer as u32, cells[pos]).unwrap();
+            assert_rows(&k, &wk, layer);
+            assert_rows(&v, &wv, layer);
+        }
+    }
+}
+
 #[test]
 fn window_group_drops_rows_out_of_the_window() {
     let ctx = context();
@@ -84,17 +100,7 @@ fn window_group_drops_rows_out_of_the_window() {
     let (wk, wv) = token_kv(50);
     assert_rows(&k, &wk, 0);
     assert_rows(&v, &wv, 0);
-    let err = read_cell(&cache, 1, cells[50]).unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
-    // Kept (below n_keep) and in-window positions read back in both layers.
-    for pos in [0usize, 1, 84, 99] {
-        let (wk, wv) = token_kv(pos as i32);
-        for layer in 0..LAYERS {
-            let (k, v) = read_cell(&cache, layer as u32, cells[pos]).unwrap();
-            assert_rows(&k, &wk, layer);
-            assert_rows(&v, &wv, layer);
-        }
-    }
+    assert_held(&cache, &cells);
 
     // A swap keeps exactly what the group holds: the sinks and 84.. only.
     let swapped = cache.seq_swap_out(0).unwrap();
@@ -102,16 +108,7 @@ fn window_group_drops_rows_out_of_the_window() {
     cache.seq_swap_in(0, &swapped).unwrap();
     assert_eq!(cache.seq_window_pos_min(0).unwrap(), Some(84));
     // (Its cells were free, so it comes back to them.)
-    let err = read_cell(&cache, 1, cells[50]).unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
-    for pos in [0usize, 1, 84, 99] {
-        let (wk, wv) = token_kv(pos as i32);
-        for layer in 0..LAYERS {
-            let (k, v) = read_cell(&cache, layer as u32, cells[pos]).unwrap();
-            assert_rows(&k, &wk, layer);
-            assert_rows(&v, &wv, layer);
-        }
-    }
+    assert_held(&cache, &cells);
 
     // Going on at 90 needs positions 75.. that layer 1 dropped: nothing changes.
     cache.seq_rm(0, 90, -1).unwrap();
