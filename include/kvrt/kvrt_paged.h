@@ -132,7 +132,11 @@ typedef struct kvrt_paged_stats {
  * kvrt_cache_paged_append. out_cells (may be NULL) receives the cell of
  * every token of the prompt: the engine writes the rows of tokens
  * *out_n_cached .. n_tokens-1 with kvrt_cache_write (every layer) and may
- * read the others. Metadata only: nothing is recorded on the device.
+ * read the others. With a window group (kvrt_window_layout_desc), only the
+ * leading blocks whose windowed rows the group still holds for the computed
+ * tokens' windows are mapped, and KVRT_ERROR_CACHE_FULL also means the group
+ * lacks a cell for each computed token. Metadata only: nothing is recorded
+ * on the device.
  * Fails with KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_UNSUPPORTED for a cache
  * whose layout is not paged; KVRT_ERROR_INVALID_ARGUMENT for a sequence out of
  * range or not empty, NULL arrays with n_tokens > 0, a negative id or

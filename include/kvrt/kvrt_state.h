@@ -46,7 +46,14 @@ extern "C" {
  *   static layout each sequence gets its newest seq_len - 1 tokens, and a
  *   cell shared by several sequences becomes a row of each one's window;
  *   into the paged layout each sequence is appended in position order (see
- *   kvrt_paged.h for how sharing is kept). */
+ *   kvrt_paged.h for how sharing is kept).
+ * - A cell cache with a window group (kvrt_window_layout_desc) saves its
+ *   windowed layers' rows only for the cells, and sequences, the group
+ *   holds (format version 3); such a state loads into a cell cache with the
+ *   same windowed layers and a window group, and restores exactly what the
+ *   group held. A state without a group loads into such a cache too (every
+ *   cell takes a group cell). A paged cache with a window group fails with
+ *   KVRT_ERROR_UNSUPPORTED. */
 
 /* Saves the state of sequence `seq`, or of the whole cache when seq is -1.
  * With `data` NULL, writes the state's size in bytes to *size and changes
@@ -70,7 +77,8 @@ KVRT_API kvrt_result kvrt_cache_state_save(kvrt_cache cache, int32_t seq, void* 
  * KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_ARGUMENT for a NULL `data`
  * with size > 0, `seq` below -1 or out of range, a sequence state with seq
  * -1 or a whole-cache state with seq >= 0, a state of another geometry or
- * RoPE mode, or sequence ids the cache does not have;
+ * RoPE mode, sequence ids the cache does not have, or a window group's
+ * state into a cache without the same group;
  * KVRT_ERROR_CORRUPT_STATE for malformed bytes; KVRT_ERROR_UNSUPPORTED for a
  * newer format version; KVRT_ERROR_CACHE_FULL when the cells do not fit;
  * and the device errors of kvrt_cache_store. Thread-safety: Unsafe. */
