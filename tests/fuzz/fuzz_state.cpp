@@ -33,10 +33,26 @@ void check_accepted(const uint8_t* data, size_t size, const kvrt::state::Plan& p
     write_prefix(plan.desc, e, prefix.data());
     require(std::memcmp(prefix.data(), data, prefix.size()) == 0);
     // Rows lie inside the input (with no cells there are none, however many
-    // layers the header names).
+    // layers the header names; a windowed layer has the group's rows).
     for (uint32_t l = 0; h.n_cells && l < h.n_layers; ++l) {
-        require(plan.k_rows(l) >= data && plan.k_rows(l) + uint64_t{h.n_cells} * e.k_row_bytes <= data + size - 8);
-        require(plan.v_rows(l) >= data && plan.v_rows(l) + uint64_t{h.n_cells} * e.v_row_bytes <= data + size - 8);
+        const uint64_t rows = e.rows(l, h.n_cells);
+        require(plan.k_rows(l) >= data && plan.k_rows(l) + rows * e.k_row_bytes <= data + size - 8);
+        require(plan.v_rows(l) >= data && plan.v_rows(l) + rows * e.v_row_bytes <= data + size - 8);
+    }
+    // The window group's records: ascending, each a subset of its cell's
+    // sequences.
+    require(!(h.flags & kFlagWindowGroup) || plan.desc.windowed.size() == h.n_layers);
+    for (size_t i = 0; i < plan.desc.group.size(); ++i) {
+        const GroupRecord& g = plan.desc.group[i];
+        require(g.record < h.n_cells && (i == 0 || g.record > plan.desc.group[i - 1].record));
+        const CellRecord& c = plan.desc.cells[g.record];
+        require(g.n_seq >= 1 && g.n_seq <= c.n_seq);
+        for (uint32_t j = 0; j < g.n_seq; ++j) {
+            const int32_t s = plan.desc.group_seq_ids[g.seq_begin + j];
+            bool found = false;
+            for (uint32_t k = 0; k < c.n_seq; ++k) found = found || plan.desc.seq_ids[c.seq_begin + k] == s;
+            require(found);
+        }
     }
     // Every record as the parser promises: cells ascending below the
     // capacity, positions >= 0, ids ascending below max_seqs.
