@@ -95,10 +95,10 @@ type PagedLayout struct {
 //   - Attention with AttentionParams.NKeep above NKeep in a windowed layer
 //     fails with an error matching ErrInvalidArgument;
 //   - a state (StateSave, SeqSwapOut) keeps exactly the rows the group holds
-//     and loads into a cell cache with the same windowed layers and a window
+//     and loads into a cache with the same windowed layers and a window
 //     group (a state without a group loads too, if the group has a cell for
-//     each of its cells); with the paged layout, states and swaps fail with
-//     an error matching ErrUnsupported, as SeqTransfer does with any layout.
+//     each of its cells); SeqTransfer fails with an error matching
+//     ErrUnsupported.
 //
 // A store or place fails with an error matching ErrCacheFull, placing
 // nothing, when the group lacks a cell for each token: size it for

@@ -831,12 +831,12 @@ typedef struct kvrt_cache_desc {
  * - attention with kvrt_attention_params.n_keep above `n_keep` in a windowed
  *   layer fails with KVRT_ERROR_INVALID_ARGUMENT;
  * - a state (kvrt_state.h; format version 3) keeps exactly the rows the
- *   group holds, and loads into a cell cache with the same windowed layers
- *   and a window group (KVRT_ERROR_INVALID_ARGUMENT otherwise); a state
- *   without a group loads too, each of its cells taking a group cell
- *   (KVRT_ERROR_CACHE_FULL, nothing changed, when the group is too small).
- *   In the paged layout states and swaps fail with KVRT_ERROR_UNSUPPORTED,
- *   and transfers do in either layout.
+ *   group holds, and loads into a cache (cell or paged layout) with the same
+ *   windowed layers and a window group (KVRT_ERROR_INVALID_ARGUMENT
+ *   otherwise); a state without a group loads too, each of its cells taking
+ *   a group cell (KVRT_ERROR_CACHE_FULL, nothing changed, when the group is
+ *   too small). Transfers (kvrt_cache_seq_transfer) fail with
+ *   KVRT_ERROR_UNSUPPORTED.
  * A failed store or place may still have dropped rows; they are only rows
  * that no query at the batch's positions or later sees.
  * The group is full (KVRT_ERROR_CACHE_FULL, nothing placed) when it lacks a

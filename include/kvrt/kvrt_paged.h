@@ -88,7 +88,7 @@ extern "C" {
  *   the pool unless a kvrt_window_layout_desc is chained: then they keep
  *   about their window per sequence in a group of their own (see
  *   kvrt_window_layout_desc in kvrt.h for what changes: admit may map fewer
- *   blocks; state and tree acceptance are refused).
+ *   blocks; tree acceptance is refused).
  * - Failure: a call that fails changes no sequence; cached blocks evicted
  *   to make room may stay evicted. If a kvrt_cache_store or
  *   kvrt_cache_paged_append recorded into a stream is dropped (or its

@@ -47,13 +47,12 @@ extern "C" {
  *   cell shared by several sequences becomes a row of each one's window;
  *   into the paged layout each sequence is appended in position order (see
  *   kvrt_paged.h for how sharing is kept).
- * - A cell cache with a window group (kvrt_window_layout_desc) saves its
+ * - A cache with a window group (kvrt_window_layout_desc) saves its
  *   windowed layers' rows only for the cells, and sequences, the group
- *   holds (format version 3); such a state loads into a cell cache with the
- *   same windowed layers and a window group, and restores exactly what the
- *   group held. A state without a group loads into such a cache too (every
- *   cell takes a group cell). A paged cache with a window group fails with
- *   KVRT_ERROR_UNSUPPORTED. */
+ *   holds (format version 3); such a state loads into a cache of either
+ *   layout with the same windowed layers and a window group, and restores
+ *   exactly what the group held. A state without a group loads into such a
+ *   cache too (every cell takes a group cell). */
 
 /* Saves the state of sequence `seq`, or of the whole cache when seq is -1.
  * With `data` NULL, writes the state's size in bytes to *size and changes

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -314,6 +315,16 @@ private:
     Result load_group(int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at,
                       const std::shared_ptr<kv::CellTable>& other);
     Result load_paged(int32_t seq, const state::Plan& plan);
+    // load_paged with a window group (state.cpp): plans the group's cells
+    // of the loaded cells (per_seq: each loaded sequence's records, in
+    // token order) on a copy of its table, records every layer's rows, and
+    // swaps the group in (returning the undo).
+    struct GroupLoad;
+    Result plan_group_load(int32_t seq, const state::Plan& plan, const std::vector<std::vector<uint32_t>>& per_seq,
+                           uint32_t first, uint32_t last, GroupLoad* out);
+    Result record_group_load(vk::Stream& stream, const state::Plan& plan, const std::vector<uint32_t>& cells,
+                             const std::vector<uint32_t>& order, const GroupLoad& group);
+    std::function<void()> commit_group_load(const GroupLoad& group);
     // A swap-in target: a sequence id in range that holds no token.
     Result check_swap_in(int32_t seq) const;
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -169,7 +170,6 @@ Result Cache::describe_state(int32_t seq, state::Description* out) const {
 
 Result Cache::state_save(int32_t seq, void* out, uint64_t* size) {
     if (!size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "size is NULL");
-    if (is_paged()) KVRT_TRY(require_no_window_group("saving the state of a paged cache"));
     state::Description d;
     state::Extents e;
     KVRT_TRY(describe_state(seq, &d));
@@ -423,6 +423,114 @@ Result Cache::load_static(int32_t seq, const state::Plan& plan) {
     return r;
 }
 
+// The loaded cells of a paged cache with a window group: each one's group
+// token (position, sequences) and the state's row of it in the windowed
+// layers, planned on a copy of the group's table.
+struct Cache::GroupLoad {
+    std::shared_ptr<kv::CellTable> table;
+    std::vector<uint32_t> cells, group_cells, rows;  // cache cell, group cell, windowed-layer row
+};
+
+Result Cache::plan_group_load(int32_t seq, const state::Plan& plan, const std::vector<std::vector<uint32_t>>& per_seq,
+                              uint32_t first, uint32_t last, GroupLoad* out) {
+    const state::Description& d = plan.desc;
+    const uint32_t n = d.header.n_cells;
+    const bool saved_group = d.header.flags & state::kFlagWindowGroup;
+    // Each record's group record (a state without a group: itself, for all
+    // its sequences).
+    std::vector<int32_t> group_of(n, -1);
+    for (size_t j = 0; j < d.group.size(); ++j) group_of[d.group[j].record] = static_cast<int32_t>(j);
+    const auto held = [&](uint32_t record, int32_t s) {
+        if (!saved_group) return true;
+        const int32_t j = group_of[record];
+        if (j < 0) return false;
+        if (seq >= 0) return true;  // a sequence state's records are the sequence's
+        const state::GroupRecord& g = d.group[static_cast<size_t>(j)];
+        const int32_t* ids = d.group_seq_ids.data() + g.seq_begin;
+        return std::binary_search(ids, ids + g.n_seq, s);
+    };
+    // Per loaded cell of the pool, its group token.
+    std::vector<int32_t> token_of(geo_.capacity, -1);
+    std::vector<int32_t> pos;
+    std::vector<std::vector<int32_t>> seqs;
+    for (uint32_t s = first; s < last; ++s) {
+        const std::vector<uint32_t>& list = per_seq[s];
+        for (uint32_t t = 0; t < list.size(); ++t) {
+            if (!held(list[t], static_cast<int32_t>(s))) continue;
+            const uint32_t c = pool_.slot(static_cast<int32_t>(s), t);
+            if (token_of[c] < 0) {
+                token_of[c] = static_cast<int32_t>(out->cells.size());
+                out->cells.push_back(c);
+                out->rows.push_back(saved_group ? static_cast<uint32_t>(group_of[list[t]]) : list[t]);
+                pos.push_back(d.cells[list[t]].pos);
+                seqs.emplace_back();
+            }
+            seqs[static_cast<size_t>(token_of[c])].push_back(static_cast<int32_t>(s));
+        }
+    }
+    const uint32_t m = static_cast<uint32_t>(out->cells.size());
+    // The new group table, on a copy, in cells free before the load first.
+    const kv::CellTable& live = win_->table_;
+    out->table = std::make_shared<kv::CellTable>(live);
+    if (seq < 0) out->table->clear();
+    else KVRT_TRY(out->table->seq_rm(seq, -1, -1));
+    out->group_cells.resize(m);
+    uint32_t k = 0;
+    for (uint32_t c = 0; c < live.capacity() && k < m; ++c)
+        if (live.cell_is_empty(c)) out->group_cells[k++] = c;
+    if (k < m) {
+        k = 0;
+        for (uint32_t c = 0; c < out->table->capacity() && k < m; ++c)
+            if (out->table->cell_is_empty(c)) out->group_cells[k++] = c;
+    }
+    if (k < m)
+        return fail(KVRT_ERROR_CACHE_FULL, "the state's windowed layers hold %u cells, the window group has %u for them",
+                    m, k);
+    std::vector<kv::Token> tokens(m);
+    for (uint32_t i = 0; i < m; ++i)
+        tokens[i] = {pos[i], seqs[i].data(), static_cast<uint32_t>(seqs[i].size())};
+    kv::Placement placement;
+    KVRT_TRY(out->table->plan(tokens.data(), m, &placement, out->group_cells.data(), true));
+    return out->table->apply(placement);
+}
+
+Result Cache::record_group_load(vk::Stream& stream, const state::Plan& plan, const std::vector<uint32_t>& cells,
+                                const std::vector<uint32_t>& order, const GroupLoad& group) {
+    for (uint32_t l = 0; l < geo_.n_layers; ++l) {
+        const bool windowed = geo_.in_window_group(l);
+        const uint32_t rows = static_cast<uint32_t>(windowed ? group.cells.size() : cells.size());
+        if (!rows) continue;
+        for (Array array : {Array::K, Array::V}) {
+            LoadRows r;
+            KVRT_TRY(make_rows(plan, array, array == Array::K ? geo_.k : geo_.v, geo_.n_kv_heads,
+                               windowed ? &group.rows : &order, &r, static_cast<int32_t>(l)));
+            if (windowed)
+                KVRT_TRY(win_->record_array(stream, array, rows, group.group_cells.data(),
+                                            static_cast<uint32_t>(geo_.window_local[l]), 0, r.src));
+            else
+                KVRT_TRY(record_array(stream, array, rows, cells.data(), l, 0, r.src));
+        }
+    }
+    return KVRT_SUCCESS;
+}
+
+std::function<void()> Cache::commit_group_load(const GroupLoad& group) {
+    auto links = std::make_shared<std::pair<std::vector<int32_t>, std::vector<uint32_t>>>(win_of_, cell_of_);
+    std::shared_ptr<kv::CellTable> table = group.table;
+    std::swap(win_->table_, *table);
+    for (size_t i = 0; i < group.cells.size(); ++i) {
+        win_of_[group.cells[i]] = static_cast<int32_t>(group.group_cells[i]);
+        cell_of_[group.group_cells[i]] = group.cells[i];
+    }
+    window_forget_floors();
+    return [this, table, links]() {
+        std::swap(win_->table_, *table);
+        std::swap(win_of_, links->first);
+        std::swap(cell_of_, links->second);
+        window_forget_floors();
+    };
+}
+
 Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
     const state::Description& d = plan.desc;
     const uint32_t B = geo_.block_size;
@@ -513,14 +621,28 @@ Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
         return r;
     }
 
+    // The window group's cells: one per loaded cell whose record the group
+    // held for the sequence (for all the sequences that map the cell).
+    GroupLoad group;
+    if (win_) r = plan_group_load(seq, plan, per_seq, first, last, &group);
+    if (r != KVRT_SUCCESS) {
+        restore();
+        return r;
+    }
+
     // The rows, in one submission.
     LoadRows k, v;
     const uint32_t n = uint32_t(cells.size());
-    r = make_rows(plan, Array::K, geo_.k, geo_.n_kv_heads, &order, &k);
-    if (r == KVRT_SUCCESS) r = make_rows(plan, Array::V, geo_.v, geo_.n_kv_heads, &order, &v);
     vk::Transaction tx(this, nullptr, own_);
-    if (r == KVRT_SUCCESS) r = tx.begin();
-    if (r == KVRT_SUCCESS && n) r = record_writes(tx.stream(), n, cells.data(), -1, k.src, v.src);
+    if (!win_) {
+        r = make_rows(plan, Array::K, geo_.k, geo_.n_kv_heads, &order, &k);
+        if (r == KVRT_SUCCESS) r = make_rows(plan, Array::V, geo_.v, geo_.n_kv_heads, &order, &v);
+        if (r == KVRT_SUCCESS) r = tx.begin();
+        if (r == KVRT_SUCCESS && n) r = record_writes(tx.stream(), n, cells.data(), -1, k.src, v.src);
+    } else {
+        r = tx.begin();
+        if (r == KVRT_SUCCESS) r = record_group_load(tx.stream(), plan, cells, order, group);
+    }
 
     // The table: every replaced sequence leaves its cells, then every loaded
     // one joins its new ones (fresh rows: no pending shift).
@@ -544,14 +666,21 @@ Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
         restore();
         return r;
     }
-    tx.on_undo(restore);
+    if (win_) {
+        auto undo = commit_group_load(group);
+        tx.on_undo([restore, undo]() {
+            restore();
+            undo();
+        });
+    } else {
+        tx.on_undo(restore);
+    }
     // Past a timed-out wait the rows land later: the new pool and table describe them.
     tx.keep_on_timeout();
     return tx.finish();
 }
 
 Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
-    if (is_paged()) KVRT_TRY(require_no_window_group("loading the state of a paged cache"));
     state::Plan plan;
     KVRT_TRY(state::parse(data, size, &plan));
     KVRT_TRY(check_state_fits(seq, plan));
@@ -559,7 +688,7 @@ Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
         if (!win_)
             return fail(KVRT_ERROR_INVALID_ARGUMENT,
                         "the state keeps its windowed layers' rows in a window group (the cells their windows still "
-                        "see); load it into a cell cache with the same windowed layers and a kvrt_window_layout_desc");
+                        "see); load it into a cache with the same windowed layers and a kvrt_window_layout_desc");
         for (uint32_t l = 0; l < geo_.n_layers; ++l)
             if (plan.desc.windowed[l] != geo_.in_window_group(l))
                 return fail(KVRT_ERROR_INVALID_ARGUMENT,
@@ -580,7 +709,6 @@ Result Cache::seq_swap_out(int32_t seq, void* out, uint64_t* size) {
 }
 
 Result Cache::check_swap_in(int32_t seq) const {
-    if (is_paged()) KVRT_TRY(require_no_window_group("swapping in to a paged cache"));
     if (seq < 0 || seq >= static_cast<int32_t>(geo_.max_seqs))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
     if (table_.seq_cell_count(seq) != 0)

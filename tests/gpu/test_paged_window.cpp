@@ -582,10 +582,7 @@ TEST_CASE("paged window group: a full group refuses and changes nothing", "[page
     KVRT_REQUIRE_OK(kvrt_cache_paged_append(c, nullptr, 0, 4, ids, ps, cells.data()));
     CHECK(impl(c).window_group()->table().used() == 2 + 11 + 4);  // sinks, 9..19, 20..23
     verify_group(c);
-    // States of a paged cache with a group are refused.
-    uint64_t size = 0;
-    CHECK(kvrt_cache_state_save(c, -1, nullptr, &size) == KVRT_ERROR_UNSUPPORTED);
-    CHECK(kvrt_cache_seq_swap_out(c, 0, nullptr, &size) == KVRT_ERROR_UNSUPPORTED);
+
     kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
@@ -633,4 +630,112 @@ TEST_CASE("paged window group: admit at the window's edge, and blocks computed a
         pair.check(0);
         CHECK(pair.checked() == 3 * 3);
     }
+}
+
+namespace {
+
+// Attention of every sequence at positions 0..max in every layer of two
+// paged caches with the same windows: the same result, and the same values
+// up to the order of the sums. Returns the windowed-layer queries answered.
+uint32_t same_answers(kvrt_cache a, kvrt_cache b, int32_t max_pos) {
+    const Shape sh = shape();
+    uint32_t answered = 0;
+    for (int32_t s = 0; s < static_cast<int32_t>(kSeqs); ++s)
+        for (int32_t pos = 0; pos <= max_pos; pos += 5) {
+            std::vector<float> q(size_t{sh.heads} * sh.dk);
+            for (size_t i = 0; i < q.size(); ++i) q[i] = 0.03f * static_cast<float>((i * 5 + s + pos) % 19) - 0.25f;
+            for (uint32_t layer = 0; layer < sh.layers; ++layer) {
+                std::vector<float> x, y;
+                const kvrt_result rx = try_attend(a, layer, {s}, {pos}, q, &x);
+                const kvrt_result ry = try_attend(b, layer, {s}, {pos}, q, &y);
+                INFO("sequence " << s << ", position " << pos << ", layer " << layer);
+                REQUIRE(rx == ry);
+                if (rx != KVRT_SUCCESS) continue;
+                REQUIRE(kvrt::ref::nmse(x, y) <= 1e-12);
+                if (kWindows[layer]) ++answered;
+            }
+        }
+    return answered;
+}
+
+std::vector<uint8_t> state_of_cache(kvrt_cache c, int32_t seq) {
+    uint64_t size = 0;
+    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, nullptr, &size));
+    std::vector<uint8_t> bytes(size);
+    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, bytes.data(), &size));
+    return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("paged window group: state save, load and swap keep what the group holds", "[paged][window][state]") {
+    GpuContext ctx;
+    Pair pair(ctx);
+    // A prompt shared by three sequences (admitted, forked), each going on:
+    // the group drops rows as they decode, and shares what they share.
+    const Prompt p = prompt(40, 9);
+    CHECK(pair.admit(0, p).first == 0);
+    pair.fork(0, 1);
+    Prompt q = p;
+    q.ids.push_back(41);
+    q.pos.push_back(40);
+    CHECK(pair.admit(2, q) == std::make_pair(32u, 32u));
+    for (int32_t t = 40; t < 52; ++t) REQUIRE(pair.append(0, {300 + t}, {t}) == KVRT_SUCCESS);
+    for (int32_t t = 40; t < 45; ++t) REQUIRE(pair.append(1, {400 + t}, {t}) == KVRT_SUCCESS);
+    pair.check(0);
+    const kvrt_cache g = pair.grouped();
+
+    const std::vector<uint8_t> state = state_of_cache(g, -1);
+    CHECK(state[8] == 3);
+    CHECK(state.size() < state_of_cache(pair.plain(), -1).size());
+    kvrt_cache loaded = make(ctx, true);
+    KVRT_REQUIRE_OK(kvrt_cache_state_load(loaded, -1, state.data(), state.size()));
+    verify_group(loaded);
+    for (int32_t s = 0; s < static_cast<int32_t>(kSeqs); ++s) {
+        int32_t a = -1, b = -2;
+        KVRT_REQUIRE_OK(kvrt_cache_seq_window_pos_min(g, s, &a));
+        KVRT_REQUIRE_OK(kvrt_cache_seq_window_pos_min(loaded, s, &b));
+        CHECK(a == b);
+    }
+    CHECK(same_answers(g, loaded, 55) > 20);
+
+    // A sequence swapped out and back in answers as before.
+    uint64_t size = 0;
+    KVRT_REQUIRE_OK(kvrt_cache_seq_swap_out(loaded, 1, nullptr, &size));
+    std::vector<uint8_t> swapped(size);
+    KVRT_REQUIRE_OK(kvrt_cache_seq_swap_out(loaded, 1, swapped.data(), &size));
+    KVRT_REQUIRE_OK(kvrt_cache_seq_swap_in(loaded, 1, swapped.data(), swapped.size()));
+    verify_group(loaded);
+    CHECK(same_answers(g, loaded, 55) > 20);
+
+    // The plain paged cache's state loads into a grouped one: every row.
+    const std::vector<uint8_t> plain_state = state_of_cache(pair.plain(), -1);
+    kvrt_cache from_plain = make(ctx, true);
+    KVRT_REQUIRE_OK(kvrt_cache_state_load(from_plain, -1, plain_state.data(), plain_state.size()));
+    verify_group(from_plain);
+    CHECK(same_answers(pair.plain(), from_plain, 55) > 40);
+    // A group's state needs a group.
+    CHECK(kvrt_cache_state_load(pair.plain(), -1, state.data(), state.size()) == KVRT_ERROR_INVALID_ARGUMENT);
+
+    // A load that fails at any point changes nothing.
+    uint32_t failures = 0;
+    for (uint64_t n = 1;; ++n) {
+        const State before = state_of(from_plain, kSeqs);
+        const uint32_t group_used = impl(from_plain).window_group()->table().used();
+        kvrt::fault::arm(n);
+        const kvrt_result r = kvrt_cache_state_load(from_plain, -1, state.data(), state.size());
+        kvrt::fault::arm(0);
+        if (r == KVRT_SUCCESS || r == KVRT_ERROR_TIMEOUT) break;
+        INFO("fault point " << n << ": " << kvrt_last_error_message());
+        ++failures;
+        REQUIRE(state_of(from_plain, kSeqs) == before);
+        REQUIRE(impl(from_plain).window_group()->table().used() == group_used);
+        verify_group(from_plain);
+        REQUIRE(n < 200);
+    }
+    CHECK(failures > 0);
+    CHECK(same_answers(g, from_plain, 55) > 20);
+    kvrt_cache_destroy(from_plain);
+    kvrt_cache_destroy(loaded);
+    REQUIRE(ctx.validation_errors() == 0);
 }

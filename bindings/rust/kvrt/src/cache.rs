@@ -110,12 +110,10 @@ pub struct StaticLayoutDesc {
 /// - attention with [`AttentionParams::n_keep`] above `n_keep` in a windowed
 ///   layer fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument);
 /// - a state ([`Cache::state_save`], [`Cache::seq_swap_out`] and their file
-///   forms) keeps exactly the rows the group holds, and loads into a cell
-///   cache with the same windowed layers and a window group (a state without
-///   a group loads too, when the group has a cell for each of its cells);
-///   with the paged layout, states and swaps fail with
-///   [`Error::Unsupported`](crate::Error::Unsupported), as transfers do with
-///   either layout.
+///   forms) keeps exactly the rows the group holds, and loads into a cache
+///   with the same windowed layers and a window group (a state without a
+///   group loads too, when the group has a cell for each of its cells);
+///   transfers fail with [`Error::Unsupported`](crate::Error::Unsupported).
 ///
 /// A store or place fails with [`Error::CacheFull`](crate::Error::CacheFull)
 /// (nothing placed) when the group lacks a cell for each token: size it for
