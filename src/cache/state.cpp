@@ -69,9 +69,9 @@ Result make_rows(const state::Plan& plan, Array array, const kv::RowGeometry& g,
         s.layer_stride = layer < 0 ? plan.extents.layer_bytes : 0;
         return KVRT_SUCCESS;
     }
-    auto src_row = [&](uint32_t layer, uint32_t t) {
+    auto src_row = [&](uint32_t l, uint32_t t) {
         const uint32_t rec = order ? (*order)[t] : t;
-        return (is_k ? plan.k_rows(layer) : plan.v_rows(layer)) + uint64_t{rec} * row;
+        return (is_k ? plan.k_rows(l) : plan.v_rows(l)) + uint64_t{rec} * row;
     };
     // The copy's size, checked against what the host can address.
     const uint64_t unit = same ? row : uint64_t{n_kv_heads} * head_dim * 4;
