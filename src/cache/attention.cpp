@@ -17,8 +17,8 @@ namespace {
 uint64_t elem_size(kvrt_type t) { return t == KVRT_TYPE_F16 ? 2 : 4; }
 
 // How many partial results each row gets (ops/tuning.hpp, ops::AttnPlan).
-uint32_t choose_splits(const ops::Tuning& t, const ops::AttnPlan& plan, uint32_t n_cells, uint32_t n_tiles) {
-    uint32_t splits = (plan.target_units + n_tiles - 1) / n_tiles;
+uint32_t choose_splits(const ops::Tuning& t, const ops::AttnPlan& plan, uint32_t n_cells, uint32_t n_units) {
+    uint32_t splits = (plan.target_units + n_units - 1) / n_units;
     splits = std::min(splits, std::max<uint32_t>(1, n_cells / t.attn_min_split_cells));
     splits = std::max(splits, (n_cells + plan.max_split_cells - 1) / plan.max_split_cells);
     return std::max<uint32_t>(1, std::min<uint32_t>(splits, t.attn_max_splits));
@@ -192,8 +192,8 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     const uint32_t group = geo_.n_heads / geo_.n_kv_heads;
     shape.n_queries = n_queries;
     const ops::AttnPlan plan = ops::plan_attention(tuning, shape);
-    const uint32_t n_tiles = geo_.n_kv_heads * plan.tiles_per_kv;
-    const uint32_t total_splits = choose_splits(tuning, plan, n_cells, n_tiles);
+    const uint32_t n_units = geo_.n_kv_heads * plan.units_per_kv;
+    const uint32_t total_splits = choose_splits(tuning, plan, n_cells, n_units);
     uint32_t splits_total = 0;
     for (ops::AttnSegment& seg : segments) {
         seg.splits = std::max<uint32_t>(

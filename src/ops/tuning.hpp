@@ -63,6 +63,20 @@ struct Tuning {
     // 32 queries over 4,096 cells (1,266 ms against 114 ms: llvmpipe runs a
     // workgroup with barriers as coroutines, and compiles it for seconds),
     // and it has not been measured on a GPU.
+    // Cooperative row tiles (attention.comp's shuffle build with COOP): the
+    // lanes of a subgroup own attn_coop_lanes consecutive row tiles of one
+    // KV head and read each cell's K and V rows once between them, passing
+    // the octets around with shuffles. Used for calls with at least
+    // attn_coop_min_rows query rows per KV head (every lane then has live
+    // rows), on CPU drivers with basic, vote and shuffle subgroup operations
+    // and one fixed subgroup size, unless the context asks for portable or
+    // tiled kernels. On llvmpipe a buffer load inside a loop costs a loop
+    // over the SIMD lanes; 32 queries over 4,096 cells (32/8 heads, dim 128,
+    // f16) took 322 ms with the row-tile kernel and 145 ms with this one on
+    // lavapipe (2 cores). Not used on GPUs, where it has not been measured.
+    uint32_t attn_coop_lanes = 0;  // 0: never
+    uint32_t attn_coop_min_rows = UINT32_MAX;
+    uint32_t attn_coop_target_units = 16;  // subgroups in flight before splitting cells
     bool attn_tiled_forced = false;
     uint32_t attn_tiled_min_rows = UINT32_MAX;
     uint32_t attn_tiled_workgroup = 64;
@@ -125,6 +139,10 @@ struct Tuning {
         uint32_t workgroup = 64;
     };
     Lanes attn_lanes(uint32_t octets) const;
+    // The cooperative kernel's lanes: one row tile per lane (lanes = 1), the
+    // subgroup size required where the device can require it, and a
+    // workgroup of whole subgroups. Only when attn_coop_lanes > 0.
+    Lanes attn_coop() const;
     // Cells per tile of the tiled kernel for heads of dk and dv values: the
     // most (up to attn_tiled_max_cells) whose f32 K and V fit the shared
     // memory; 0 when not even one does.
