@@ -193,6 +193,94 @@ TEST_CASE("the tiled attention kernel matches the reference for every type and o
     }
 }
 
+// The cooperative row-tile kernel (the shuffle build with COOP, picked on
+// CPU drivers for batches of many query rows per KV head) against the
+// reference: quantized, static-scale and f16 K/V, head dims that leave lanes
+// without an octet of their own (32, 80) or give each one (64), GQA, f16
+// queries and outputs, every option, holes and shared prefixes, windows.
+// Every case has at least attn_coop_min_rows rows per KV head, so it runs
+// this kernel, with lanes past the last tile where the rows run out.
+TEST_CASE("the cooperative attention kernel matches the reference for every type and option",
+          "[kernels][attention]") {
+    if (std::getenv("KVRT_KERNELS")) {
+        WARN("KVRT_KERNELS is set: it decides the kernels of every context");
+        return;
+    }
+    GpuContext ctx;
+    const kvrt::ops::Tuning t = tuning_of(ctx);
+    if (t.attn_coop_lanes == 0) {
+        WARN("this device does not run the cooperative kernel (a GPU, or no fixed subgroup size)");
+        return;
+    }
+    const auto check = [&](AttnCase c, const char* what) {
+        c.capacity = 512;
+        const uint32_t rows_per_kv = c.n_seqs * c.n_queries * (c.n_heads / c.n_kv_heads);
+        REQUIRE(rows_per_kv >= t.attn_coop_min_rows);
+        const AttnOutcome o = run_attention_case(ctx, c);
+        INFO(what << ": dims " << c.dk << "/" << c.dv << ", types " << kvrt_type_name(c.k_type) << "/"
+                  << kvrt_type_name(c.v_type) << ", " << rows_per_kv << " rows per KV head, nmse " << o.nmse);
+        CHECK(o.values > 0);
+        CHECK(o.nmse <= 1e-6);
+        CHECK(o.guard_ok);
+    };
+    const uint32_t min_rows = t.attn_coop_min_rows;
+    // One pipeline per case, each compiled for tens of seconds on lavapipe:
+    // the loaders themselves are the row-tile kernel's, tested for every
+    // type there; here they run split across lanes.
+    const std::pair<kvrt_type, kvrt_type> types[] = {{KVRT_TYPE_F16, KVRT_TYPE_F16},
+                                                     {KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0},
+                                                     {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}};
+    for (const auto& [kt, vt] : types) {
+        AttnCase c;
+        c.k_type = kt;
+        c.v_type = vt;
+        if (kt == KVRT_TYPE_U8_STATIC) c.k_scales = {{1.0f / 32, 128}};
+        if (vt == KVRT_TYPE_U16_STATIC) c.v_scales = {{1.0f / 4096, 32768}};
+        c.n_seqs = 2;
+        c.tokens_per_seq = 90;
+        c.n_queries = (min_rows + 3) / 4 + 3;  // 2 sequences, group 2: a last tile group part empty
+        c.seed = 31 + static_cast<uint32_t>(kt) * 7 + static_cast<uint32_t>(vt);
+        check(c, "types");
+    }
+    for (uint32_t dim : {32u, 80u}) {
+        AttnCase c;
+        c.dk = c.dv = dim;
+        c.tokens_per_seq = 100;
+        c.n_queries = min_rows / 2 + 1;
+        c.seed = dim + 3;
+        check(c, "head dim");
+    }
+    {
+        AttnCase c;  // GQA 8:1 and f16 queries and outputs, holes, a shared prefix over 3 sequences
+        c.n_heads = 8;
+        c.n_kv_heads = 1;
+        c.q_type = c.out_type = KVRT_TYPE_F16;
+        c.n_seqs = 3;
+        c.tokens_per_seq = 80;
+        c.shared_prefix = 20;
+        c.holes = 5;
+        c.n_queries = (min_rows + 23) / 24 + 1;
+        check(c, "GQA, f16, holes, shared prefix");
+    }
+    {
+        AttnCase c;  // every option at once, and a sliding window with sinks
+        c.window = 24;
+        c.params.n_keep = 4;
+        c.params.softcap = 20.0f;
+        c.params.max_bias = 8.0f;
+        c.n_queries = min_rows / 2;
+        std::vector<float> sinks(c.n_heads);
+        for (uint32_t h = 0; h < c.n_heads; ++h) sinks[h] = 0.5f * static_cast<float>(h) - 1.0f;
+        c.params.sinks = sinks.data();
+        check(c, "options");
+        c.params = KVRT_ATTENTION_PARAMS_INIT;
+        c.window = 0;
+        c.params.flags = KVRT_ATTENTION_NON_CAUSAL;
+        check(c, "non-causal");
+    }
+    CHECK(ctx.validation_errors() == 0);
+}
+
 TEST_CASE("lane groups fit the subgroups of every kind of device", "[kernels]") {
     // Tables as devices report them: fixed subgroups with size control,
     // ranges that may be required, and no size control at all.
