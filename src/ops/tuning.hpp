@@ -71,9 +71,10 @@ struct Tuning {
     // rows), on CPU drivers with basic, vote and shuffle subgroup operations
     // and one fixed subgroup size, unless the context asks for portable or
     // tiled kernels. On llvmpipe a buffer load inside a loop costs a loop
-    // over the SIMD lanes; 32 queries over 4,096 cells (32/8 heads, dim 128,
-    // f16) took 322 ms with the row-tile kernel and 145 ms with this one on
-    // lavapipe (2 cores). Not used on GPUs, where it has not been measured.
+    // over the SIMD lanes. Lavapipe (2 cores), 128 queries over 4,096 cells
+    // (32/8 heads, dim 128, f16), interleaved runs: 887 ms with the row-tile
+    // kernel (1,205 ms before its 16-byte loads), 644 ms with this one.
+    // Not used on GPUs, where it has not been measured.
     uint32_t attn_coop_lanes = 0;  // 0: never
     uint32_t attn_coop_min_rows = UINT32_MAX;
     uint32_t attn_coop_target_units = 16;  // subgroups in flight before splitting cells
