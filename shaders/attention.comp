@@ -26,16 +26,6 @@
 // depend on how many there are. A cell no row of the tile sees costs its
 // metadata words only.
 //
-// Cooperative row tiles (SHUFFLE builds with COOP = 1, for batches of many
-// query rows on CPU drivers): the lanes of a subgroup own SG consecutive row
-// tiles of one KV head and walk the same split's cells together. Each lane
-// loads and dequantizes every SG-th octet of a cell's K and V rows, and the
-// lanes pass the octets around with subgroup shuffles of constant index. On
-// llvmpipe a buffer load inside control flow is a loop over the SIMD lanes,
-// so a row read once per subgroup instead of once per lane is what makes a
-// prefill batch fast there; a shuffle of constant index is one vector
-// permute.
-//
 // Every loop but the cell loop is [[unroll]]: besides being faster, this is a
 // workaround for llvmpipe (lavapipe), which silently leaves loops after 65535
 // back-edges per invocation in total; the host keeps splits below that.
@@ -44,7 +34,6 @@
 #ifdef SHUFFLE
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
-#extension GL_KHR_shader_subgroup_vote : require
 #endif
 #include "common.glsl"
 #include "kv_load.glsl"
@@ -59,25 +48,20 @@ layout(constant_id = 4) const uint LG = 8;  // lanes per group (1 without SHUFFL
 layout(constant_id = 5) const uint DEFERRED = 0;
 layout(constant_id = 6) const uint N_ROT = 0;
 layout(constant_id = 7) const uint NEOX = 0;
-// Cooperative row tiles (SHUFFLE builds only): 1 on, SG lanes per subgroup.
-layout(constant_id = 8) const uint COOP = 0;
-layout(constant_id = 9) const uint SG = 8;
 // Rows read 16 bytes at a time: bit 0 for K, bit 1 for V (F32 and F16 rows
 // whose base, row stride and head offset are multiples of 16 bytes).
-layout(constant_id = 10) const uint VEC4 = 0;
+layout(constant_id = 8) const uint VEC4 = 0;
 // What the call uses, so that the kernel leaves out the rest (llvmpipe runs
 // both sides of every branch, a load under a false condition included):
 // bit 0 a token tree, bit 1 a softcap, bit 2 one 32-bit word of sequence
 // bits per cell (every row reads the same word).
-layout(constant_id = 11) const uint OPTS = 7;
+layout(constant_id = 9) const uint OPTS = 7;
 const bool HAS_TREE = (OPTS & 1u) != 0u;
 const bool HAS_SOFTCAP = (OPTS & 2u) != 0u;
 const bool ONE_SEQ_WORD = (OPTS & 4u) != 0u;
 
 const uint OK = (D_K / 8u + LG - 1u) / LG;  // K octets per lane
 const uint OV = (D_V / 8u + LG - 1u) / LG;  // V octets per lane
-const uint CK = (D_K / 8u + SG - 1u) / SG;  // COOP: K octets each lane loads
-const uint CV = (D_V / 8u + SG - 1u) / SG;
 
 layout(std430, set = 0, binding = 0) readonly buffer KBuf { uint k_words[]; };
 layout(std430, set = 0, binding = 1) readonly buffer VBuf { uint v_words[]; };
@@ -203,38 +187,20 @@ void main() {
     // size, or keeps LG within the smallest size the device may use), and
     // subgroups are full (required where the device offers it; the workgroup
     // is whole subgroups), so a workgroup's groups are 0 .. size / LG - 1.
-    const uint lane = COOP != 0u ? 0u : gl_SubgroupInvocationID % LG;  // COOP: LG = 1
+    const uint lane = gl_SubgroupInvocationID % LG;
     const uint group_in_wg = gl_SubgroupID * (gl_SubgroupSize / LG) + gl_SubgroupInvocationID / LG;
 #else
     const uint lane = 0u;
     const uint group_in_wg = gl_LocalInvocationIndex;
 #endif
-    uint tile, split, kvh, first_row;  // first_row: within this KV head
-#ifdef SHUFFLE
-    if (COOP != 0u) {
-        // A unit (KV head, group of SG tiles, split) per subgroup; the
-        // workgroup is whole subgroups of SG lanes, all active. Lanes past
-        // the last tile keep no live row but load and shuffle with the rest.
-        const uint tile_groups = (pc.tiles_per_kv + SG - 1u) / SG;
-        const uint unit = gl_WorkGroupID.x * (gl_WorkGroupSize.x / SG) + gl_SubgroupID;
-        if (unit >= pc.n_kv_heads * tile_groups * pc.n_splits) return;  // whole subgroups leave together
-        split = unit % pc.n_splits;
-        const uint kg = unit / pc.n_splits;
-        kvh = kg / tile_groups;
-        tile = (kg - kvh * tile_groups) * SG + gl_SubgroupInvocationID;
-        first_row = tile * R;
-    } else
-#endif
-    {
-        const uint groups_per_wg = gl_WorkGroupSize.x / LG;
-        const uint gid = gl_WorkGroupID.x * groups_per_wg + group_in_wg;
-        const uint n_tiles = pc.n_kv_heads * pc.tiles_per_kv;
-        if (gid >= n_tiles * pc.n_splits) return;  // whole groups leave together
-        tile = gid / pc.n_splits;
-        split = gid - tile * pc.n_splits;
-        kvh = tile / pc.tiles_per_kv;
-        first_row = (tile - kvh * pc.tiles_per_kv) * R;
-    }
+    const uint groups_per_wg = gl_WorkGroupSize.x / LG;
+    const uint gid = gl_WorkGroupID.x * groups_per_wg + group_in_wg;
+    const uint n_tiles = pc.n_kv_heads * pc.tiles_per_kv;
+    if (gid >= n_tiles * pc.n_splits) return;  // whole groups leave together
+    const uint tile = gid / pc.n_splits;
+    const uint split = gid - tile * pc.n_splits;
+    const uint kvh = tile / pc.tiles_per_kv;
+    const uint first_row = (tile - kvh * pc.tiles_per_kv) * R;  // within this KV head
     if (K_FMT >= 5) {
         k_scale = uintBitsToFloat(meta_words[pc.params_offset]);
         k_zp = int(meta_words[pc.params_offset + 1u]);
@@ -346,26 +312,9 @@ void main() {
             vis[r] = v;
             any = any || v;
         }
-#ifdef SHUFFLE
-        if (COOP != 0u) any = subgroupAny(any);
-#endif
-        if (!any) continue;  // uniform in the lane group (COOP: the subgroup): no lane reads the rows
+        if (!any) continue;  // uniform in the lane group: no lane reads the rows
         const uint kb = pc.k_base + c * pc.k_row + kvh * pc.k_head_bytes;
         const uint vb = pc.v_base + c * pc.v_row + kvh * pc.v_head_bytes;
-        // COOP: this lane's share of the rows, octets lane, lane + SG, ...
-        float k_own[CK][8], v_own[CV][8];
-#ifdef SHUFFLE
-        if (COOP != 0u) {
-            [[unroll]] for (uint t = 0u; t < CK; ++t) {
-                const uint o = gl_SubgroupInvocationID + t * SG;
-                load_k(kb, min(o, D_K / 8u - 1u), k_own[t]);  // past the head: a repeat, never used
-            }
-            [[unroll]] for (uint t = 0u; t < CV; ++t) {
-                const uint o = gl_SubgroupInvocationID + t * SG;
-                load_v(vb, min(o, D_V / 8u - 1u), v_own[t]);  // past the head: a repeat, never used
-            }
-        }
-#endif
 
         float s[R];
         [[unroll]] for (uint r = 0u; r < R; ++r) s[r] = 0.0;
@@ -373,13 +322,7 @@ void main() {
             const uint o = lane + i * LG;
             if (o >= D_K / 8u) break;
             float kv[8];
-            if (COOP != 0u) {
-#ifdef SHUFFLE
-                [[unroll]] for (uint j = 0u; j < 8u; ++j) kv[j] = subgroupShuffle(k_own[o / SG][j], o % SG);
-#endif
-            } else {
-                load_k(kb, o, kv);
-            }
+            load_k(kb, o, kv);
             if (DEFERRED != 0u) {
                 [[unroll]] for (uint j = 0u; j < 8u; ++j) {
                     const uint d = o * 8u + j;
@@ -419,13 +362,7 @@ void main() {
             const uint o = lane + i * LG;
             if (o >= D_V / 8u) break;
             float vv[8];
-            if (COOP != 0u) {
-#ifdef SHUFFLE
-                [[unroll]] for (uint j = 0u; j < 8u; ++j) vv[j] = subgroupShuffle(v_own[o / SG][j], o % SG);
-#endif
-            } else {
-                load_v(vb, o, vv);
-            }
+            load_v(vb, o, vv);
             [[unroll]] for (uint r = 0u; r < R; ++r)
                 [[unroll]] for (uint j = 0u; j < 8u; ++j) acc[r][i * 8u + j] += p[r] * vv[j];
         }

@@ -192,7 +192,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     const uint32_t group = geo_.n_heads / geo_.n_kv_heads;
     shape.n_queries = n_queries;
     const ops::AttnPlan plan = ops::plan_attention(tuning, shape);
-    const uint32_t n_units = geo_.n_kv_heads * plan.units_per_kv;
+    const uint32_t n_units = geo_.n_kv_heads * plan.tiles_per_kv;
     const uint32_t total_splits = choose_splits(tuning, plan, n_cells, n_units);
     uint32_t splits_total = 0;
     for (ops::AttnSegment& seg : segments) {

@@ -74,12 +74,6 @@ AttnPlan plan_attention(const Tuning& tuning, const AttnShape& shape) {
         const uint32_t per_tile = 1 + load_iters + rot_iters + tile_cells;
         p.max_split_cells = std::min<uint32_t>(tuning.attn_max_split_cells, 60000 / per_tile * tile_cells);
         p.rows_per_workgroup = p.rows;
-    } else if (tuning.attn_coop_lanes > 0 && rows_per_kv >= tuning.attn_coop_min_rows) {
-        p.coop_lanes = tuning.attn_coop_lanes;
-        p.rows = tuning.attn_tile_rows;
-        p.target_units = tuning.attn_coop_target_units;
-        p.max_split_cells = tuning.attn_max_split_cells;
-        p.rows_per_workgroup = p.rows * tuning.attn_coop().workgroup;
     } else {
         p.rows = std::min<uint32_t>(tuning.attn_tile_rows, pow2_at_least(rows_per_kv));
         p.target_units = tuning.attn_target_groups;
@@ -88,7 +82,6 @@ AttnPlan plan_attention(const Tuning& tuning, const AttnShape& shape) {
         p.rows_per_workgroup = p.rows * (lanes.workgroup / lanes.lanes);
     }
     p.tiles_per_kv = (rows_per_kv + p.rows - 1) / p.rows;
-    p.units_per_kv = p.coop_lanes > 0 ? (p.tiles_per_kv + p.coop_lanes - 1) / p.coop_lanes : p.tiles_per_kv;
     return p;
 }
 
@@ -106,7 +99,6 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     // The tiled kernel: one row per invocation, a workgroup per tile.
     Tuning::Lanes lanes = tuning.attn_lanes(std::max(shape.head_dim_k, shape.head_dim_v) / 8);
     if (plan.tiled) lanes = Tuning::Lanes{1, 0, false, plan.rows};
-    if (plan.coop_lanes > 0) lanes = tuning.attn_coop();
     const uint32_t lg = lanes.lanes;
     const uint32_t wg = lanes.workgroup;
     uint32_t splits_total = 0;
@@ -179,7 +171,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     KVRT_TRY(stream.scratch(n_rows * splits_total * row_floats * 4, &partials));
     partials.write = true;
 
-    const char* kind = plan.tiled ? "_tiled" : plan.coop_lanes > 0 ? "_shuffle" : tuning.attn_portable ? "_portable" : "_shuffle";
+    const char* kind = plan.tiled ? "_tiled" : tuning.attn_portable ? "_portable" : "_shuffle";
     // F32 and F16 rows read 16 bytes at a time where every row and head
     // starts at a multiple of 16 bytes.
     const auto vec4_ok = [&](kvrt_type t, uint64_t head_bytes, bool k) {
@@ -201,7 +193,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         {variant, 6, uint32_t{sizeof(AttnPush)},
          {wg, shape.head_dim_k, shape.head_dim_v, plan.tiled ? plan.tile_cells : plan.rows, lg, shape.deferred ? 1u : 0u,
           shape.deferred ? shape.n_rot : 0u,
-          shape.deferred && shape.neox ? 1u : 0u, plan.coop_lanes > 0 ? 1u : 0u, std::max(plan.coop_lanes, 1u), vec4,
+          shape.deferred && shape.neox ? 1u : 0u, vec4,
           opts},
          lanes.required_subgroup, lanes.full_subgroups},
         &attn));
@@ -237,8 +229,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     p.causal = opt.causal ? 1u : 0u;
     p.n_kv_heads = shape.n_kv_heads;
 
-    // Lane groups per workgroup (COOP: subgroups, one unit each).
-    const uint32_t groups_per_wg = plan.tiled ? 1 : plan.coop_lanes > 0 ? wg / plan.coop_lanes : wg / lg;
+    const uint32_t groups_per_wg = plan.tiled ? 1 : wg / lg;
     stream.begin_op("attention");
     Result r = KVRT_SUCCESS;
     if (segments.empty()) {
@@ -263,7 +254,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         p.n_splits = std::max<uint32_t>(1, s.splits);
         p.split_base = split_base;
         split_base += p.n_splits;
-        const uint64_t lane_groups = uint64_t{plan.units_per_kv} * shape.n_kv_heads * p.n_splits;
+        const uint64_t lane_groups = uint64_t{tiles_per_kv} * shape.n_kv_heads * p.n_splits;
         const vk::BufferUse uses[6] = {{s.k, s.k_piece, 0, 0, false},
                                        {s.v, s.v_piece, 0, 0, false},
                                        io.q,

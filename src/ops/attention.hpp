@@ -65,8 +65,6 @@ struct AttnPlan {
     uint32_t target_units = 1;
     uint32_t max_split_cells = 1;  // cells of one split, at most
     uint32_t rows_per_workgroup = 1;  // query rows a workgroup covers per split
-    uint32_t coop_lanes = 0;       // cooperative row tiles: lanes per subgroup (0: off)
-    uint32_t units_per_kv = 1;     // lane groups (COOP: subgroups) per KV head and split
 };
 AttnPlan plan_attention(const Tuning& tuning, const AttnShape& shape);
 

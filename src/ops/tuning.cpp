@@ -26,12 +26,6 @@ Tuning Tuning::of(const vk::Context& ctx) {
     t.subgroup_full = ctx.enabled().compute_full_subgroups;
     t.subgroup_max_per_workgroup = dev.max_compute_workgroup_subgroups;
     t.attn_workgroup = t.cpu ? 8 : 64;
-    const bool vote_ok = (dev.subgroup_ops & VK_SUBGROUP_FEATURE_VOTE_BIT) != 0;
-    if (t.cpu && shuffle_ok && vote_ok && t.subgroup_min == t.subgroup_max && t.subgroup_size <= 64 &&
-        (choice == vk::KernelChoice::Auto || choice == vk::KernelChoice::Shuffle)) {
-        t.attn_coop_lanes = t.subgroup_size;
-        t.attn_coop_min_rows = t.attn_tile_rows * t.subgroup_size;
-    }
     t.attn_target_groups = t.cpu ? 64 : 1024;
     t.attn_min_split_cells = t.cpu ? 128 : 64;
 
@@ -50,15 +44,6 @@ uint32_t Tuning::attn_tile_cells(uint32_t dk, uint32_t dv) const {
     // K and V values and one position per cell.
     const uint64_t per_cell = (uint64_t{dk} + dv) * 4 + 4;
     return static_cast<uint32_t>(std::min<uint64_t>(attn_tiled_max_cells, shared_memory_bytes / per_cell));
-}
-
-Tuning::Lanes Tuning::attn_coop() const {
-    Lanes l;
-    l.lanes = 1;
-    l.required_subgroup = subgroup_require ? attn_coop_lanes : 0;
-    l.full_subgroups = subgroup_full;
-    l.workgroup = (std::max(attn_workgroup, attn_coop_lanes) + attn_coop_lanes - 1) / attn_coop_lanes * attn_coop_lanes;
-    return l;
 }
 
 Tuning::Lanes Tuning::attn_lanes(uint32_t octets) const {

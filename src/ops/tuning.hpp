@@ -63,21 +63,14 @@ struct Tuning {
     // 32 queries over 4,096 cells (1,266 ms against 114 ms: llvmpipe runs a
     // workgroup with barriers as coroutines, and compiles it for seconds),
     // and it has not been measured on a GPU.
-    // Cooperative row tiles (attention.comp's shuffle build with COOP): the
-    // lanes of a subgroup own attn_coop_lanes consecutive row tiles of one
-    // KV head and read each cell's K and V rows once between them, passing
-    // the octets around with shuffles. Used for calls with at least
-    // attn_coop_min_rows query rows per KV head (every lane then has live
-    // rows), on CPU drivers with basic, vote and shuffle subgroup operations
-    // and one fixed subgroup size, unless the context asks for portable or
-    // tiled kernels. On llvmpipe a buffer load inside a loop costs a loop
-    // over the SIMD lanes. Lavapipe (2 cores), 128 queries over 4,096 cells
-    // (32/8 heads, dim 128, f16), interleaved runs: 887 ms with the row-tile
-    // kernel (1,205 ms before its 16-byte loads), 644 ms with this one.
-    // Not used on GPUs, where it has not been measured.
-    uint32_t attn_coop_lanes = 0;  // 0: never
-    uint32_t attn_coop_min_rows = UINT32_MAX;
-    uint32_t attn_coop_target_units = 16;  // subgroups in flight before splitting cells
+    // A cooperative variant of the row-tile kernel was measured and left
+    // out: the lanes of a subgroup owned consecutive row tiles of one KV head
+    // and read each cell's K and V rows once between them, passing octets
+    // around with subgroup shuffles. Lavapipe, 2 cores, 32/8 heads, dim 128,
+    // f16 over 4,096 cells: on one machine 128 queries took 644 ms against
+    // 887 ms with the row-tile kernel; on an AMD EPYC (Zen 4) 930-1,000 ms
+    // against 365-369 ms (32 queries: 244-269 ms against 92 ms), and each of
+    // its pipelines compiled 3 to 4 times longer (64-80 s at dim 128).
     bool attn_tiled_forced = false;
     uint32_t attn_tiled_min_rows = UINT32_MAX;
     uint32_t attn_tiled_workgroup = 64;
@@ -140,10 +133,6 @@ struct Tuning {
         uint32_t workgroup = 64;
     };
     Lanes attn_lanes(uint32_t octets) const;
-    // The cooperative kernel's lanes: one row tile per lane (lanes = 1), the
-    // subgroup size required where the device can require it, and a
-    // workgroup of whole subgroups. Only when attn_coop_lanes > 0.
-    Lanes attn_coop() const;
     // Cells per tile of the tiled kernel for heads of dk and dv values: the
     // most (up to attn_tiled_max_cells) whose f32 K and V fit the shared
     // memory; 0 when not even one does.
