@@ -141,6 +141,13 @@ KVRT_DEFINE_OCTET_LOADER(load_v_words, v_words, V_FMT, v_scale, v_zp)
 KVRT_DEFINE_VEC4_LOADER(load_k_vec4, k_vec4, K_FMT)
 KVRT_DEFINE_VEC4_LOADER(load_v_vec4, v_vec4, V_FMT)
 
+// Q8_0 and Q4_0 in the portable build (a lane group of one: the octets of a
+// head in order): whole blocks, read once per 4 octets.
+const bool K_BLOCKS = LG == 1u && (K_FMT == 3 || K_FMT == 4);
+const bool V_BLOCKS = LG == 1u && (V_FMT == 3 || V_FMT == 4);
+KVRT_DEFINE_BLOCK_LOADER(load_k_block, k_words, K_FMT)
+KVRT_DEFINE_BLOCK_LOADER(load_v_block, v_words, V_FMT)
+
 void load_k(uint head, uint o, out float v[8]) {
     if ((VEC4 & 1u) != 0u && K_FMT <= 2) load_k_vec4(head, o, v);
     else load_k_words(head, o, v);
@@ -315,6 +322,8 @@ void main() {
         if (!any) continue;  // uniform in the lane group: no lane reads the rows
         const uint kb = pc.k_base + c * pc.k_row + kvh * pc.k_head_bytes;
         const uint vb = pc.v_base + c * pc.v_row + kvh * pc.v_head_bytes;
+        float kd = 0.0, vd = 0.0;  // the current block (K_BLOCKS, V_BLOCKS)
+        uint kq[8], vq[8];
 
         float s[R];
         [[unroll]] for (uint r = 0u; r < R; ++r) s[r] = 0.0;
@@ -322,7 +331,12 @@ void main() {
             const uint o = lane + i * LG;
             if (o >= D_K / 8u) break;
             float kv[8];
-            load_k(kb, o, kv);
+            if (K_BLOCKS) {
+                if ((o & 3u) == 0u) load_k_block(kb, o >> 2, kd, kq);
+                kvrt_block_octet(uint(K_FMT), kd, kq, o & 3u, kv);
+            } else {
+                load_k(kb, o, kv);
+            }
             if (DEFERRED != 0u) {
                 [[unroll]] for (uint j = 0u; j < 8u; ++j) {
                     const uint d = o * 8u + j;
@@ -362,7 +376,12 @@ void main() {
             const uint o = lane + i * LG;
             if (o >= D_V / 8u) break;
             float vv[8];
-            load_v(vb, o, vv);
+            if (V_BLOCKS) {
+                if ((o & 3u) == 0u) load_v_block(vb, o >> 2, vd, vq);
+                kvrt_block_octet(uint(V_FMT), vd, vq, o & 3u, vv);
+            } else {
+                load_v(vb, o, vv);
+            }
             [[unroll]] for (uint r = 0u; r < R; ++r)
                 [[unroll]] for (uint j = 0u; j < 8u; ++j) acc[r][i * 8u + j] += p[r] * vv[j];
         }

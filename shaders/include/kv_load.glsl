@@ -88,6 +88,50 @@ float kvrt_dequant_static(uint q, float scale, int zero_point) {
         }                                                                           \
     }
 
+// Whole Q8_0 and Q4_0 blocks, for kernels that walk a head octet by octet in
+// one invocation: the block's words are read once for its 4 octets (Q8_0: 9
+// words for 34 bytes, Q4_0: 5 for 18), where the octet loader above reads 3
+// to 5 per octet (its realignment is a branch, and llvmpipe runs both sides
+// of a branch and every load inside one as a loop over the SIMD lanes).
+//
+// Defines `void NAME(uint head_byte, uint b, out float d, out uint q[8])`:
+// block b of the head at head_byte (a multiple of 2) in buffer BUF, format
+// FMT (3 or 4): its scale d and its quants realigned to whole words (Q8_0: 32
+// bytes in q[0..7]; Q4_0: 16 bytes in q[0..3], the rest 0). A block starts at
+// a multiple of 4 bytes or 2 past one; both realignments are computed and one
+// selected, without a branch.
+#define KVRT_DEFINE_BLOCK_LOADER(NAME, BUF, FMT)                                    \
+    void NAME(uint head_byte, uint b, out float d, out uint q[8]) {                \
+        const uint block = head_byte + b * (FMT == 3 ? 34u : 18u);                \
+        const uint w = block >> 2;                                                 \
+        const bool odd = (block & 2u) != 0u; /* the quants start on a word */     \
+        const uint n = FMT == 3 ? 8u : 4u;   /* words of quants */                \
+        uint a[9];                                                                 \
+        [[unroll]] for (uint i = 0u; i <= n; ++i) a[i] = BUF[w + i];               \
+        d = kvrt_f16_to_f32(odd ? a[0] >> 16 : a[0]);                              \
+        [[unroll]] for (uint i = 0u; i < 8u; ++i)                                  \
+            q[i] = i >= n ? 0u : odd ? a[i + 1u] : (a[i] >> 16) | (a[i + 1u] << 16); \
+    }
+
+// Octet t (0..3) of a block from KVRT_DEFINE_BLOCK_LOADER's d and q, format
+// fmt (3 or 4), dequantized as the octet loader does.
+void kvrt_block_octet(uint fmt, float d, uint q[8], uint t, out float v[8]) {
+    if (fmt == 3u) {
+        const uint lo = q[2u * t], hi = q[2u * t + 1u];
+        for (uint i = 0u; i < 4u; ++i) {
+            v[i] = d * float(int(lo << (24u - 8u * i)) >> 24);
+            v[i + 4u] = d * float(int(hi << (24u - 8u * i)) >> 24);
+        }
+    } else {
+        const uint lo = q[(t & 1u) * 2u], hi = q[(t & 1u) * 2u + 1u];
+        const uint shift = (t & 2u) * 2u; /* octets 2, 3: high nibbles */
+        for (uint i = 0u; i < 4u; ++i) {
+            v[i] = d * float(int((lo >> (8u * i + shift)) & 15u) - 8);
+            v[i + 4u] = d * float(int((hi >> (8u * i + shift)) & 15u) - 8);
+        }
+    }
+}
+
 // Defines `float NAME(uint head_byte, uint d)`: value d of a static-scale
 // head in buffer BUF (FMT 5: the U8 code at byte head_byte + d; FMT 6: the U16
 // code at head_byte + 2d), dequantized with SCALE and ZP as above. For kernels
