@@ -60,6 +60,7 @@ const bool HAS_TREE = (OPTS & 1u) != 0u;
 const bool HAS_SOFTCAP = (OPTS & 2u) != 0u;
 const bool ONE_SEQ_WORD = (OPTS & 4u) != 0u;
 
+const uint CELLS = 2u;  // cells per step of the cell loop
 const uint OK = (D_K / 8u + LG - 1u) / LG;  // K octets per lane
 const uint OV = (D_V / 8u + LG - 1u) / LG;  // V octets per lane
 
@@ -300,90 +301,112 @@ void main() {
     const uint c1 = min(pc.n_cells, c0 + per_split);
     const uint meta_stride = 1u + pc.seq_words;
     const TreeView tree = tree_view();
-    for (uint c = c0; c < c1; ++c) {
-        // Which rows see the cell: in one of its sequences, not after the
+    // CELLS consecutive cells per step: one rescaling of a row's output per
+    // step, and each octet of the queries and of the output read once per
+    // step. Past c1 a step repeats its first cell, which no row sees.
+    for (uint c = c0; c < c1; c += CELLS) {
+        // Which rows see each cell: in one of its sequences, not after the
         // row's query (causal), inside the window (or a sink), and, for a
         // cell of the batch's token tree, an ancestor of the row's query.
-        const uint mb = (pc.meta_first + c) * meta_stride;
-        const int cpos = int(cell_meta[mb]);
-        const uint node = HAS_TREE ? tree_node(tree, pc.cell_first + c) : NO_NODE;
-        const uint sw0 = ONE_SEQ_WORD ? cell_meta[mb + 1u] : 0u;
-        bool vis[R];
+        int cpos[CELLS];
+        bool vis[CELLS][R];
+        uint kb[CELLS], vb[CELLS];
         bool any = false;
-        [[unroll]] for (uint r = 0u; r < R; ++r) {
-            const uint sw = ONE_SEQ_WORD ? sw0 : cell_meta[mb + 1u + (r_seq[r] >> 5)];
-            bool v = r_live[r] && cpos >= 0 && ((sw >> (r_seq[r] & 31u)) & 1u) != 0u;
-            if (pc.causal != 0u) v = v && cpos <= r_pos[r];
-            if (pc.window > 0 && cpos >= pc.n_keep) v = v && r_pos[r] - cpos < pc.window;
-            if (HAS_TREE && node != NO_NODE) v = v && tree_sees(tree, r_query[r], node);
-            vis[r] = v;
-            any = any || v;
+        [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
+            const bool inside = c + b < c1;
+            const uint cc = inside ? c + b : c;
+            const uint mb = (pc.meta_first + cc) * meta_stride;
+            cpos[b] = int(cell_meta[mb]);
+            const uint node = HAS_TREE ? tree_node(tree, pc.cell_first + cc) : NO_NODE;
+            const uint sw0 = ONE_SEQ_WORD ? cell_meta[mb + 1u] : 0u;
+            [[unroll]] for (uint r = 0u; r < R; ++r) {
+                const uint sw = ONE_SEQ_WORD ? sw0 : cell_meta[mb + 1u + (r_seq[r] >> 5)];
+                bool v = inside && r_live[r] && cpos[b] >= 0 && ((sw >> (r_seq[r] & 31u)) & 1u) != 0u;
+                if (pc.causal != 0u) v = v && cpos[b] <= r_pos[r];
+                if (pc.window > 0 && cpos[b] >= pc.n_keep) v = v && r_pos[r] - cpos[b] < pc.window;
+                if (HAS_TREE && node != NO_NODE) v = v && tree_sees(tree, r_query[r], node);
+                vis[b][r] = v;
+                any = any || v;
+            }
+            kb[b] = pc.k_base + cc * pc.k_row + kvh * pc.k_head_bytes;
+            vb[b] = pc.v_base + cc * pc.v_row + kvh * pc.v_head_bytes;
         }
         if (!any) continue;  // uniform in the lane group: no lane reads the rows
-        const uint kb = pc.k_base + c * pc.k_row + kvh * pc.k_head_bytes;
-        const uint vb = pc.v_base + c * pc.v_row + kvh * pc.v_head_bytes;
-        float kd = 0.0, vd = 0.0;  // the current block (K_BLOCKS, V_BLOCKS)
-        uint kq[8], vq[8];
+        float kd[CELLS], vd[CELLS];  // the current blocks (K_BLOCKS, V_BLOCKS)
+        uint kq[CELLS][8], vq[CELLS][8];
 
-        float s[R];
-        [[unroll]] for (uint r = 0u; r < R; ++r) s[r] = 0.0;
+        float s[CELLS][R];
+        [[unroll]] for (uint b = 0u; b < CELLS; ++b)
+            [[unroll]] for (uint r = 0u; r < R; ++r) s[b][r] = 0.0;
         [[unroll]] for (uint i = 0u; i < OK; ++i) {
             const uint o = lane + i * LG;
             if (o >= D_K / 8u) break;
-            float kv[8];
-            if (K_BLOCKS) {
-                if ((o & 3u) == 0u) load_k_block(kb, o >> 2, kd, kq);
-                kvrt_block_octet(uint(K_FMT), kd, kq, o & 3u, kv);
-            } else {
-                load_k(kb, o, kv);
-            }
-            if (DEFERRED != 0u) {
-                [[unroll]] for (uint j = 0u; j < 8u; ++j) {
-                    const uint d = o * 8u + j;
-                    float c = 1.0, sn = 0.0;
-                    if (d < N_ROT) {
-                        const uint pair = NEOX != 0u ? d % (N_ROT / 2u) : d >> 1;
-                        const float angle = float(cpos) * uintBitsToFloat(meta_words[pc.theta_offset + pair]);
-                        // The magnitude scales rotated dims only, as in GGML.
-                        c = cos(angle) * pc.rope_mscale;
-                        sn = sin(angle) * pc.rope_mscale;
-                    }
-                    [[unroll]] for (uint r = 0u; r < R; ++r) s[r] += (q[r][i * 8u + j] * c + qp[r][i * 8u + j] * sn) * kv[j];
+            [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
+                float kv[8];
+                if (K_BLOCKS) {
+                    if ((o & 3u) == 0u) load_k_block(kb[b], o >> 2, kd[b], kq[b]);
+                    kvrt_block_octet(uint(K_FMT), kd[b], kq[b], o & 3u, kv);
+                } else {
+                    load_k(kb[b], o, kv);
                 }
-                continue;
+                if (DEFERRED != 0u) {
+                    [[unroll]] for (uint j = 0u; j < 8u; ++j) {
+                        const uint d = o * 8u + j;
+                        float cs = 1.0, sn = 0.0;
+                        if (d < N_ROT) {
+                            const uint pair = NEOX != 0u ? d % (N_ROT / 2u) : d >> 1;
+                            const float angle = float(cpos[b]) * uintBitsToFloat(meta_words[pc.theta_offset + pair]);
+                            // The magnitude scales rotated dims only, as in GGML.
+                            cs = cos(angle) * pc.rope_mscale;
+                            sn = sin(angle) * pc.rope_mscale;
+                        }
+                        [[unroll]] for (uint r = 0u; r < R; ++r)
+                            s[b][r] += (q[r][i * 8u + j] * cs + qp[r][i * 8u + j] * sn) * kv[j];
+                    }
+                } else {
+                    [[unroll]] for (uint r = 0u; r < R; ++r)
+                        [[unroll]] for (uint j = 0u; j < 8u; ++j) s[b][r] += q[r][i * 8u + j] * kv[j];
+                }
             }
-            [[unroll]] for (uint r = 0u; r < R; ++r)
-                [[unroll]] for (uint j = 0u; j < 8u; ++j) s[r] += q[r][i * 8u + j] * kv[j];
         }
 
-        float p[R];
+        float p[CELLS][R], corr[R];
         [[unroll]] for (uint r = 0u; r < R; ++r) {
-            float x = group_sum(s[r]);
-            if (HAS_SOFTCAP) x = pc.softcap * tanh(x / pc.softcap);
-            x -= slope[r] * abs(float(r_pos[r] - cpos));  // ALiBi, as GGML fills its mask
-            if (!vis[r]) {
-                p[r] = 0.0;
-                continue;
+            float x[CELLS];
+            float m_new = m[r];
+            [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
+                x[b] = group_sum(s[b][r]);
+                if (HAS_SOFTCAP) x[b] = pc.softcap * tanh(x[b] / pc.softcap);
+                x[b] -= slope[r] * abs(float(r_pos[r] - cpos[b]));  // ALiBi, as GGML fills its mask
+                if (vis[b][r]) m_new = max(m_new, x[b]);
             }
-            const float m_new = max(m[r], x);
-            const float corr = exp(m[r] - m_new);
-            p[r] = exp(x - m_new);
-            l[r] = l[r] * corr + p[r];
-            [[unroll]] for (uint i = 0u; i < OV * 8u; ++i) acc[r][i] *= corr;
+            // A row that has seen no cell yet keeps m = -inf and nothing to rescale.
+            corr[r] = m_new > -1.0 / 0.0 ? exp(m[r] - m_new) : 1.0;
+            l[r] *= corr[r];
+            [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
+                p[b][r] = vis[b][r] ? exp(x[b] - m_new) : 0.0;
+                l[r] += p[b][r];
+            }
             m[r] = m_new;
         }
         [[unroll]] for (uint i = 0u; i < OV; ++i) {
             const uint o = lane + i * LG;
             if (o >= D_V / 8u) break;
-            float vv[8];
-            if (V_BLOCKS) {
-                if ((o & 3u) == 0u) load_v_block(vb, o >> 2, vd, vq);
-                kvrt_block_octet(uint(V_FMT), vd, vq, o & 3u, vv);
-            } else {
-                load_v(vb, o, vv);
+            float vv[CELLS][8];
+            [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
+                if (V_BLOCKS) {
+                    if ((o & 3u) == 0u) load_v_block(vb[b], o >> 2, vd[b], vq[b]);
+                    kvrt_block_octet(uint(V_FMT), vd[b], vq[b], o & 3u, vv[b]);
+                } else {
+                    load_v(vb[b], o, vv[b]);
+                }
             }
             [[unroll]] for (uint r = 0u; r < R; ++r)
-                [[unroll]] for (uint j = 0u; j < 8u; ++j) acc[r][i * 8u + j] += p[r] * vv[j];
+                [[unroll]] for (uint j = 0u; j < 8u; ++j) {
+                    float a = acc[r][i * 8u + j] * corr[r];
+                    [[unroll]] for (uint b = 0u; b < CELLS; ++b) a += p[b][r] * vv[b][j];
+                    acc[r][i * 8u + j] = a;
+                }
         }
     }
 
