@@ -173,20 +173,25 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
             ref32_norm += expect32[i] * expect32[i];
             outcome.max_abs = std::max(outcome.max_abs, std::abs(d));
         }
-        // KVRT_TEST_DEBUG=1 prints the error of every query, to localize a failure.
-        if (std::getenv("KVRT_TEST_DEBUG"))
-            for (uint32_t qi = 0; qi < nq; ++qi) {
+        // Each (query, head) row on its own.
+        const bool debug = std::getenv("KVRT_TEST_DEBUG") != nullptr;  // prints every row's error
+        for (uint32_t qi = 0; qi < nq; ++qi)
+            for (uint32_t h = 0; h < c.n_heads; ++h) {
+                const size_t at = size_t{qi} * oe + size_t{h} * c.dv;
                 double e = 0, n = 0;
-                for (uint32_t j = 0; j < oe; ++j) {
-                    const double d = got[size_t{qi} * oe + j] - expect[size_t{qi} * oe + j];
+                for (uint32_t j = 0; j < c.dv; ++j) {
+                    const double d = got[at + j] - expect[at + j];
                     e += d * d;
-                    n += expect[size_t{qi} * oe + j] * expect[size_t{qi} * oe + j];
+                    n += expect[at + j] * expect[at + j];
                 }
-                std::printf("query %u pos %d nmse %g\n", qi, qpos[qi], e / n);
+                // NaN (a kernel that wrote one) is the worst of all.
+                const double row = std::isnan(e) ? HUGE_VAL : n > 0 ? e / n : e;
+                outcome.nmse = std::max(outcome.nmse, row);
+                if (debug) std::printf("layer %u query %u pos %d head %u nmse %g\n", l, qi, qpos[qi], h, row);
             }
         outcome.values += got.size();
     }
-    outcome.nmse = ref_norm > 0 ? err / ref_norm : err;
+    outcome.nmse_all = ref_norm > 0 ? err / ref_norm : err;
     outcome.nmse_vs_f32 = ref32_norm > 0 ? err32 / ref32_norm : err32;
     kvrt_buffer_destroy(out_buf);
     kvrt_cache_destroy(cache);

@@ -32,7 +32,12 @@ struct AttnCase {
 };
 
 struct AttnOutcome {
-    double nmse = 0;          // against the reference on the same dequantized K/V
+    // Against the reference on the same dequantized K/V: the worst (query,
+    // head) row's NMSE, so that an error confined to one row or one cell is
+    // not diluted by the rest (a row the reference leaves all zero counts its
+    // squared error).
+    double nmse = 0;
+    double nmse_all = 0;      // the same over all rows together
     double nmse_vs_f32 = 0;   // against the reference on the unquantized f32 inputs
     double max_abs = 0;
     uint64_t values = 0;
