@@ -14,7 +14,8 @@
 // fly, never expanded into a temporary buffer.
 //
 // Defines: K_FMT, V_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0, 5 U8_STATIC,
-// 6 U16_STATIC); Q_F16 (queries in f16, else f32); SHUFFLE. The static-scale
+// 6 U16_STATIC); Q_F16 (queries in f16, else f32); SHUFFLE; WIDE (the
+// portable build with 32-byte row loads, see VEC4; needs shaderInt64). The static-scale
 // types' (scale, zero point) of the layer and the ALiBi slopes come in
 // meta_words, at params_offset: the push constants (120 bytes) leave no room
 // for them within the 128 bytes every device guarantees, and specialization
@@ -35,6 +36,12 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #endif
+#ifdef WIDE
+#ifdef SHUFFLE
+#error "WIDE is a build of the portable kernel"
+#endif
+#extension GL_ARB_gpu_shader_int64 : require
+#endif
 #include "common.glsl"
 #include "kv_load.glsl"
 
@@ -49,7 +56,10 @@ layout(constant_id = 5) const uint DEFERRED = 0;
 layout(constant_id = 6) const uint N_ROT = 0;
 layout(constant_id = 7) const uint NEOX = 0;
 // Rows read 16 bytes at a time: bit 0 for K, bit 1 for V (F32 and F16 rows
-// whose base, row stride and head offset are multiples of 16 bytes).
+// whose base, row stride and head offset are multiples of 16 bytes). In the
+// WIDE build, bit 2 for K and bit 3 for V: F32 and F16 rows read 32 bytes at
+// a time (multiples of 32), Q8_0 and Q4_0 blocks read as 16-byte units (the
+// bound range is whole units).
 layout(constant_id = 8) const uint VEC4 = 0;
 // What the call uses, so that the kernel leaves out the rest (llvmpipe runs
 // both sides of every branch, a load under a false condition included):
@@ -69,6 +79,15 @@ layout(std430, set = 0, binding = 1) readonly buffer VBuf { uint v_words[]; };
 // The same K and V buffers, seen as 16-byte units (VEC4).
 layout(std430, set = 0, binding = 0) readonly buffer KBuf4 { uvec4 k_vec4[]; };
 layout(std430, set = 0, binding = 1) readonly buffer VBuf4 { uvec4 v_vec4[]; };
+#ifdef WIDE
+// And as 32-byte units. On llvmpipe every load inside the cell loop is a loop
+// over the SIMD lanes, whatever its width: one u64vec4 costs what one uvec4
+// does and carries twice the bytes.
+layout(std430, set = 0, binding = 0) readonly buffer KBuf8 { u64vec4 k_vec8[]; };
+layout(std430, set = 0, binding = 1) readonly buffer VBuf8 { u64vec4 v_vec8[]; };
+layout(std430, set = 0, binding = 0) readonly buffer KBuf16 { u64vec2 k_u64x2[]; };
+layout(std430, set = 0, binding = 1) readonly buffer VBuf16 { u64vec2 v_u64x2[]; };
+#endif
 layout(std430, set = 0, binding = 2) readonly buffer QBuf { uint q_words[]; };
 // The mirror: per cell its position (-1: empty), then seq_words words of
 // sequence bits (bit s % 32 of word s / 32: sequence s uses the cell).
@@ -148,6 +167,83 @@ const bool K_BLOCKS = LG == 1u && (K_FMT == 3 || K_FMT == 4);
 const bool V_BLOCKS = LG == 1u && (V_FMT == 3 || V_FMT == 4);
 KVRT_DEFINE_BLOCK_LOADER(load_k_block, k_words, K_FMT)
 KVRT_DEFINE_BLOCK_LOADER(load_v_block, v_words, V_FMT)
+
+// 32-byte units (WIDE): an F32 octet, or two F16 octets. The kernel walks a
+// head's octets in order (a lane group of one) and loads a unit at its first
+// octet; wide_octet takes each octet from the unit.
+#ifdef WIDE
+// Macros rather than specialization-constant booleans: glslang's optimizer
+// lost such a constant once it combined more terms (an undefined ID).
+#define K_WIDE ((VEC4 & 4u) != 0u)
+#define V_WIDE ((VEC4 & 8u) != 0u)
+#define KVRT_DEFINE_WIDE_LOADER(NAME, BUF8, FMT)                         \
+    void NAME(uint head, uint o, out uvec4 w[2]) {                      \
+        const u64vec4 g = BUF8[(head >> 5) + (FMT == 1 ? o : o >> 1)];  \
+        w[0] = uvec4(unpackUint2x32(g.x), unpackUint2x32(g.y));         \
+        w[1] = uvec4(unpackUint2x32(g.z), unpackUint2x32(g.w));         \
+    }
+KVRT_DEFINE_WIDE_LOADER(load_k_wide, k_vec8, K_FMT)
+KVRT_DEFINE_WIDE_LOADER(load_v_wide, v_vec8, V_FMT)
+// Block b of a Q8_0 (FMT 3) or Q4_0 (FMT 4) head, as KVRT_DEFINE_BLOCK_LOADER
+// gives it, from the 16-byte units that hold it: 3 (Q8_0) or 2 (Q4_0) loads
+// instead of 9 or 5. The block starts at any even byte of a unit; the
+// realignment is 64-bit shifts and selects, without a branch.
+#define KVRT_DEFINE_WIDE_BLOCK_LOADER(NAME, BUF16, FMT)                                  \
+    void NAME(uint head_byte, uint b, out float d, out uint q[8]) {                     \
+        const uint block = head_byte + b * (FMT == 3 ? 34u : 18u);                      \
+        const uint units = FMT == 3 ? 3u : 2u;                                          \
+        const uint words = FMT == 3 ? 5u : 3u; /* 64-bit words of the block */          \
+        uint64_t w[7];                                                                  \
+        [[unroll]] for (uint i = 0u; i < 7u; ++i) w[i] = 0ul;                           \
+        [[unroll]] for (uint i = 0u; i < units; ++i) {                                  \
+            const u64vec2 g = BUF16[(block >> 4) + i];                                  \
+            w[2u * i] = g.x;                                                            \
+            w[2u * i + 1u] = g.y;                                                       \
+        }                                                                               \
+        const bool upper = (block & 8u) != 0u; /* starts in the unit's second word */   \
+        const uint s = (block & 7u) * 8u;                                               \
+        uint64_t r[5]; /* r[j]: the block's bytes 8j .. 8j + 7 */                       \
+        [[unroll]] for (uint j = 0u; j < 5u; ++j) {                                     \
+            if (j >= words) break;                                                      \
+            const uint64_t lo = upper ? w[j + 1u] : w[j];                               \
+            const uint64_t hi = upper ? w[j + 2u] : w[j + 1u];                          \
+            r[j] = (lo >> s) | ((hi << 1u) << (63u - s)); /* no shift by 64 at s = 0 */ \
+        }                                                                               \
+        d = kvrt_f16_to_f32(uint(r[0]) & 0xFFFFu);                                      \
+        /* quant word i: the block's bytes 2 + 4i .. 5 + 4i */                          \
+        [[unroll]] for (uint i = 0u; i < 8u; ++i) {                                     \
+            const uint j = (2u + 4u * i) >> 3;                                          \
+            if (i >= 2u * (words - 1u)) q[i] = 0u;                                      \
+            else if ((i & 1u) == 0u) q[i] = uint(r[j] >> 16u);                          \
+            else q[i] = uint(r[j] >> 48u) | (uint(r[j + 1u]) << 16u);                   \
+        }                                                                               \
+    }
+KVRT_DEFINE_WIDE_BLOCK_LOADER(load_k_block_wide, k_u64x2, K_FMT)
+KVRT_DEFINE_WIDE_BLOCK_LOADER(load_v_block_wide, v_u64x2, V_FMT)
+#else
+#define K_WIDE false
+#define V_WIDE false
+void load_k_wide(uint head, uint o, out uvec4 w[2]) {}
+void load_v_wide(uint head, uint o, out uvec4 w[2]) {}
+void load_k_block_wide(uint head_byte, uint b, out float d, out uint q[8]) {}
+void load_v_block_wide(uint head_byte, uint b, out float d, out uint q[8]) {}
+#endif
+// Is octet o the first of its unit?
+bool wide_first(int fmt, uint o) { return fmt == 1 || (o & 1u) == 0u; }
+void wide_octet(int fmt, uvec4 w[2], uint o, out float v[8]) {
+    if (fmt == 1) {
+        [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+            v[i] = uintBitsToFloat(w[0][i]);
+            v[i + 4u] = uintBitsToFloat(w[1][i]);
+        }
+    } else {
+        [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+            const vec2 h = kvrt_unpack_half2x16(w[o & 1u][i]);
+            v[2u * i] = h.x;
+            v[2u * i + 1u] = h.y;
+        }
+    }
+}
 
 void load_k(uint head, uint o, out float v[8]) {
     if ((VEC4 & 1u) != 0u && K_FMT <= 2) load_k_vec4(head, o, v);
@@ -334,6 +430,7 @@ void main() {
         if (!any) continue;  // uniform in the lane group: no lane reads the rows
         float kd[CELLS], vd[CELLS];  // the current blocks (K_BLOCKS, V_BLOCKS)
         uint kq[CELLS][8], vq[CELLS][8];
+        uvec4 kw[CELLS][2], vw[CELLS][2];  // the current 32-byte units (K_WIDE, V_WIDE)
 
         float s[CELLS][R];
         [[unroll]] for (uint b = 0u; b < CELLS; ++b)
@@ -343,8 +440,14 @@ void main() {
             if (o >= D_K / 8u) break;
             [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
                 float kv[8];
-                if (K_BLOCKS) {
-                    if ((o & 3u) == 0u) load_k_block(kb[b], o >> 2, kd[b], kq[b]);
+                if (K_WIDE && K_FMT <= 2) {
+                    if (wide_first(K_FMT, o)) load_k_wide(kb[b], o, kw[b]);
+                    wide_octet(K_FMT, kw[b], o, kv);
+                } else if (K_BLOCKS) {
+                    if ((o & 3u) == 0u) {
+                        if (K_WIDE) load_k_block_wide(kb[b], o >> 2, kd[b], kq[b]);
+                        else load_k_block(kb[b], o >> 2, kd[b], kq[b]);
+                    }
                     kvrt_block_octet(uint(K_FMT), kd[b], kq[b], o & 3u, kv);
                 } else {
                     load_k(kb[b], o, kv);
@@ -394,8 +497,14 @@ void main() {
             if (o >= D_V / 8u) break;
             float vv[CELLS][8];
             [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
-                if (V_BLOCKS) {
-                    if ((o & 3u) == 0u) load_v_block(vb[b], o >> 2, vd[b], vq[b]);
+                if (V_WIDE && V_FMT <= 2) {
+                    if (wide_first(V_FMT, o)) load_v_wide(vb[b], o, vw[b]);
+                    wide_octet(V_FMT, vw[b], o, vv[b]);
+                } else if (V_BLOCKS) {
+                    if ((o & 3u) == 0u) {
+                        if (V_WIDE) load_v_block_wide(vb[b], o >> 2, vd[b], vq[b]);
+                        else load_v_block(vb[b], o >> 2, vd[b], vq[b]);
+                    }
                     kvrt_block_octet(uint(V_FMT), vd[b], vq[b], o & 3u, vv[b]);
                 } else {
                     load_v(vb[b], o, vv[b]);

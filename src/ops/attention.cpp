@@ -171,20 +171,37 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     KVRT_TRY(stream.scratch(n_rows * splits_total * row_floats * 4, &partials));
     partials.write = true;
 
-    const char* kind = plan.tiled ? "_tiled" : tuning.attn_portable ? "_portable" : "_shuffle";
-    // F32 and F16 rows read 16 bytes at a time where every row and head
-    // starts at a multiple of 16 bytes.
-    const auto vec4_ok = [&](kvrt_type t, uint64_t head_bytes, bool k) {
-        if ((t != KVRT_TYPE_F32 && t != KVRT_TYPE_F16) || head_bytes % 16 != 0) return false;
+    // F32 and F16 rows read `unit` bytes at a time where every row and head
+    // starts at a multiple of `unit` bytes.
+    const auto aligned = [&](kvrt_type t, uint64_t head_bytes, bool k, uint64_t unit) {
+        if ((t != KVRT_TYPE_F32 && t != KVRT_TYPE_F16) || head_bytes % unit != 0) return false;
         for (const AttnSegment& s : segments)
-            if ((k ? s.k_offset : s.v_offset) % 16 != 0 || (k ? s.k_stride : s.v_stride) % 16 != 0) return false;
+            if ((k ? s.k_offset : s.v_offset) % unit != 0 || (k ? s.k_stride : s.v_stride) % unit != 0) return false;
         return true;
     };
     // What the call uses (attention.comp OPTS): a tree, a softcap, one word of sequence bits.
     const uint32_t opts = (opt.tree && opt.tree->words > 0 ? 1u : 0u) | (opt.softcap > 0.0f ? 2u : 0u) |
                           (shape.seq_words == 1 ? 4u : 0u);
-    const uint32_t vec4 = (vec4_ok(shape.k_type, shape.k_head_bytes, true) ? 1u : 0u) |
-                          (vec4_ok(shape.v_type, shape.v_head_bytes, false) ? 2u : 0u);
+    uint32_t vec4 = (aligned(shape.k_type, shape.k_head_bytes, true, 16) ? 1u : 0u) |
+                    (aligned(shape.v_type, shape.v_head_bytes, false, 16) ? 2u : 0u);
+    // The wide build of the portable kernel: F32 and F16 rows 32 bytes at a
+    // time, Q8_0 and Q4_0 blocks from the 16-byte units that hold them (every
+    // bound piece a whole number of units, so no unit reaches past it).
+    const auto wide_ok = [&](kvrt_type t, uint64_t head_bytes, bool k) {
+        if (t == KVRT_TYPE_Q8_0 || t == KVRT_TYPE_Q4_0) {
+            for (const AttnSegment& s : segments)
+                if ((k ? s.k->piece(s.k_piece) : s.v->piece(s.v_piece)).size % 16 != 0) return false;
+            return true;
+        }
+        return aligned(t, head_bytes, k, 32);
+    };
+    if (!plan.tiled && tuning.attn_wide)
+        vec4 |= (wide_ok(shape.k_type, shape.k_head_bytes, true) ? 4u : 0u) |
+                (wide_ok(shape.v_type, shape.v_head_bytes, false) ? 8u : 0u);
+    const char* kind = plan.tiled             ? "_tiled"
+                       : (vec4 & 12u) != 0u   ? "_wide"
+                       : tuning.attn_portable ? "_portable"
+                                              : "_shuffle";
     const std::string variant = std::string("attn_") + kv::type_name(shape.k_type) + "_" + kv::type_name(shape.v_type) +
                                 "_q" + kv::type_name(shape.q_type) + kind;
     const vk::Pipeline* attn = nullptr;

@@ -16,6 +16,7 @@ Tuning Tuning::of(const vk::Context& ctx) {
     const bool shuffle_ok = vk::supports_shuffle_kernels(dev);
     t.attn_portable = choice == vk::KernelChoice::Portable || choice == vk::KernelChoice::Tiled || !shuffle_ok ||
                       (t.cpu && choice != vk::KernelChoice::Shuffle);
+    t.attn_wide = t.cpu && t.attn_portable && ctx.enabled().shader_int64 && choice == vk::KernelChoice::Auto;
     t.attn_tiled_forced = choice == vk::KernelChoice::Tiled;
     t.attn_tiled_target_groups = t.cpu ? 16 : 512;
     t.shared_memory_bytes = dev.props.limits.maxComputeSharedMemorySize;

@@ -24,6 +24,18 @@ struct Tuning {
     // the shuffle kernels overrides the CPU rule (the context refuses them
     // on a device that lacks what they need).
     bool attn_portable = true;
+    // The wide build of the portable kernel: F32 and F16 rows 32 bytes at a
+    // time (u64vec4) where rows and heads are aligned to 32, Q8_0 and Q4_0
+    // blocks from 16-byte units (3 and 2 loads instead of 9 and 5 words). On
+    // CPU drivers with shaderInt64, unless the context asks for portable
+    // kernels. On llvmpipe each load in the cell loop is a loop over the SIMD
+    // lanes whatever its width, so fewer, wider loads pay. Measured on
+    // lavapipe (AMD EPYC, 2 cores), 4,096 cells, 32/8 heads, dim 128, against
+    // 16-byte rows and word-wise blocks, interleaved (16 MiB copy: 7.6-7.8 ms):
+    // 32 queries f16 54-55 ms against 65 ms, q8_0 51-52 against 70, q4_0 48
+    // against 53; 512 queries f16 852-890 ms against 1,027-1,063; decode f16
+    // 3.2-3.3 against 3.8-4.4, q8_0 2.8-2.9 against 4.0-4.2.
+    bool attn_wide = false;
     // Subgroups as the shuffle kernels see them. With subgroup size control
     // (subgroup_require), a pipeline requires a size in [subgroup_min,
     // subgroup_max] for compute; without it, the shader runs with

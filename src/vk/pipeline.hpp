@@ -77,6 +77,15 @@ public:
         return pipelines_.size();
     }
 
+    // The keys of the pipelines created so far (which kernels ran, for tests).
+    std::vector<PipelineKey> keys() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::vector<PipelineKey> out;
+        out.reserve(pipelines_.size());
+        for (const auto& kv : pipelines_) out.push_back(kv.first);
+        return out;
+    }
+
 private:
     Result create(const PipelineKey& key, Pipeline* out);
     void destroy(const Pipeline& p);

@@ -12,6 +12,8 @@
 #include "attention_check.hpp"
 #include "core/fault.hpp"
 #include "ops/tuning.hpp"
+#include "vk/context.hpp"
+#include "vk/pipeline.hpp"
 
 using namespace kvrt_test;
 
@@ -89,6 +91,30 @@ void check_lanes(const kvrt::ops::Tuning& t, const std::string& device) {
         const uint32_t cap = t.subgroup_require ? t.subgroup_max : t.subgroup_min;
         CHECK((l.lanes * 2 > octets || l.lanes * 2 > cap));
     }
+}
+
+// Every attention option at once (a sliding window with sinks, soft-cap,
+// ALiBi, learned sinks), then non-causal, through `check(case, what)`.
+template <class Check>
+void check_options(const Check& check) {
+    AttnCase c;
+    c.window = 24;
+    c.params.n_keep = 4;
+    c.params.softcap = 20.0f;
+    c.params.max_bias = 8.0f;
+    c.n_queries = 6;
+    std::vector<float> sinks(c.n_heads);
+    for (uint32_t h = 0; h < c.n_heads; ++h) sinks[h] = 0.5f * static_cast<float>(h) - 1.0f;
+    c.params.sinks = sinks.data();
+    check(c, "options");
+    c.params = KVRT_ATTENTION_PARAMS_INIT;
+    c.window = 0;
+    c.params.flags = KVRT_ATTENTION_NON_CAUSAL;
+    check(c, "non-causal");
+}
+
+std::vector<kvrt::vk::PipelineKey> pipeline_keys(kvrt_context ctx) {
+    return reinterpret_cast<kvrt_context_T*>(ctx)->ctx->pipelines().keys();
 }
 
 }  // namespace
@@ -175,21 +201,104 @@ TEST_CASE("the tiled attention kernel matches the reference for every type and o
         c.n_queries = 4;
         check(c, "GQA, f16, holes, shared prefix");
     }
+    check_options(check);
+}
+
+TEST_CASE("the portable kernel's wide loads match the reference wherever rows allow them", "[kernels][attention]") {
+    if (std::getenv("KVRT_KERNELS")) {
+        WARN("KVRT_KERNELS is set: it decides the kernels of every context");
+        return;
+    }
     {
-        AttnCase c;  // every option at once, and a sliding window with sinks
-        c.window = 24;
-        c.params.n_keep = 4;
-        c.params.softcap = 20.0f;
-        c.params.max_bias = 8.0f;
-        c.n_queries = 6;
-        std::vector<float> sinks(c.n_heads);
-        for (uint32_t h = 0; h < c.n_heads; ++h) sinks[h] = 0.5f * static_cast<float>(h) - 1.0f;
-        c.params.sinks = sinks.data();
-        check(c, "options");
-        c.params = KVRT_ATTENTION_PARAMS_INIT;
-        c.window = 0;
-        c.params.flags = KVRT_ATTENTION_NON_CAUSAL;
-        check(c, "non-causal");
+        // kvrt's own pick on CPU drivers with shaderInt64, never when the
+        // context asks for portable kernels.
+        GpuContext probe;
+        const kvrt::vk::Context& vc = *reinterpret_cast<kvrt_context_T*>(static_cast<kvrt_context>(probe))->ctx;
+        const bool expected =
+            vc.info().props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && vc.enabled().shader_int64;
+        CHECK(tuning_of(probe).attn_wide == expected);
+        GpuContext portable(KVRT_CONTEXT_PORTABLE_KERNELS);
+        CHECK_FALSE(tuning_of(portable).attn_wide);
+        if (!expected) {
+            WARN("this device gets no wide kernel (kvrt picks it on CPU drivers with shaderInt64)");
+            return;
+        }
+    }
+    // A context per case, so that its pipelines tell which loads ran: `wide`
+    // is the expected VEC4 bits 2 (K) and 3 (V) of the wide pipeline (0: the
+    // plain portable one runs).
+    const auto check = [](const AttnCase& c, const char* what, uint32_t wide = 12, uint64_t binding = 0) {
+        GpuContext ctx(0, binding);
+        const AttnOutcome o = run_attention_case(ctx, c);
+        uint32_t seen = 0;
+        for (const kvrt::vk::PipelineKey& k : pipeline_keys(ctx))
+            if (k.shader.rfind("attn_", 0) == 0 && k.shader.size() > 5 &&
+                k.shader.compare(k.shader.size() - 5, 5, "_wide") == 0)
+                seen |= k.spec.at(8) & 12u;
+        INFO(what << ": types " << kvrt_type_name(c.k_type) << "/" << kvrt_type_name(c.v_type) << ", dims " << c.dk
+                  << "/" << c.dv << ", " << c.n_queries << " queries, nmse " << o.nmse << ", wide bits " << seen);
+        CHECK(o.values > 0);
+        CHECK(o.nmse <= 1e-6);
+        CHECK(o.guard_ok);
+        CHECK(seen == wide);
+    };
+    {
+        // F16 32 bytes at a time: prefill (a tile of 8 rows and one of 1),
+        // 3 sequences sharing a prefix, holes.
+        AttnCase c;
+        c.n_heads = 8;
+        c.n_kv_heads = 4;
+        c.n_seqs = 3;
+        c.shared_prefix = 20;
+        c.holes = 6;
+        c.tokens_per_seq = 50;
+        c.n_queries = 9;
+        check(c, "f16 prefill");
+        check_options(check);
+    }
+    {
+        AttnCase c;  // F32 heads of 160 bytes, decode
+        c.k_type = c.v_type = KVRT_TYPE_F32;
+        c.dk = c.dv = 40;
+        c.tokens_per_seq = 70;
+        check(c, "f32 decode");
+    }
+    {
+        // F16 K heads of 144 bytes (16-byte aligned, not 32) keep 16-byte
+        // loads; the Q8_0 V beside them is wide.
+        AttnCase c;
+        c.dk = 72;
+        c.v_type = KVRT_TYPE_Q8_0;
+        c.n_queries = 3;
+        check(c, "f16 K not 32-byte aligned", 8);
+    }
+    {
+        // Q8_0 and Q4_0 blocks at every even offset of their 16-byte units:
+        // heads of 68 and 36 bytes, 4 KV heads.
+        AttnCase c;
+        c.k_type = KVRT_TYPE_Q8_0;
+        c.v_type = KVRT_TYPE_Q4_0;
+        c.n_heads = 8;
+        c.n_kv_heads = 4;
+        c.n_seqs = 2;
+        c.holes = 5;
+        c.n_queries = 9;
+        check(c, "q8_0 K, q4_0 V");
+        std::swap(c.k_type, c.v_type);
+        c.dk = c.dv = 128;  // four blocks per head
+        c.n_kv_heads = 1;   // GQA 8:1
+        c.q_type = c.out_type = KVRT_TYPE_F16;
+        check(c, "q4_0 K, q8_0 V, GQA 8:1, f16 queries and outputs");
+    }
+    {
+        AttnCase c;  // rows over many 64 KiB binding pieces
+        c.capacity = 320;
+        c.tokens_per_seq = 150;
+        c.holes = 5;
+        c.n_seqs = 2;
+        c.k_type = KVRT_TYPE_Q8_0;
+        c.v_type = KVRT_TYPE_F32;
+        check(c, "pieces", 12, 64 << 10);
     }
 }
 
