@@ -78,6 +78,8 @@ kvrt_add_shader(NAME rope_shift_q8_0 SOURCE shaders/rope_shift.comp DEFINES K_FM
 kvrt_add_shader(NAME rope_shift_q4_0 SOURCE shaders/rope_shift.comp DEFINES K_FMT=4)
 kvrt_add_shader(NAME rope_shift_u8_static SOURCE shaders/rope_shift.comp DEFINES K_FMT=5)
 kvrt_add_shader(NAME rope_shift_u16_static SOURCE shaders/rope_shift.comp DEFINES K_FMT=6)
+kvrt_add_shader(NAME rope_shift_blocks_q8_0 SOURCE shaders/rope_shift_blocks.comp DEFINES K_FMT=3)
+kvrt_add_shader(NAME rope_shift_blocks_q4_0 SOURCE shaders/rope_shift_blocks.comp DEFINES K_FMT=4)
 kvrt_add_shader(NAME rope_shift_fast_f32 SOURCE shaders/rope_shift_fast.comp)
 kvrt_add_shader(NAME rope_shift_fast_f16 SOURCE shaders/rope_shift_fast.comp DEFINES K_F16)
 kvrt_add_shader(NAME rope_shift_fast_f16_vec4 SOURCE shaders/rope_shift_fast.comp DEFINES K_F16 VEC4)

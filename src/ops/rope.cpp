@@ -24,6 +24,12 @@ static_assert(offsetof(ShiftPush, head_bytes) == 8 && offsetof(ShiftPush, table_
                   offsetof(ShiftPush, zero_point) == 28,
               "ShiftPush offsets");
 
+// Mirrors `Push` in shaders/rope_shift_blocks.comp.
+struct BlocksPush {
+    uint32_t n_cells, n_kv_heads, head_bytes, list_offset, table_offset;
+};
+static_assert(sizeof(BlocksPush) == 20, "BlocksPush layout");
+
 // Mirrors `Push` in shaders/rope_shift_fast.comp.
 struct FastPush {
     uint32_t n_cells, n_kv_heads, list_offset, table_offset, cells_per_chunk;
@@ -68,6 +74,27 @@ Result record_shift(vk::Stream& stream, const ShiftShape& shape, const vk::Buffe
         const uint32_t chunks = static_cast<uint32_t>((cells.size() + per_chunk - 1) / per_chunk);
         if (chunks > 65535) return fail(KVRT_ERROR_INTERNAL, "too many cells for one shift dispatch");
         return stream.dispatch(*pipeline, uses, 3, &push, (units + wg - 1) / wg, chunks);
+    }
+    // Q8_0 and Q4_0 whose NeoX pairs stay inside a block or pair whole
+    // blocks: one invocation per block.
+    const bool blocks = (shape.k_type == KVRT_TYPE_Q8_0 || shape.k_type == KVRT_TYPE_Q4_0) &&
+                        (!shape.neox || shape.n_rot <= 32 || shape.n_rot % 64 == 0);
+    if (blocks) {
+        const vk::Pipeline* pipeline = nullptr;
+        KVRT_TRY(stream.context().pipelines().get(
+            {std::string("rope_shift_blocks_") + kv::type_name(shape.k_type), 3, uint32_t{sizeof(BlocksPush)},
+             {wg, shape.head_dim, shape.n_rot, shape.neox ? 1u : 0u}},
+            &pipeline));
+        vk::BufferUse list{};
+        KVRT_TRY(stream.upload(cells.data(), cells.size() * sizeof(ShiftCell), &list));
+        const vk::BufferUse uses[3] = {{&k, piece, 0, 0, true}, list, tables};
+        const BlocksPush push{static_cast<uint32_t>(cells.size()), shape.n_kv_heads,
+                              static_cast<uint32_t>(shape.head_bytes),
+                              static_cast<uint32_t>(list.offset / sizeof(ShiftCell)), table_offset};
+        const uint64_t invocations = uint64_t{cells.size()} * shape.n_kv_heads * (shape.head_dim / 32);
+        if (invocations > UINT32_MAX) return fail(KVRT_ERROR_INTERNAL, "too many blocks for one shift dispatch");
+        const uint32_t groups = static_cast<uint32_t>(std::min<uint64_t>((invocations + wg - 1) / wg, t.shift_max_groups));
+        return stream.dispatch(*pipeline, uses, 3, &push, groups);
     }
     const std::string shader = std::string("rope_shift_") + kv::type_name(shape.k_type);
     const vk::Pipeline* pipeline = nullptr;

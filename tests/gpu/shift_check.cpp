@@ -12,8 +12,9 @@ namespace kvrt_test {
 
 namespace ref = kvrt::ref;
 
-ShiftCache::ShiftCache(kvrt_context ctx, kvrt_type t, kvrt_rope_desc rp, uint32_t capacity, kvrt_flags flags)
-    : type(t) {
+ShiftCache::ShiftCache(kvrt_context ctx, kvrt_type t, kvrt_rope_desc rp, uint32_t capacity, kvrt_flags flags,
+                       uint32_t head_dim)
+    : type(t), dim(head_dim) {
     rp.next = nullptr;
     kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
     d.next = &rp;

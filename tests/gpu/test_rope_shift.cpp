@@ -56,6 +56,36 @@ TEST_CASE("a shift by +d then -d gives back K, each step as the CPU reference co
     }
 }
 
+TEST_CASE("quantized K: every rotated range of every shift kernel matches the reference", "[shift]") {
+    // Q8_0 and Q4_0 rotate block by block where pairs stay in a block
+    // (normal RoPE; NeoX of at most 32 dims) or pair whole blocks (NeoX of a
+    // multiple of 64 dims), and row by row otherwise (NeoX of 48). Partial
+    // rotations leave blocks, or the end of one, unrotated; heads of 64 and
+    // 128 dims start blocks at both halves of a word.
+    GpuContext ctx;
+    struct Shape {
+        kvrt_rope_mode mode;
+        uint32_t n_rot, dim;
+    };
+    const Shape shapes[] = {{KVRT_ROPE_NORMAL, 48, 64}, {KVRT_ROPE_NORMAL, 0, 128}, {KVRT_ROPE_NEOX, 32, 64},
+                            {KVRT_ROPE_NEOX, 48, 64},   {KVRT_ROPE_NEOX, 64, 128},  {KVRT_ROPE_NEOX, 0, 128}};
+    for (kvrt_type t : {KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0}) {
+        for (const Shape& sh : shapes) {
+            ShiftCache c(ctx, t, rope_params(sh.mode, sh.n_rot, false), 128, 0, sh.dim);
+            const auto raw = random_raw(40, c.row(), 9 + sh.n_rot);
+            const auto cells = c.store(iota(10, 40), 0, raw);
+            const auto before = c.read_k(cells, 1);
+            KVRT_REQUIRE_OK(kvrt_cache_seq_add(c.cache, 0, 0, -1, 321));
+            KVRT_REQUIRE_OK(kvrt_cache_apply_shifts(c.cache, nullptr));
+            INFO(kvrt_type_name(t) << " mode " << sh.mode << " n_rot " << sh.n_rot << " dim " << sh.dim);
+            check_reference(
+                compare_with_reference(c, c.read_k(cells, 1), c.shift_roundings(before, std::vector<int32_t>(40, 321))),
+                t);
+        }
+    }
+    CHECK(ctx.validation_errors() == 0);
+}
+
 TEST_CASE("K stored at p and shifted by d equals the reference shift and K stored fresh at p + d", "[shift]") {
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
