@@ -15,7 +15,9 @@
 // Blocks are 34 (Q8_0) or 18 (Q4_0) bytes, so a block that starts or ends
 // inside a 32-bit word shares it with its neighbour (the next block, head or
 // row): such words are changed with atomicAnd / atomicOr of this block's
-// bytes only; whole words are plain stores.
+// bytes only; whole words are plain stores. Reading a shared word races only
+// on the neighbour's bytes (memory locations are bytes in the Vulkan memory
+// model), which this invocation reads and discards.
 //
 // Defines: K_FMT (3 Q8_0, 4 Q4_0). Specialization: D_K, N_ROT, NEOX.
 #extension GL_GOOGLE_include_directive : require
@@ -65,10 +67,14 @@ void load_values(uint byte, out float x[32]) {
 // Quantizes x into the block at `byte`, touching no byte outside it.
 void store_values(uint byte, float x[32]) {
     const uint base = byte & 3u;  // 0 or 2
+    // Quantized from byte 0 (constant indices), then moved to `base`.
+    uint q[NW];
+    [[unroll]] for (uint i = 0u; i < NW; ++i) q[i] = 0u;
+    if (K_FMT == 3) kvrt_quantize_q8_0(x, 0u, q);
+    else kvrt_quantize_q4_0(x, 0u, q);
     uint w[NW];
-    [[unroll]] for (uint i = 0u; i < NW; ++i) w[i] = 0u;
-    if (K_FMT == 3) kvrt_quantize_q8_0(x, base, w);
-    else kvrt_quantize_q4_0(x, base, w);
+    [[unroll]] for (uint i = 0u; i < NW; ++i)
+        w[i] = base == 0u ? q[i] : (q[i] << 16) | (i > 0u ? q[i - 1u] >> 16 : 0u);
     const uint first = byte >> 2, end = base + BYTES;  // end: past the block, from the first word
     [[unroll]] for (uint i = 0u; i < NW; ++i) {
         const uint lo = max(base, 4u * i), hi = min(end, 4u * i + 4u);  // this block's bytes of word i

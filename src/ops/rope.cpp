@@ -76,7 +76,10 @@ Result record_shift(vk::Stream& stream, const ShiftShape& shape, const vk::Buffe
         return stream.dispatch(*pipeline, uses, 3, &push, (units + wg - 1) / wg, chunks);
     }
     // Q8_0 and Q4_0 whose NeoX pairs stay inside a block or pair whole
-    // blocks: one invocation per block.
+    // blocks: one invocation per block (coalesced on GPUs). On lavapipe (AMD
+    // EPYC, 2 cores), 4,096 cells of 8 heads of 128 dims: Q8_0 8.5 ms and
+    // Q4_0 7.1 ms against 18.8 and 14.1 ms one row per invocation (F16
+    // 6.9 ms, a 16 MiB copy 7.7 ms, in the same runs).
     const bool blocks = (shape.k_type == KVRT_TYPE_Q8_0 || shape.k_type == KVRT_TYPE_Q4_0) &&
                         (!shape.neox || shape.n_rot <= 32 || shape.n_rot % 64 == 0);
     if (blocks) {
