@@ -1,4 +1,6 @@
 // `kvrt bench attn`: attention over a cell cache, decode or prefill.
+#include <algorithm>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,16 +13,18 @@ namespace {
 
 int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     std::string error;
-    uint64_t cells, heads, kv_heads, dim, queries;
+    uint64_t cells, heads, kv_heads, dim, queries, seqs;
     if (!args.u64("cells", 4096, &cells, &error) || !args.u64("heads", 32, &heads, &error) ||
         !args.u64("kv-heads", 8, &kv_heads, &error) || !args.u64("head-dim", 128, &dim, &error) ||
-        !args.u64("queries", 1, &queries, &error)) {
+        !args.u64("queries", 1, &queries, &error) || !args.u64("seqs", 1, &seqs, &error)) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 2;
     }
-    if (cells == 0 || cells > (1u << 22) || kv_heads == 0 || heads % kv_heads || heads > 256 || dim == 0 ||
-        dim > 1024 || queries == 0 || queries > cells) {
-        std::fprintf(stderr, "error: sizes out of range (heads a multiple of kv-heads, 0 < queries <= cells)\n");
+    if (cells == 0 || seqs == 0 || seqs > 256 || cells * seqs > (1u << 24) || kv_heads == 0 || heads % kv_heads ||
+        heads > 256 || dim == 0 || dim > 1024 || queries == 0 || queries > cells || queries * seqs > 65536) {
+        std::fprintf(stderr,
+                     "error: sizes out of range (heads a multiple of kv-heads, 0 < queries <= cells, at most 256 "
+                     "sequences, 2^24 cells and 65536 queries in all)\n");
         return 2;
     }
     std::string tname;
@@ -32,30 +36,42 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     d.n_heads = static_cast<uint32_t>(heads);
     d.n_kv_heads = static_cast<uint32_t>(kv_heads);
     d.head_dim_k = static_cast<uint32_t>(dim);
-    d.capacity = static_cast<uint32_t>(cells);
+    d.capacity = static_cast<uint32_t>(cells * seqs);
+    d.max_seqs = static_cast<uint32_t>(std::max<uint64_t>(seqs, 1));
     d.type_k = d.type_v = type;
     kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
     d.next = bench_scales(type, type, &scales);
     kvrt_cache cache = nullptr;
     kvrt_result r = kvrt_cache_create(env.ctx, &d, &cache);
 
-    // Fill every cell with random K/V of one sequence, in chunks.
+    // Fill every cell of every sequence with random K/V, in chunks (a few
+    // chunks of random rows, reused: large caches fill in seconds).
     std::mt19937 rng(1);
     std::normal_distribution<float> normal;
     const uint32_t chunk = 256;
     const size_t row = static_cast<size_t>(kv_heads * dim);
-    std::vector<float> kv(chunk * row);
-    for (uint32_t p = 0; p < cells && r == KVRT_SUCCESS; p += chunk) {
-        const uint32_t n = std::min<uint32_t>(chunk, static_cast<uint32_t>(cells) - p);
-        for (auto& x : kv) x = normal(rng);
-        std::vector<int32_t> pos(n), seq(n, 0);
-        for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(p + i);
-        kvrt_batch b = make_batch(n, pos.data(), seq.data());
-        const kvrt_tensor_ref t = host_tensor(kv.data());
-        r = kvrt_cache_store(cache, nullptr, &b, 0, &t, &t, nullptr);
+    std::vector<std::vector<float>> kv(4, std::vector<float>(chunk * row));
+    for (auto& c : kv)
+        for (auto& x : c) x = normal(rng);
+    uint64_t filled = 0;
+    const uint64_t total = cells * seqs;
+    for (uint32_t sq = 0; sq < seqs && r == KVRT_SUCCESS; ++sq) {
+        for (uint32_t p = 0; p < cells && r == KVRT_SUCCESS; p += chunk) {
+            const uint32_t n = std::min<uint32_t>(chunk, static_cast<uint32_t>(cells) - p);
+            std::vector<int32_t> pos(n), seq(n, static_cast<int32_t>(sq));
+            for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(p + i);
+            kvrt_batch b = make_batch(n, pos.data(), seq.data());
+            const kvrt_tensor_ref t = host_tensor(kv[(p / chunk + sq) % kv.size()].data());
+            r = kvrt_cache_store(cache, nullptr, &b, 0, &t, &t, nullptr);
+            filled += n;
+            if (total >= (1u << 20) && filled % (1u << 20) < n)
+                std::fprintf(stderr, "bench attn: filled %llu of %llu cells\n", static_cast<unsigned long long>(filled),
+                             static_cast<unsigned long long>(total));
+        }
     }
-    // Queries: the last positions, in device buffers, as an engine has them.
-    const uint64_t nq = queries;
+    // Queries: the last positions of each sequence, in device buffers, as an
+    // engine has them.
+    const uint64_t nq = queries * seqs;
     kvrt_buffer qbuf = nullptr, obuf = nullptr;
     kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
     bd.size = nq * heads * dim * 4;
@@ -64,15 +80,19 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     std::vector<float> q(nq * heads * dim);
     for (auto& x : q) x = normal(rng);
     if (r == KVRT_SUCCESS) r = kvrt_buffer_upload(qbuf, 0, q.data(), bd.size);
-    std::vector<int32_t> qpos(nq), qseq(nq, 0);
-    for (uint64_t i = 0; i < nq; ++i) qpos[i] = static_cast<int32_t>(cells - nq + i);
+    std::vector<int32_t> qpos(nq), qseq(nq);
+    for (uint64_t i = 0; i < nq; ++i) {
+        qpos[i] = static_cast<int32_t>(cells - queries + i % queries);
+        qseq[i] = static_cast<int32_t>(i / queries);
+    }
     TimedStream s(env.ctx);
     if (r == KVRT_SUCCESS) r = s.result();
     Row out;
     out.name = "attn";
     out.params = {{"type", tname}, {"cells", std::to_string(cells)}, {"heads", std::to_string(heads)},
                   {"kv_heads", std::to_string(kv_heads)}, {"head_dim", std::to_string(dim)},
-                  {"queries", std::to_string(nq)}};
+                  {"queries", std::to_string(queries)}};
+    if (seqs > 1) out.params.push_back({"seqs", std::to_string(seqs)});
     if (r == KVRT_SUCCESS) {
         const kvrt_tensor_ref qr = buffer_tensor(qbuf, 0);
         const kvrt_output_ref orf = buffer_output(obuf, 0);
@@ -87,7 +107,7 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     kvrt_cache_destroy(cache);
     if (r != KVRT_SUCCESS) return report("bench attn", r);
     // Effective bandwidth: the K and V bytes of the attended cells, read once.
-    out.bytes = static_cast<double>(info.bytes_per_token) * static_cast<double>(cells);
+    out.bytes = static_cast<double>(info.bytes_per_token) * static_cast<double>(cells * seqs);
     rows->push_back(out);
     return 0;
 }
@@ -95,8 +115,9 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
 const bool registered = register_case(
     {"attn",
      "[--cells N] [--heads N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32|u8_static|u16_static] "
-     "[--queries N]: "
-     "GPU time of one attention call over N filled cells (GB/s = K/V bytes / time)",
+     "[--queries N] [--seqs S]: "
+     "GPU time of one attention call over S sequences of N filled cells each, with the last --queries positions "
+     "of each sequence as queries (GB/s = K/V bytes / time)",
      run_attn,
      {{"--type", "f16", "--cells", "4096"}, {"--type", "q8_0", "--cells", "4096"}, {"--type", "q4_0", "--cells", "4096"},
       {"--type", "f16", "--cells", "512"}, {"--type", "f16", "--cells", "4096", "--queries", "512"}}});
