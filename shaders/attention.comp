@@ -92,7 +92,8 @@ layout(std430, set = 0, binding = 2) readonly buffer QBuf { uint q_words[]; };
 // The mirror: per cell its position (-1: empty), then seq_words words of
 // sequence bits (bit s % 32 of word s / 32: sequence s uses the cell).
 layout(std430, set = 0, binding = 3) readonly buffer CellMeta { uint cell_meta[]; };
-// Per query (position, sequence); RoPE frequencies; parameters; sinks.
+// Per query (position, sequence, and the run of cells [lo, hi) that holds
+// the sequence's cells, in cache cells); RoPE frequencies; parameters; sinks.
 layout(std430, set = 0, binding = 4) readonly buffer MetaWords { uint meta_words[]; };
 layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[]; };
 
@@ -100,7 +101,7 @@ layout(push_constant) uniform Push {
     uint n_cells;        // cells of this dispatch
     uint meta_first;     // its first cell's index in cell_meta
     uint seq_words;      // 32-bit words of sequence bits per cell
-    uint query_offset;   // word offset of the (pos, seq) pairs in meta_words
+    uint query_offset;   // word offset of the (pos, seq, lo, hi) quads in meta_words
     uint n_queries;
     uint n_heads;
     uint group;          // query heads per KV head
@@ -128,7 +129,7 @@ layout(push_constant) uniform Push {
     uint params_offset;    // word offset in meta_words of (K scale, K zero point, V scale, V zero point,
                            // ALiBi m0, m1, n_log2: slopes when max_bias > 0, else m0 = 0)
     uint q_head_stride;    // words between the heads of one query (D_K values when packed)
-    uint cell_first;       // the dispatch's first cell in the cache (token trees)
+    uint cell_first;       // the dispatch's first cell in the cache (token trees, runs)
 } pc;
 
 // The layer's static-scale quantization, read once per invocation.
@@ -320,13 +321,20 @@ void main() {
     uint r_seq[R];
     bool r_live[R];
     float slope[R];
+    uint span_lo = 0xFFFFFFFFu, span_hi = 0u;  // the union of the rows' runs of cells
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint idx = first_row + r;
         r_live[r] = idx < pc.n_queries * pc.group;
         r_query[r] = r_live[r] ? idx / pc.group : 0u;
         r_head[r] = kvh * pc.group + (idx % pc.group);
-        r_pos[r] = int(meta_words[pc.query_offset + 2u * r_query[r]]);
-        r_seq[r] = meta_words[pc.query_offset + 2u * r_query[r] + 1u];
+        const uint qw = pc.query_offset + 4u * r_query[r];
+        r_pos[r] = int(meta_words[qw]);
+        r_seq[r] = meta_words[qw + 1u];
+        const uint lo = meta_words[qw + 2u], hi = meta_words[qw + 3u];
+        if (r_live[r] && lo < hi) {
+            span_lo = min(span_lo, lo);
+            span_hi = max(span_hi, hi);
+        }
         slope[r] = alibi_slope(r_head[r]);
     }
 
@@ -392,9 +400,13 @@ void main() {
         [[unroll]] for (uint i = 0u; i < OV * 8u; ++i) acc[r][i] = 0.0;
     }
 
-    const uint per_split = (pc.n_cells + pc.n_splits - 1u) / pc.n_splits;
-    const uint c0 = split * per_split;
-    const uint c1 = min(pc.n_cells, c0 + per_split);
+    // The splits cut the tile's cells: the part of this dispatch inside the
+    // union of its rows' runs (cells outside hold none of their sequences).
+    const uint t0 = clamp(span_lo, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first;
+    const uint t1 = max(t0, clamp(span_hi, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first);
+    const uint per_split = (t1 - t0 + pc.n_splits - 1u) / pc.n_splits;
+    const uint c0 = t0 + split * per_split;
+    const uint c1 = min(t1, c0 + per_split);
     const uint meta_stride = 1u + pc.seq_words;
     const TreeView tree = tree_view();
     // CELLS consecutive cells per step: one rescaling of a row's output per

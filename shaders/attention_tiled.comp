@@ -122,8 +122,25 @@ void main() {
     const bool live = idx < pc.n_queries * pc.group;
     const uint query = live ? idx / pc.group : 0u;
     const uint head = kvh * pc.group + (idx % pc.group);
-    const int qpos = int(meta_words[pc.query_offset + 2u * query]);
-    const uint qseq = meta_words[pc.query_offset + 2u * query + 1u];
+    const int qpos = int(meta_words[pc.query_offset + 4u * query]);
+    const uint qseq = meta_words[pc.query_offset + 4u * query + 1u];
+    // The workgroup's cells: the union of its rows' runs (every invocation
+    // reads the same queries, so the bounds are uniform).
+    uint span_lo = 0xFFFFFFFFu, span_hi = 0u;
+    {
+        const uint row0 = idx - lid, rows = pc.n_queries * pc.group;
+        if (row0 < rows) {
+            const uint q_end = (min(row0 + wg, rows) + pc.group - 1u) / pc.group;
+            for (uint qq = row0 / pc.group; qq < q_end; ++qq) {
+                const uint lo = meta_words[pc.query_offset + 4u * qq + 2u];
+                const uint hi = meta_words[pc.query_offset + 4u * qq + 3u];
+                if (lo < hi) {
+                    span_lo = min(span_lo, lo);
+                    span_hi = max(span_hi, hi);
+                }
+            }
+        }
+    }
     const float slope = alibi_slope(head);
 
     float q[D_K];
@@ -145,9 +162,11 @@ void main() {
     float acc[D_V];
     [[unroll]] for (uint d = 0u; d < D_V; ++d) acc[d] = 0.0;
 
-    const uint per_split = (pc.n_cells + pc.n_splits - 1u) / pc.n_splits;
-    const uint c0 = split * per_split;
-    const uint c1 = min(pc.n_cells, c0 + per_split);
+    const uint t0 = clamp(span_lo, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first;
+    const uint t1 = max(t0, clamp(span_hi, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first);
+    const uint per_split = (t1 - t0 + pc.n_splits - 1u) / pc.n_splits;
+    const uint c0 = t0 + split * per_split;
+    const uint c1 = min(t1, c0 + per_split);
     const uint meta_stride = 1u + pc.seq_words;
     const uint k_octets = D_K / 8u, v_octets = D_V / 8u;
     const TreeView tree = tree_view();

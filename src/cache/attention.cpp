@@ -24,6 +24,26 @@ uint32_t choose_splits(const ops::Tuning& t, const ops::AttnPlan& plan, uint32_t
     return std::max<uint32_t>(1, std::min<uint32_t>(splits, t.attn_max_splits));
 }
 
+// The most cells any tile may read: each tile reads the union of its
+// queries' runs [lo, hi), and a tile's rows (`rows_per_tile`, `group` per
+// query) span at most `per_tile` consecutive queries wherever a pass starts.
+uint32_t widest_tile_span(const std::vector<uint32_t>& quads, uint32_t n_queries, uint32_t rows_per_tile,
+                          uint32_t group) {
+    const uint32_t per_tile = (rows_per_tile + group - 1) / group + 1;
+    uint32_t widest = 0;
+    for (uint32_t i = 0; i < n_queries; ++i) {
+        uint32_t lo = UINT32_MAX, hi = 0;
+        for (uint32_t j = i; j < std::min(n_queries, i + per_tile); ++j) {
+            const uint32_t l = quads[4 * size_t{j} + 2], h = quads[4 * size_t{j} + 3];
+            if (l >= h) continue;
+            lo = std::min(lo, l);
+            hi = std::max(hi, h);
+        }
+        if (lo < hi) widest = std::max(widest, hi - lo);
+    }
+    return widest;
+}
+
 }  // namespace
 
 Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
@@ -192,12 +212,26 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     const uint32_t group = geo_.n_heads / geo_.n_kv_heads;
     shape.n_queries = n_queries;
     const ops::AttnPlan plan = ops::plan_attention(tuning, shape);
+
+    // Per query: position, sequence, and the run of cells that holds the
+    // sequence's cells (kept by the table as cells are taken: O(1) each).
+    std::vector<uint32_t> quads(4 * size_t{n_queries});
+    for (uint32_t i = 0; i < n_queries; ++i) {
+        quads[4 * i] = static_cast<uint32_t>(positions[i]);
+        quads[4 * i + 1] = static_cast<uint32_t>(seq_ids[i]);
+        table_.seq_cell_span(seq_ids[i], &quads[4 * i + 2], &quads[4 * i + 3]);
+    }
+    // Splits are cut from what a tile reads, not from the whole cache: over
+    // many sequences, each tile's share of the cells.
+    const uint32_t span = std::min(n_cells, widest_tile_span(quads, n_queries, plan.rows, group));
     const uint32_t n_units = geo_.n_kv_heads * plan.tiles_per_kv;
-    const uint32_t total_splits = choose_splits(tuning, plan, n_cells, n_units);
+    const uint32_t total_splits = choose_splits(tuning, plan, span, n_units);
     uint32_t splits_total = 0;
     for (ops::AttnSegment& seg : segments) {
-        seg.splits = std::max<uint32_t>(
-            1, static_cast<uint32_t>((uint64_t{total_splits} * seg.count + n_cells - 1) / n_cells));
+        const uint32_t part = std::min(seg.count, span);
+        seg.splits = span == 0 ? 1
+                               : std::max<uint32_t>(1, static_cast<uint32_t>(
+                                                           (uint64_t{total_splits} * part + span - 1) / span));
         splits_total += seg.splits;
     }
     // The partial results of a pass must fit one binding: passes over as
@@ -273,11 +307,8 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     const uint32_t q_first = io.q_offset_words;
     for (uint32_t first = 0; first < n_queries; first += static_cast<uint32_t>(per_pass)) {
         const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(per_pass, n_queries - first));
-        std::vector<uint32_t> queries(2 * size_t{count});
-        for (uint32_t i = 0; i < count; ++i) {
-            queries[2 * i] = static_cast<uint32_t>(positions[first + i]);
-            queries[2 * i + 1] = static_cast<uint32_t>(seq_ids[first + i]);
-        }
+        const std::vector<uint32_t> queries(quads.begin() + 4 * ptrdiff_t{first},
+                                            quads.begin() + 4 * (ptrdiff_t{first} + count));
         shape.n_queries = count;
         opt.tree_first_query = first;
         io.q_offset_words = q_first + first * q_words_per_query;

@@ -118,6 +118,7 @@ Result CellTable::init(uint32_t capacity, uint32_t max_seqs) {
         std::vector<uint64_t> words(static_cast<size_t>(n_words), 0);
         std::vector<SeqIndex> index(max_seqs);
         std::vector<uint32_t> seq_cells(max_seqs, 0);
+        std::vector<uint32_t> span_lo(max_seqs, 0), span_hi(max_seqs, 0);
         std::vector<uint8_t> scratch(capacity, 0);
         std::vector<uint64_t> epoch(capacity, 0);
         // Nothing below throws.
@@ -126,6 +127,8 @@ Result CellTable::init(uint32_t capacity, uint32_t max_seqs) {
         words_.swap(words);
         index_.swap(index);
         seq_cells_.swap(seq_cells);
+        span_lo_.swap(span_lo);
+        span_hi_.swap(span_hi);
         scratch_.swap(scratch);
         epoch_.swap(epoch);
     } catch (const std::bad_alloc&) {
@@ -435,6 +438,7 @@ Result CellTable::apply(Placement& p) {
                 node.mapped() = 1;
                 idx.insert(at, std::move(node));
             }
+            widen_span(s, c);
             ++seq_cells_[s];
         }
         pos_[c] = pos;
@@ -530,6 +534,7 @@ Result CellTable::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
         if (pos_[c] >= 0 && r.contains(pos_[c]) && has_seq(c, uint32_t(src)) && !has_seq(c, uint32_t(dst))) {
             cell_words(c)[dst >> 6] |= uint64_t(1) << (dst & 63);
             mark_changed(c);
+            widen_span(uint32_t(dst), c);
             index_add(uint32_t(dst), pos_[c]);
         }
     }
@@ -742,6 +747,7 @@ Result CellTable::mirror_seq(int32_t seq, const uint32_t* drop, size_t n_drop, c
             used_end_ = std::max(used_end_, c + 1);
         }
         cell_words(c)[sq >> 6] |= uint64_t(1) << (sq & 63);
+        widen_span(sq, c);
         index_add(sq, e.pos);
         mark_changed(c);
     }
@@ -763,6 +769,13 @@ uint32_t CellTable::seq_count(int32_t seq, int32_t p0, int32_t p1) const {
     for (auto it = idx.lower_bound(p0 < 0 ? 0 : p0); it != idx.end() && (p1 < 0 || it->first < p1); ++it)
         n += it->second;
     return n;
+}
+
+void CellTable::seq_cell_span(int32_t seq, uint32_t* lo, uint32_t* hi) const {
+    *lo = *hi = 0;
+    if (seq < 0 || uint32_t(seq) >= max_seqs_ || seq_cells_[size_t(seq)] == 0) return;
+    *lo = span_lo_[size_t(seq)];
+    *hi = span_hi_[size_t(seq)];
 }
 
 uint32_t CellTable::seq_cell_count(int32_t seq) const {
@@ -841,8 +854,20 @@ Result CellTable::apply_moves(const CellMove* moves, size_t n) {
     }
     while (used_end_ > 0 && pos_[used_end_ - 1] < 0) --used_end_;
     head_ = used_end_ == capacity_ ? 0 : used_end_;
+    recompute_spans();
     touch();
     return KVRT_SUCCESS;
+}
+
+void CellTable::recompute_spans() {
+    for (uint32_t s = 0; s < max_seqs_; ++s) span_lo_[s] = span_hi_[s] = 0;
+    for (uint32_t c = 0; c < used_end_; ++c) {
+        if (pos_[c] < 0) continue;
+        for_each_seq(cell_words(c), words_per_cell_, [&](uint32_t s) {
+            if (span_hi_[s] == 0) span_lo_[s] = c;
+            span_hi_[s] = c + 1;
+        });
+    }
 }
 
 // ---- Queries -------------------------------------------------------------------
@@ -890,10 +915,16 @@ Result CellTable::verify() const {
             ++used;
             used_end = c + 1;
             if (delta_[c] != 0) ++shifted;
+            uint32_t outside = max_seqs_;
             for_each_seq(w, words_per_cell_, [&](uint32_t s) {
                 ++index[s][pos_[c]];
                 ++counts[s];
+                if (c < span_lo_[s] || c >= span_hi_[s]) outside = s;
             });
+            if (outside != max_seqs_) {
+                return fail(KVRT_ERROR_INTERNAL, "cell table: cell %u of sequence %u lies outside its span [%u, %u)", c,
+                            outside, span_lo_[outside], span_hi_[outside]);
+            }
         }
         if (used != used_ || used_end != used_end_ || shifted != n_shifted_) {
             return fail(KVRT_ERROR_INTERNAL,

@@ -26,6 +26,7 @@
 // const member functions are safe; anything else needs exclusive access.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -219,6 +220,12 @@ public:
 
     // Number of cells that `seq` uses (0 when out of range).
     uint32_t seq_cell_count(int32_t seq) const;
+    // A run of cells [*lo, *hi) that holds every cell `seq` uses: a
+    // superset, which grows as the sequence takes cells and is exact again
+    // after the sequence empties (then both are 0) or cells move in a
+    // compaction. Both 0 when seq is out of range. O(1). Attention reads
+    // only the cells inside its queries' runs.
+    void seq_cell_span(int32_t seq, uint32_t* lo, uint32_t* hi) const;
     // Smallest position >= p of `seq`, or -1 (none, or seq out of range).
     // O(log n).
     int32_t seq_pos_from(int32_t seq, int32_t p) const;
@@ -381,6 +388,17 @@ private:
     void index_add(uint32_t seq, int32_t pos);
     void index_remove(uint32_t seq, int32_t pos);
     void set_delta(uint32_t cell, int32_t delta);
+    // Before `seq` takes `cell` (and before its count grows).
+    void widen_span(uint32_t seq, uint32_t cell) {
+        if (seq_cells_[seq] == 0) {
+            span_lo_[seq] = cell;
+            span_hi_[seq] = cell + 1;
+        } else {
+            span_lo_[seq] = std::min(span_lo_[seq], cell);
+            span_hi_[seq] = std::max(span_hi_[seq], cell + 1);
+        }
+    }
+    void recompute_spans();
     void set_cell_pos(uint32_t cell, int32_t pos);
     void free_cell(uint32_t cell);
     void touch();
@@ -405,6 +423,8 @@ private:
     std::vector<uint64_t> words_;
     std::vector<SeqIndex> index_;        // per sequence
     std::vector<uint32_t> seq_cells_;    // per sequence: number of cells
+    std::vector<uint32_t> span_lo_;      // per sequence: its cells lie in [span_lo_, span_hi_)
+    std::vector<uint32_t> span_hi_;      //   (meaningful while seq_cells_ > 0)
     std::vector<uint8_t> scratch_;       // capacity bytes, for apply_moves checks
     IndexNodePool spare_;                // reserved index nodes
     uint32_t used_ = 0;

@@ -89,8 +89,11 @@ struct AttnOptions {
     uint32_t tree_first_query = 0;   // the batch index of this call's query 0
 };
 
-// Records both passes over the cells of `segments`. `queries` holds (pos,
-// seq) pairs; `q` and `out` are the query rows and the output rows (word
+// Records both passes over the cells of `segments`. `queries` holds four
+// words per query: position, sequence, and a run of cells [lo, hi) (cache
+// cells, as AttnSegment::first_cell) outside which the sequence has no
+// cell; lo == hi: none. A tile reads only the union of its queries' runs,
+// cut into each segment's splits. `q` and `out` are the query rows and the output rows (word
 // offsets and strides inside their pieces: query i's head h at offset + i *
 // stride + h * head). The host's work is independent of the cell count.
 struct AttnIo {

@@ -93,6 +93,7 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
             for (uint32_t p = c.shared_prefix + 1; p + c.n_queries < c.tokens_per_seq; p += c.holes)
                 KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache, static_cast<int32_t>(s), static_cast<int32_t>(p),
                                                   static_cast<int32_t>(p + 1)));
+    if (c.edit) c.edit(cache, store);
 
     // Queries: the last n_queries positions of every sequence.
     std::vector<int32_t> qpos, qseq;

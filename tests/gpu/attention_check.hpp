@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct AttnCase {
     // Static-scale K / V types: their scales (1 entry or one per layer),
     // chained as a kvrt_static_scales_desc when either is set.
     std::vector<QuantScale> k_scales, v_scales;
+    // Run after the cache is filled (and its holes made), before the
+    // queries: sequence operations, compaction, and more tokens through
+    // `store` (positions, sequence), which the f32 comparison follows.
+    using Store = std::function<void(const std::vector<int32_t>& positions, int32_t seq)>;
+    std::function<void(kvrt_cache cache, const Store& store)> edit;
 };
 
 struct AttnOutcome {

@@ -6,6 +6,7 @@
 #include "attention_check.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 
 using namespace kvrt_test;
 
@@ -122,6 +123,52 @@ TEST_CASE("attention options: ALiBi, soft-capping, learned sinks, scale, non-cau
     c.params.flags = KVRT_ATTENTION_NON_CAUSAL;
     c.n_queries = 1;
     expect_accurate(ctx, c, "non-causal");
+}
+
+TEST_CASE("over many sequences, each tile reads its queries' runs of cells and misses none", "[attention]") {
+    // Twelve sequences, each in its own run of cells, so that a tile's rows
+    // (two or eight queries of different sequences) read only the union of
+    // their runs. The runs must follow every way a sequence takes cells:
+    // a sequence that empties and starts again elsewhere, one that shares
+    // another's cells far from its own (seq_cp), cells moved by compaction,
+    // and tokens placed after it.
+    // kvrt's own pick, then each kernel forced (KVRT_KERNELS decides alone).
+    std::vector<KernelVariant> variants{{0, "kvrt's pick"}};
+    if (!std::getenv("KVRT_KERNELS")) {
+        variants.push_back({KVRT_CONTEXT_PORTABLE_KERNELS, "portable"});
+        variants.push_back({KVRT_CONTEXT_TILED_KERNELS, "tiled"});
+        if (kernel_variants().size() > 1) variants.push_back(kernel_variants()[1]);
+    }
+    for (const KernelVariant& variant : variants) {
+        INFO("kernels: " << variant.name);
+        GpuContext ctx(variant.flags);
+        AttnCase c;
+        c.n_seqs = 12;
+        c.tokens_per_seq = 40;
+        c.capacity = 1024;
+        c.holes = 9;
+        c.edit = [](kvrt_cache cache, const AttnCase::Store& store) {
+            std::vector<int32_t> pos(40);
+            for (int32_t p = 0; p < 40; ++p) pos[size_t(p)] = p;
+            KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache, 3, -1, -1));  // empties: its run starts again
+            KVRT_REQUIRE_OK(kvrt_cache_compact(cache, nullptr, 0.0f, 1u << 20, nullptr));
+            store(pos, 3);  // after every other sequence
+            KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache, 2, 0, 12));
+            KVRT_REQUIRE_OK(kvrt_cache_seq_cp(cache, 9, 2, 0, 12));  // 2 joins cells of 9, far above its own
+            KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache, 0, 30, -1));
+            store(std::vector<int32_t>(pos.begin() + 30, pos.end()), 0);  // 0's tail after 3's cells
+        };
+        for (const uint32_t queries : {1u, 5u}) {
+            c.n_queries = queries;
+            c.n_heads = 8;
+            c.n_kv_heads = 2;  // 4 rows per query: tiles of 2 queries
+            expect_accurate(ctx, c, std::to_string(queries) + " queries per sequence, GQA 4:1");
+            c.n_heads = c.n_kv_heads = 4;  // 1 row per query: tiles of 8
+            c.k_type = KVRT_TYPE_Q8_0;
+            expect_accurate(ctx, c, std::to_string(queries) + " queries per sequence, MHA, q8_0 K");
+            c.k_type = KVRT_TYPE_F16;
+        }
+    }
 }
 
 TEST_CASE("prefill chunks are causal inside the chunk", "[attention]") {

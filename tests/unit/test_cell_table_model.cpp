@@ -229,6 +229,7 @@ TEST_CASE("CellTable agrees with a reference model over 100,000 random operation
         const int64_t op = rnd(0, 999);
         kvrt::Result r = KVRT_SUCCESS, want = KVRT_SUCCESS;
         const char* name = "";
+        bool moved = false;  // a compaction moved cells
 
         if (op < 400) {
             name = "place";
@@ -373,7 +374,8 @@ TEST_CASE("CellTable agrees with a reference model over 100,000 random operation
             if (rnd(0, 9) < 8) {  // the device copy succeeded
                 MODEL_REQUIRE(t.apply_moves(moves) == KVRT_SUCCESS);
                 m.apply_moves(moves);
-                if (!moves.empty()) stats["compacted"]++;
+                moved = !moves.empty();
+                if (moved) stats["compacted"]++;
             } else if (t.used() > 0 && t.used() < kCap) {  // a bogus list is refused
                 const std::vector<CellMove> bad = {{uint32_t(rnd(0, kCap - 1)), uint32_t(rnd(0, kCap - 1))}};
                 want = !t.cell_is_empty(bad[0].src_cell) && t.cell_is_empty(bad[0].dst_cell)
@@ -405,6 +407,24 @@ TEST_CASE("CellTable agrees with a reference model over 100,000 random operation
         if (r != KVRT_SUCCESS) MODEL_REQUIRE((have_before && snapshot(t).identical(before)));
         const std::string d = diff(t, m);
         if (!d.empty()) FAIL("step " << step << " (" << name << "): " << d);
+        // Each sequence's run of cells holds all its cells; it is empty for
+        // an empty sequence and exact after a compaction moved cells.
+        const bool exact = moved;
+        for (int32_t s = 0; s < int32_t(kSeqs); ++s) {
+            uint32_t span_lo = 0, span_hi = 0;
+            t.seq_cell_span(s, &span_lo, &span_hi);
+            uint32_t first = UINT32_MAX, last = 0;
+            for (const auto& e : m.seqs[size_t(s)]) {
+                first = std::min(first, e.second);
+                last = std::max(last, e.second + 1);
+            }
+            const bool ok_span = m.seqs[size_t(s)].empty() ? span_lo == 0 && span_hi == 0
+                                 : exact ? span_lo == first && span_hi == last
+                                         : span_lo <= first && span_hi >= last && span_hi <= kCap;
+            if (!ok_span)
+                FAIL("step " << step << " (" << name << "): sequence " << s << " has the span [" << span_lo
+                             << ", " << span_hi << ") for cells [" << first << ", " << last << ")");
+        }
         if (step % 97 == 0 && t.verify() != KVRT_SUCCESS) FAIL("step " << step << ": " << kvrt::last_error_message());
     }
     REQUIRE(t.verify() == KVRT_SUCCESS);
