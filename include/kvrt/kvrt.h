@@ -1315,7 +1315,12 @@ typedef struct kvrt_attention_params {
  * applied first (recorded into the same
  * stream). Decode (few queries) splits the cells across workgroups and merges
  * the partial results; prefill (up to thousands of queries) tiles the
- * queries. Head dims must be multiples of 8. `params` may be NULL for the
+ * queries. A group of queries reads only the run of cells that holds its
+ * sequences' cells (each sequence's run grows as it takes cells, starts
+ * again when it empties, and is exact after kvrt_cache_compact): over many
+ * sequences, attention costs what their own cells cost when each sequence's
+ * cells lie together (a prompt stored in one batch, a compaction after
+ * removals), and up to the whole cache when their cells interleave. Head dims must be multiples of 8. `params` may be NULL for the
  * defaults. With `stream` NULL the call is synchronous. Fails with
  * KVRT_ERROR_INVALID_HANDLE for a bad cache, stream or buffer;
  * KVRT_ERROR_INVALID_ARGUMENT for NULL or mistyped structs or bad chains, a
