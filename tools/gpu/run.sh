@@ -78,7 +78,7 @@ bench() {  # bench LABEL ARGS...: one `kvrt bench` case, its rows into bench.txt
   fi
 }
 if [ "$QUICK" = 1 ]; then
-  copy_mib=16 decode_cells=(256 1024) seq_counts=(1 4) prefill=32 big=0
+  copy_mib=16 decode_cells=(256 1024) seq_counts=(1 4 8) prefill=32 big=0
 else
   copy_mib=4096 decode_cells=(4096 32768 131072) seq_counts=(1 8 64) prefill=512 big=1
 fi
@@ -93,6 +93,10 @@ for t in f16 q8_0 q4_0; do
   done
   bench "prefill" attn --type "$t" --cells 4096 --queries "$prefill" --runs 10
 done
+# The same sequences stored in turns of 16 tokens, as decoding them together
+# leaves their cells: each query's run of cells is then the whole cache.
+bench "decode interleaved" attn --type f16 --cells "${decode_cells[0]}" --seqs "${seq_counts[2]}" --interleave 16 \
+  --runs 10
 for k in portable tiled; do
   KVRT_KERNELS=$k bench "decode $k" attn --type f16 --cells "${decode_cells[1]}" --seqs "${seq_counts[1]}" --runs 10
   KVRT_KERNELS=$k bench "prefill $k" attn --type f16 --cells 4096 --queries "$prefill" --runs 10

@@ -13,18 +13,20 @@ namespace {
 
 int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     std::string error;
-    uint64_t cells, heads, kv_heads, dim, queries, seqs;
+    uint64_t cells, heads, kv_heads, dim, queries, seqs, interleave;
     if (!args.u64("cells", 4096, &cells, &error) || !args.u64("heads", 32, &heads, &error) ||
         !args.u64("kv-heads", 8, &kv_heads, &error) || !args.u64("head-dim", 128, &dim, &error) ||
-        !args.u64("queries", 1, &queries, &error) || !args.u64("seqs", 1, &seqs, &error)) {
+        !args.u64("queries", 1, &queries, &error) || !args.u64("seqs", 1, &seqs, &error) ||
+        !args.u64("interleave", 0, &interleave, &error)) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 2;
     }
     if (cells == 0 || seqs == 0 || seqs > 256 || cells * seqs > (1u << 24) || kv_heads == 0 || heads % kv_heads ||
-        heads > 256 || dim == 0 || dim > 1024 || queries == 0 || queries > cells || queries * seqs > 65536) {
+        heads > 256 || dim == 0 || dim > 1024 || queries == 0 || queries > cells || queries * seqs > 65536 ||
+        interleave > cells || (interleave > 0 && cells / interleave * seqs > 65536)) {
         std::fprintf(stderr,
                      "error: sizes out of range (heads a multiple of kv-heads, 0 < queries <= cells, at most 256 "
-                     "sequences, 2^24 cells and 65536 queries in all)\n");
+                     "sequences, 2^24 cells and 65536 queries in all, interleave <= cells and at most 65536 turns)\n");
         return 2;
     }
     std::string tname;
@@ -45,28 +47,36 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     kvrt_result r = kvrt_cache_create(env.ctx, &d, &cache);
 
     // Fill every cell of every sequence with random K/V, in chunks (a few
-    // chunks of random rows, reused: large caches fill in seconds).
+    // chunks of random rows, reused: large caches fill in seconds): each
+    // sequence's cells in one run, or, with --interleave T, the sequences
+    // taking turns of T tokens, as decoding many sequences at once leaves
+    // them.
     std::mt19937 rng(1);
     std::normal_distribution<float> normal;
-    const uint32_t chunk = 256;
+    const uint32_t chunk = interleave > 0 ? static_cast<uint32_t>(std::min<uint64_t>(interleave, 256)) : 256;
     const size_t row = static_cast<size_t>(kv_heads * dim);
     std::vector<std::vector<float>> kv(4, std::vector<float>(chunk * row));
     for (auto& c : kv)
         for (auto& x : c) x = normal(rng);
     uint64_t filled = 0;
     const uint64_t total = cells * seqs;
-    for (uint32_t sq = 0; sq < seqs && r == KVRT_SUCCESS; ++sq) {
-        for (uint32_t p = 0; p < cells && r == KVRT_SUCCESS; p += chunk) {
-            const uint32_t n = std::min<uint32_t>(chunk, static_cast<uint32_t>(cells) - p);
-            std::vector<int32_t> pos(n), seq(n, static_cast<int32_t>(sq));
-            for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(p + i);
-            kvrt_batch b = make_batch(n, pos.data(), seq.data());
-            const kvrt_tensor_ref t = host_tensor(kv[(p / chunk + sq) % kv.size()].data());
-            r = kvrt_cache_store(cache, nullptr, &b, 0, &t, &t, nullptr);
-            filled += n;
-            if (total >= (1u << 20) && filled % (1u << 20) < n)
-                std::fprintf(stderr, "bench attn: filled %llu of %llu cells\n", static_cast<unsigned long long>(filled),
-                             static_cast<unsigned long long>(total));
+    const uint64_t per_turn = interleave > 0 ? interleave : cells;
+    const uint64_t turns = (cells + per_turn - 1) / per_turn;
+    for (uint64_t turn = 0; turn < turns && r == KVRT_SUCCESS; ++turn) {
+        for (uint32_t sq = 0; sq < seqs && r == KVRT_SUCCESS; ++sq) {
+            const uint64_t end = std::min<uint64_t>(cells, (turn + 1) * per_turn);
+            for (uint64_t p = turn * per_turn; p < end && r == KVRT_SUCCESS; p += chunk) {
+                const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(chunk, end - p));
+                std::vector<int32_t> pos(n), seq(n, static_cast<int32_t>(sq));
+                for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(p + i);
+                kvrt_batch b = make_batch(n, pos.data(), seq.data());
+                const kvrt_tensor_ref t = host_tensor(kv[(p / chunk + sq) % kv.size()].data());
+                r = kvrt_cache_store(cache, nullptr, &b, 0, &t, &t, nullptr);
+                filled += n;
+                if (total >= (1u << 20) && filled % (1u << 20) < n)
+                    std::fprintf(stderr, "bench attn: filled %llu of %llu cells\n",
+                                 static_cast<unsigned long long>(filled), static_cast<unsigned long long>(total));
+            }
         }
     }
     // Queries: the last positions of each sequence, in device buffers, as an
@@ -93,6 +103,7 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
                   {"kv_heads", std::to_string(kv_heads)}, {"head_dim", std::to_string(dim)},
                   {"queries", std::to_string(queries)}};
     if (seqs > 1) out.params.push_back({"seqs", std::to_string(seqs)});
+    if (interleave > 0) out.params.push_back({"interleave", std::to_string(interleave)});
     if (r == KVRT_SUCCESS) {
         const kvrt_tensor_ref qr = buffer_tensor(qbuf, 0);
         const kvrt_output_ref orf = buffer_output(obuf, 0);
@@ -115,9 +126,10 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
 const bool registered = register_case(
     {"attn",
      "[--cells N] [--heads N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32|u8_static|u16_static] "
-     "[--queries N] [--seqs S]: "
+     "[--queries N] [--seqs S] [--interleave T]: "
      "GPU time of one attention call over S sequences of N filled cells each, with the last --queries positions "
-     "of each sequence as queries (GB/s = K/V bytes / time)",
+     "of each sequence as queries (GB/s = K/V bytes / time); each sequence's cells lie together, or with "
+     "--interleave the sequences were stored in turns of T tokens",
      run_attn,
      {{"--type", "f16", "--cells", "4096"}, {"--type", "q8_0", "--cells", "4096"}, {"--type", "q4_0", "--cells", "4096"},
       {"--type", "f16", "--cells", "512"}, {"--type", "f16", "--cells", "4096", "--queries", "512"}}});
