@@ -24,24 +24,46 @@ uint32_t choose_splits(const ops::Tuning& t, const ops::AttnPlan& plan, uint32_t
     return std::max<uint32_t>(1, std::min<uint32_t>(splits, t.attn_max_splits));
 }
 
+// The union [lo, hi) of the runs of cells of queries [first, end) of
+// `quads` (position, sequence, lo, hi per query); lo >= hi: no cell.
+struct Run {
+    uint32_t lo = UINT32_MAX, hi = 0;
+    uint32_t size() const { return lo < hi ? hi - lo : 0; }
+};
+Run runs_union(const std::vector<uint32_t>& quads, uint64_t first, uint64_t end) {
+    Run u;
+    for (uint64_t q = first; q < end; ++q) {
+        const uint32_t lo = quads[4 * q + 2], hi = quads[4 * q + 3];
+        if (lo >= hi) continue;
+        u.lo = std::min(u.lo, lo);
+        u.hi = std::max(u.hi, hi);
+    }
+    return u;
+}
+
 // The most cells any tile may read: each tile reads the union of its
-// queries' runs [lo, hi), and a tile's rows (`rows_per_tile`, `group` per
-// query) span at most `per_tile` consecutive queries wherever a pass starts.
+// queries' runs, and a tile's rows (`rows_per_tile`, `group` per query) span
+// at most `per_tile` consecutive queries wherever a pass starts.
 uint32_t widest_tile_span(const std::vector<uint32_t>& quads, uint32_t n_queries, uint32_t rows_per_tile,
                           uint32_t group) {
     const uint32_t per_tile = (rows_per_tile + group - 1) / group + 1;
     uint32_t widest = 0;
-    for (uint32_t i = 0; i < n_queries; ++i) {
-        uint32_t lo = UINT32_MAX, hi = 0;
-        for (uint32_t j = i; j < std::min(n_queries, i + per_tile); ++j) {
-            const uint32_t l = quads[4 * size_t{j} + 2], h = quads[4 * size_t{j} + 3];
-            if (l >= h) continue;
-            lo = std::min(lo, l);
-            hi = std::max(hi, h);
-        }
-        if (lo < hi) widest = std::max(widest, hi - lo);
-    }
+    for (uint32_t i = 0; i < n_queries; ++i)
+        widest = std::max(widest, runs_union(quads, i, std::min(n_queries, i + per_tile)).size());
     return widest;
+}
+
+// Cells the row tiles read in all: the sum over tiles of `rows_per_tile`
+// rows (`group` per query, from query 0) of the union of their queries' runs.
+uint64_t tile_reads(const std::vector<uint32_t>& quads, uint32_t n_queries, uint32_t rows_per_tile,
+                    uint32_t group) {
+    uint64_t total = 0;
+    const uint64_t rows = uint64_t{n_queries} * group;
+    for (uint64_t first = 0; first < rows; first += rows_per_tile) {
+        const uint64_t end = std::min(rows, first + rows_per_tile);
+        total += runs_union(quads, first / group, (end + group - 1) / group).size();
+    }
+    return total;
 }
 
 }  // namespace
@@ -211,7 +233,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
 
     const uint32_t group = geo_.n_heads / geo_.n_kv_heads;
     shape.n_queries = n_queries;
-    const ops::AttnPlan plan = ops::plan_attention(tuning, shape);
+    ops::AttnPlan plan = ops::plan_attention(tuning, shape);
 
     // Per query: position, sequence, and the run of cells that holds the
     // sequence's cells (kept by the table as cells are taken: O(1) each).
@@ -220,6 +242,19 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
         quads[4 * i] = static_cast<uint32_t>(positions[i]);
         quads[4 * i + 1] = static_cast<uint32_t>(seq_ids[i]);
         table_.seq_cell_span(seq_ids[i], &quads[4 * i + 2], &quads[4 * i + 3]);
+    }
+    // Row tiles of one query each when that reads no more cells in all (the
+    // queries' runs are apart): a tile of several would compute every row
+    // over the union of their runs.
+    if (!plan.tiled && plan.rows > group && n_queries > 1) {
+        ops::AttnShape one = shape;
+        one.max_tile_rows = group;
+        const ops::AttnPlan small = ops::plan_attention(tuning, one);
+        if (small.rows < plan.rows &&
+            tile_reads(quads, n_queries, small.rows, group) <= tile_reads(quads, n_queries, plan.rows, group)) {
+            shape.max_tile_rows = group;
+            plan = small;
+        }
     }
     // Splits are cut from what a tile reads, not from the whole cache: over
     // many sequences, each tile's share of the cells.

@@ -76,6 +76,7 @@ AttnPlan plan_attention(const Tuning& tuning, const AttnShape& shape) {
         p.rows_per_workgroup = p.rows;
     } else {
         p.rows = std::min<uint32_t>(tuning.attn_tile_rows, pow2_at_least(rows_per_kv));
+        if (shape.max_tile_rows > 0) p.rows = std::min(p.rows, pow2_at_least(shape.max_tile_rows));
         p.target_units = tuning.attn_target_groups;
         p.max_split_cells = tuning.attn_max_split_cells;
         const Tuning::Lanes lanes = tuning.attn_lanes(std::max(shape.head_dim_k, shape.head_dim_v) / 8);
