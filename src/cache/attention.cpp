@@ -41,15 +41,23 @@ Run runs_union(const std::vector<uint32_t>& quads, uint64_t first, uint64_t end)
     return u;
 }
 
-// The most cells any tile may read: each tile reads the union of its
-// queries' runs, and a tile's rows (`rows_per_tile`, `group` per query) span
-// at most `per_tile` consecutive queries wherever a pass starts.
+// At least as many cells as any tile reads: each tile reads the union of
+// its queries' runs, and a tile's rows (`rows_per_tile`, `group` per query)
+// span at most `per_tile` consecutive queries wherever a pass starts, which
+// two consecutive aligned blocks of `per_tile` queries cover. O(n_queries).
 uint32_t widest_tile_span(const std::vector<uint32_t>& quads, uint32_t n_queries, uint32_t rows_per_tile,
                           uint32_t group) {
     const uint32_t per_tile = (rows_per_tile + group - 1) / group + 1;
     uint32_t widest = 0;
-    for (uint32_t i = 0; i < n_queries; ++i)
-        widest = std::max(widest, runs_union(quads, i, std::min(n_queries, i + per_tile)).size());
+    Run prev;
+    for (uint32_t first = 0; first < n_queries; first += per_tile) {
+        const Run block = runs_union(quads, first, std::min(n_queries, first + per_tile));
+        Run both = block;
+        both.lo = std::min(block.lo, prev.lo);
+        both.hi = std::max(block.hi, prev.hi);
+        widest = std::max(widest, both.size());
+        prev = block;
+    }
     return widest;
 }
 
