@@ -513,7 +513,10 @@ Result CellTable::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
             changed = true;
         }
     }
-    if (changed) touch();
+    if (changed) {
+        recompute_spans();  // as costly as the walk above
+        touch();
+    }
     return KVRT_SUCCESS;
 }
 
@@ -565,7 +568,10 @@ Result CellTable::seq_keep(int32_t seq) {
             changed = true;
         }
     }
-    if (changed) touch();
+    if (changed) {
+        recompute_spans();
+        touch();
+    }
     return KVRT_SUCCESS;
 }
 

@@ -222,9 +222,10 @@ public:
     uint32_t seq_cell_count(int32_t seq) const;
     // A run of cells [*lo, *hi) that holds every cell `seq` uses: a
     // superset, which grows as the sequence takes cells and is exact again
-    // after the sequence empties (then both are 0) or cells move in a
-    // compaction. Both 0 when seq is out of range. O(1). Attention reads
-    // only the cells inside its queries' runs.
+    // after the sequence empties (then both are 0), after a seq_rm or
+    // seq_keep that changed the table (they walk every cell anyway), and
+    // after a compaction moved cells. Both 0 when seq is out of range. O(1).
+    // Attention reads only the cells inside its queries' runs.
     void seq_cell_span(int32_t seq, uint32_t* lo, uint32_t* hi) const;
     // Smallest position >= p of `seq`, or -1 (none, or seq out of range).
     // O(log n).
