@@ -350,8 +350,8 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     const uint32_t q_first = io.q_offset_words;
     for (uint32_t first = 0; first < n_queries; first += static_cast<uint32_t>(per_pass)) {
         const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(per_pass, n_queries - first));
-        const std::vector<uint32_t> queries(quads.begin() + 4 * ptrdiff_t{first},
-                                            quads.begin() + 4 * (ptrdiff_t{first} + count));
+        const auto at = quads.begin() + static_cast<ptrdiff_t>(4 * size_t{first});
+        const std::vector<uint32_t> queries(at, at + static_cast<ptrdiff_t>(4 * size_t{count}));
         shape.n_queries = count;
         opt.tree_first_query = first;
         io.q_offset_words = q_first + first * q_words_per_query;
