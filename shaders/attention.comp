@@ -64,11 +64,12 @@ layout(constant_id = 8) const uint VEC4 = 0;
 // What the call uses, so that the kernel leaves out the rest (llvmpipe runs
 // both sides of every branch, a load under a false condition included):
 // bit 0 a token tree, bit 1 a softcap, bit 2 one 32-bit word of sequence
-// bits per cell (every row reads the same word).
+// bits per cell (every row reads the same word), bit 3 lists of cells.
 layout(constant_id = 9) const uint OPTS = 7;
 const bool HAS_TREE = (OPTS & 1u) != 0u;
 const bool HAS_SOFTCAP = (OPTS & 2u) != 0u;
 const bool ONE_SEQ_WORD = (OPTS & 4u) != 0u;
+const bool LISTS = (OPTS & 8u) != 0u;
 
 const uint CELLS = 2u;  // cells per step of the cell loop
 const uint OK = (D_K / 8u + LG - 1u) / LG;  // K octets per lane
@@ -92,10 +93,17 @@ layout(std430, set = 0, binding = 2) readonly buffer QBuf { uint q_words[]; };
 // The mirror: per cell its position (-1: empty), then seq_words words of
 // sequence bits (bit s % 32 of word s / 32: sequence s uses the cell).
 layout(std430, set = 0, binding = 3) readonly buffer CellMeta { uint cell_meta[]; };
-// Per query (position, sequence, and the run of cells [lo, hi) that holds
-// the sequence's cells, in cache cells); RoPE frequencies; parameters; sinks.
+// Per query (position, sequence, the run of cells [lo, hi) that holds the
+// sequence's cells, in cache cells, and its list of cells in cell_lists:
+// first word, length, 0 when it has none); RoPE frequencies; parameters;
+// sinks.
 layout(std430, set = 0, binding = 4) readonly buffer MetaWords { uint meta_words[]; };
+const uint QUERY_WORDS = 6u;  // ops::kQueryWords
 layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[]; };
+// Per-sequence lists of cells, each in increasing cell order
+// (cell_lists.comp): a tile whose rows are all of one sequence with a list
+// walks the listed cells instead of its run (LISTS).
+layout(std430, set = 0, binding = 6) readonly buffer CellLists { uint cell_lists[]; };
 
 layout(push_constant) uniform Push {
     uint n_cells;        // cells of this dispatch
@@ -284,6 +292,18 @@ float alibi_slope(uint h) {
     return h < n_log2 ? pow(m0, float(h + 1u)) : pow(m1, float(2u * (h - n_log2) + 1u));
 }
 
+// The first of the `len` listed cells at `first` that is at or above `cell`
+// (len when none).
+uint list_lower_bound(uint first, uint len, uint cell) {
+    uint lo = 0u, hi = len;
+    while (lo < hi) {
+        const uint mid = (lo + hi) >> 1;
+        if (cell_lists[first + mid] < cell) lo = mid + 1u;
+        else hi = mid;
+    }
+    return lo;
+}
+
 void main() {
 #ifdef SHUFFLE
     // Lane groups are formed from the subgroup built-ins alone: how local
@@ -327,7 +347,7 @@ void main() {
         r_live[r] = idx < pc.n_queries * pc.group;
         r_query[r] = r_live[r] ? idx / pc.group : 0u;
         r_head[r] = kvh * pc.group + (idx % pc.group);
-        const uint qw = pc.query_offset + 4u * r_query[r];
+        const uint qw = pc.query_offset + QUERY_WORDS * r_query[r];
         r_pos[r] = int(meta_words[qw]);
         r_seq[r] = meta_words[qw + 1u];
         const uint lo = meta_words[qw + 2u], hi = meta_words[qw + 3u];
@@ -401,9 +421,28 @@ void main() {
     }
 
     // The splits cut the tile's cells: the part of this dispatch inside the
-    // union of its rows' runs (cells outside hold none of their sequences).
-    const uint t0 = clamp(span_lo, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first;
-    const uint t1 = max(t0, clamp(span_hi, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first);
+    // union of its rows' runs (cells outside hold none of their sequences),
+    // or, for rows of one sequence with a list, the part of the list inside
+    // this dispatch (then t0, t1 and the cell loop count list entries).
+    uint list_first = 0u, list_len = 0u;
+    if (LISTS) {
+        bool one_seq = true;
+        [[unroll]] for (uint r = 1u; r < R; ++r) one_seq = one_seq && (!r_live[r] || r_seq[r] == r_seq[0]);
+        const uint qw = pc.query_offset + QUERY_WORDS * r_query[0];  // row 0 is always live
+        if (one_seq) {
+            list_first = meta_words[qw + 4u];
+            list_len = meta_words[qw + 5u];
+        }
+    }
+    const bool by_list = LISTS && list_len > 0u;
+    uint t0, t1;
+    if (by_list) {
+        t0 = list_lower_bound(list_first, list_len, pc.cell_first);
+        t1 = list_lower_bound(list_first, list_len, pc.cell_first + pc.n_cells);
+    } else {
+        t0 = clamp(span_lo, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first;
+        t1 = max(t0, clamp(span_hi, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first);
+    }
     const uint per_split = (t1 - t0 + pc.n_splits - 1u) / pc.n_splits;
     const uint c0 = t0 + split * per_split;
     const uint c1 = min(t1, c0 + per_split);
@@ -422,7 +461,9 @@ void main() {
         bool any = false;
         [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
             const bool inside = c + b < c1;
-            const uint cc = inside ? c + b : c;
+            // The cell within this dispatch.
+            uint cc = inside ? c + b : c;
+            if (by_list) cc = cell_lists[list_first + cc] - pc.cell_first;
             const uint mb = (pc.meta_first + cc) * meta_stride;
             cpos[b] = int(cell_meta[mb]);
             const uint node = HAS_TREE ? tree_node(tree, pc.cell_first + cc) : NO_NODE;

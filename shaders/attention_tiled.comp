@@ -42,6 +42,9 @@ layout(std430, set = 0, binding = 1) readonly buffer VBuf { uint v_words[]; };
 layout(std430, set = 0, binding = 2) readonly buffer QBuf { uint q_words[]; };
 layout(std430, set = 0, binding = 3) readonly buffer CellMeta { uint cell_meta[]; };
 layout(std430, set = 0, binding = 4) readonly buffer MetaWords { uint meta_words[]; };
+// Words per query at query_offset (ops::kQueryWords): position, sequence,
+// run [lo, hi), and a list of cells this kernel does not read.
+const uint QUERY_WORDS = 6u;
 layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[]; };
 
 // The push constants of attention.comp (same layout; tiles_per_kv counts
@@ -122,8 +125,8 @@ void main() {
     const bool live = idx < pc.n_queries * pc.group;
     const uint query = live ? idx / pc.group : 0u;
     const uint head = kvh * pc.group + (idx % pc.group);
-    const int qpos = int(meta_words[pc.query_offset + 4u * query]);
-    const uint qseq = meta_words[pc.query_offset + 4u * query + 1u];
+    const int qpos = int(meta_words[pc.query_offset + QUERY_WORDS * query]);
+    const uint qseq = meta_words[pc.query_offset + QUERY_WORDS * query + 1u];
     // The workgroup's cells: the union of its rows' runs (every invocation
     // reads the same queries, so the bounds are uniform).
     uint span_lo = 0xFFFFFFFFu, span_hi = 0u;
@@ -132,8 +135,8 @@ void main() {
         if (row0 < rows) {
             const uint q_end = (min(row0 + wg, rows) + pc.group - 1u) / pc.group;
             for (uint qq = row0 / pc.group; qq < q_end; ++qq) {
-                const uint lo = meta_words[pc.query_offset + 4u * qq + 2u];
-                const uint hi = meta_words[pc.query_offset + 4u * qq + 3u];
+                const uint lo = meta_words[pc.query_offset + QUERY_WORDS * qq + 2u];
+                const uint hi = meta_words[pc.query_offset + QUERY_WORDS * qq + 3u];
                 if (lo < hi) {
                     span_lo = min(span_lo, lo);
                     span_hi = max(span_hi, hi);

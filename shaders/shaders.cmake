@@ -83,3 +83,7 @@ kvrt_add_shader(NAME rope_shift_blocks_q4_0 SOURCE shaders/rope_shift_blocks.com
 kvrt_add_shader(NAME rope_shift_fast_f32 SOURCE shaders/rope_shift_fast.comp)
 kvrt_add_shader(NAME rope_shift_fast_f16 SOURCE shaders/rope_shift_fast.comp DEFINES K_F16)
 kvrt_add_shader(NAME rope_shift_fast_f16_vec4 SOURCE shaders/rope_shift_fast.comp DEFINES K_F16 VEC4)
+
+# Per-sequence lists of cells for attention over sequences stored in turns:
+# count, prefix and write passes of one kernel.
+kvrt_add_shader(NAME cell_lists SOURCE shaders/cell_lists.comp)

@@ -916,7 +916,10 @@ typedef struct kvrt_cache_estimate {
      * layer's K and V are split into pieces no larger than the largest storage
      * binding, each padded to 16 bytes), plus the cells' metadata that the
      * kernels read on the device: 4 * (1 + 2 * ceil(max_seqs / 64)) bytes per
-     * cell, in pieces padded the same way. Equals the growth of
+     * cell, in pieces padded the same way, and, for the cell and paged layouts
+     * with max_seqs > 1 whose metadata fits one binding, 4 bytes per cell for
+     * the per-sequence lists of cells that attention reads (see
+     * kvrt_cache_attention). Equals the growth of
      * kvrt_context_stats.device_bytes on creation, up to the driver's own
      * allocation rounding. */
     KVRT_ALIGN8 uint64_t device_bytes;
@@ -1317,10 +1320,14 @@ typedef struct kvrt_attention_params {
  * the partial results; prefill (up to thousands of queries) tiles the
  * queries. A group of queries reads only the run of cells that holds its
  * sequences' cells (each sequence's run grows as it takes cells, starts
- * again when it empties, and is exact after kvrt_cache_compact): over many
- * sequences, attention costs what their own cells cost when each sequence's
- * cells lie together (a prompt stored in one batch, a compaction after
- * removals), and up to the whole cache when their cells interleave. Head dims must be multiples of 8. `params` may be NULL for the
+ * again when it empties, and is exact after kvrt_cache_compact). Where a
+ * sequence's cells fill at most half of its run (sequences stored in turns,
+ * as continuous batching does), the first attention call after the cache
+ * changed builds, on the device and in the same stream, a list of each such
+ * sequence's cells, which the call and later ones (every layer of the
+ * token) read instead of the run. Over many sequences, attention so costs
+ * what their own cells cost, whether those lie together or interleave.
+ * Head dims must be multiples of 8. `params` may be NULL for the
  * defaults. With `stream` NULL the call is synchronous. Fails with
  * KVRT_ERROR_INVALID_HANDLE for a bad cache, stream or buffer;
  * KVRT_ERROR_INVALID_ARGUMENT for NULL or mistyped structs or bad chains, a

@@ -24,52 +24,77 @@ uint32_t choose_splits(const ops::Tuning& t, const ops::AttnPlan& plan, uint32_t
     return std::max<uint32_t>(1, std::min<uint32_t>(splits, t.attn_max_splits));
 }
 
-// The union [lo, hi) of the runs of cells of queries [first, end) of
-// `quads` (position, sequence, lo, hi per query); lo >= hi: no cell.
-struct Run {
+// What a tile over queries [first, end) of `queries` (ops::kQueryWords per
+// query: position, sequence, run [lo, hi), list first, list length) reads:
+// the list of their one sequence when it has one, else the union of their
+// runs.
+struct Reads {
+    static constexpr uint32_t kMixed = UINT32_MAX;
     uint32_t lo = UINT32_MAX, hi = 0;
-    uint32_t size() const { return lo < hi ? hi - lo : 0; }
-};
-Run runs_union(const std::vector<uint32_t>& quads, uint64_t first, uint64_t end) {
-    Run u;
-    for (uint64_t q = first; q < end; ++q) {
-        const uint32_t lo = quads[4 * q + 2], hi = quads[4 * q + 3];
-        if (lo >= hi) continue;
-        u.lo = std::min(u.lo, lo);
-        u.hi = std::max(u.hi, hi);
+    uint32_t seq = kMixed, listed = 0;
+    bool empty = true;
+    void add(const uint32_t* query) {
+        const uint32_t seq_q = query[1], lo_q = query[2], hi_q = query[3];
+        if (empty) {
+            seq = seq_q;
+            listed = query[5];
+            empty = false;
+        } else if (seq != seq_q) {
+            seq = kMixed;
+        }
+        if (lo_q >= hi_q) return;
+        lo = std::min(lo, lo_q);
+        hi = std::max(hi, hi_q);
     }
-    return u;
+    void merge(const Reads& o) {
+        if (o.empty) return;
+        if (empty) {
+            *this = o;
+            return;
+        }
+        if (seq != o.seq) seq = kMixed;
+        lo = std::min(lo, o.lo);
+        hi = std::max(hi, o.hi);
+    }
+    uint32_t cells() const {
+        if (seq != kMixed && listed > 0) return listed;
+        return lo < hi ? hi - lo : 0;
+    }
+};
+Reads reads_of(const std::vector<uint32_t>& queries, uint64_t first, uint64_t end) {
+    Reads r;
+    for (uint64_t q = first; q < end; ++q) r.add(&queries[ops::kQueryWords * q]);
+    return r;
 }
 
-// At least as many cells as any tile reads: each tile reads the union of
-// its queries' runs, and a tile's rows (`rows_per_tile`, `group` per query)
-// span at most `per_tile` consecutive queries wherever a pass starts, which
-// two consecutive aligned blocks of `per_tile` queries cover. O(n_queries).
-uint32_t widest_tile_span(const std::vector<uint32_t>& quads, uint32_t n_queries, uint32_t rows_per_tile,
-                          uint32_t group) {
+// At least as many cells as any tile reads: a tile's rows (`rows_per_tile`,
+// `group` per query) span at most `per_tile` consecutive queries wherever a
+// pass starts, which two consecutive aligned blocks of `per_tile` queries
+// cover. O(n_queries).
+uint32_t widest_tile_reads(const std::vector<uint32_t>& queries, uint32_t n_queries, uint32_t rows_per_tile,
+                           uint32_t group) {
     const uint32_t per_tile = (rows_per_tile + group - 1) / group + 1;
     uint32_t widest = 0;
-    Run prev;
+    Reads prev;
     for (uint32_t first = 0; first < n_queries; first += per_tile) {
-        const Run block = runs_union(quads, first, std::min(n_queries, first + per_tile));
-        Run both = block;
-        both.lo = std::min(block.lo, prev.lo);
-        both.hi = std::max(block.hi, prev.hi);
-        widest = std::max(widest, both.size());
+        const Reads block = reads_of(queries, first, std::min(n_queries, first + per_tile));
+        Reads both = prev;
+        both.merge(block);
+        widest = std::max(widest, both.cells());
         prev = block;
     }
     return widest;
 }
 
 // Cells the row tiles read in all: the sum over tiles of `rows_per_tile`
-// rows (`group` per query, from query 0) of the union of their queries' runs.
-uint64_t tile_reads(const std::vector<uint32_t>& quads, uint32_t n_queries, uint32_t rows_per_tile,
+// rows (`group` per query, from query 0) of what each reads.
+uint64_t tile_reads(const std::vector<uint32_t>& queries, uint32_t n_queries, uint32_t rows_per_tile,
                     uint32_t group) {
     uint64_t total = 0;
     const uint64_t rows = uint64_t{n_queries} * group;
     for (uint64_t first = 0; first < rows; first += rows_per_tile) {
         const uint64_t end = std::min(rows, first + rows_per_tile);
-        total += runs_union(quads, first / group, (end + group - 1) / group).size();
+        total += reads_of(queries, first / group, (end + group - 1) / group).cells();
     }
     return total;
 }
@@ -243,30 +268,44 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     shape.n_queries = n_queries;
     ops::AttnPlan plan = ops::plan_attention(tuning, shape);
 
-    // Per query: position, sequence, and the run of cells that holds the
-    // sequence's cells (kept by the table as cells are taken: O(1) each).
-    std::vector<uint32_t> quads(4 * size_t{n_queries});
+    // Per query: position, sequence, the run of cells that holds the
+    // sequence's cells (kept by the table as cells are taken: O(1) each),
+    // and the sequence's current list of cells, if any (which the tiled
+    // kernel does not read).
+    constexpr size_t QW = ops::kQueryWords;
+    const bool lists = !is_static() && !plan.tiled;
+    if (lists) KVRT_TRY(update_lists(s, n_queries, seq_ids));
+    std::vector<uint32_t> query_words(QW * n_queries);
+    bool any_list = false;
     for (uint32_t i = 0; i < n_queries; ++i) {
-        quads[4 * i] = static_cast<uint32_t>(positions[i]);
-        quads[4 * i + 1] = static_cast<uint32_t>(seq_ids[i]);
-        table_.seq_cell_span(seq_ids[i], &quads[4 * i + 2], &quads[4 * i + 3]);
+        uint32_t* w = &query_words[QW * i];
+        w[0] = static_cast<uint32_t>(positions[i]);
+        w[1] = static_cast<uint32_t>(seq_ids[i]);
+        table_.seq_cell_span(seq_ids[i], &w[2], &w[3]);
+        if (lists) list_of(seq_ids[i], &w[4], &w[5]);
+        any_list = any_list || w[5] > 0;
     }
-    // Row tiles of one query each when that reads no more cells in all (the
-    // queries' runs are apart): a tile of several would compute every row
-    // over the union of their runs.
+    // Smaller row tiles, down to one query's rows, when they read no more
+    // cells in all: a tile computes every row over the union of its queries'
+    // runs (at equal reads, smaller tiles compute fewer rows that see
+    // nothing), and only a tile of one sequence reads that sequence's list.
     if (!plan.tiled && plan.rows > group && n_queries > 1) {
-        ops::AttnShape one = shape;
-        one.max_tile_rows = group;
-        const ops::AttnPlan small = ops::plan_attention(tuning, one);
-        if (small.rows < plan.rows &&
-            tile_reads(quads, n_queries, small.rows, group) <= tile_reads(quads, n_queries, plan.rows, group)) {
-            shape.max_tile_rows = group;
-            plan = small;
+        uint64_t best = tile_reads(query_words, n_queries, plan.rows, group);
+        for (uint32_t rows = plan.rows / 2; rows >= group; rows /= 2) {
+            ops::AttnShape smaller = shape;
+            smaller.max_tile_rows = rows;
+            const ops::AttnPlan p = ops::plan_attention(tuning, smaller);
+            const uint64_t reads = tile_reads(query_words, n_queries, p.rows, group);
+            if (p.rows < plan.rows && reads <= best) {
+                best = reads;
+                shape.max_tile_rows = rows;
+                plan = p;
+            }
         }
     }
     // Splits are cut from what a tile reads, not from the whole cache: over
     // many sequences, each tile's share of the cells.
-    const uint32_t span = std::min(n_cells, widest_tile_span(quads, n_queries, plan.rows, group));
+    const uint32_t span = std::min(n_cells, widest_tile_reads(query_words, n_queries, plan.rows, group));
     const uint32_t n_units = geo_.n_kv_heads * plan.tiles_per_kv;
     const uint32_t total_splits = choose_splits(tuning, plan, span, n_units);
     uint32_t splits_total = 0;
@@ -344,14 +383,16 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
         io.q_head_words = in_words(qr.head, geo_.n_heads);
     }
     io.out = out_use;
+    // The lists, when the plan's kernel reads them and a query has one.
+    if (any_list) io.lists = vk::BufferUse{lists_.buffer.get(), 0, 0, 0, false};
     io.out_stride_words = in_words(out_stride, n_queries);
     io.out_head_words = in_words(out_head_stride, geo_.n_heads);
     const uint32_t q_words_per_query = io.q_stride_words;
     const uint32_t q_first = io.q_offset_words;
     for (uint32_t first = 0; first < n_queries; first += static_cast<uint32_t>(per_pass)) {
         const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(per_pass, n_queries - first));
-        const auto at = quads.begin() + static_cast<ptrdiff_t>(4 * size_t{first});
-        const std::vector<uint32_t> queries(at, at + static_cast<ptrdiff_t>(4 * size_t{count}));
+        const auto at = query_words.begin() + static_cast<ptrdiff_t>(QW * first);
+        const std::vector<uint32_t> queries(at, at + static_cast<ptrdiff_t>(QW * count));
         shape.n_queries = count;
         opt.tree_first_query = first;
         io.q_offset_words = q_first + first * q_words_per_query;

@@ -79,6 +79,7 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
     const std::string meta_label = std::string(desc.label && *desc.label ? desc.label : "kvrt cache") + " cells";
     KVRT_TRY(vk::Buffer::create(ctx, uint64_t{c->geo_.capacity} * c->geo_.meta_words * 4, c->geo_.meta_piece_bytes,
                                 meta_label.c_str(), &c->meta_));
+    KVRT_TRY(c->create_lists(desc.label));
     uint32_t lo = 0, hi = 0;
     (void)c->table_.take_changes(&lo, &hi);
     if (c->geo_.window_cells) KVRT_TRY(c->create_window_group(desc));
@@ -379,8 +380,10 @@ void Cache::fill_info(kvrt_cache_info* out) const {
     out->pending_shifts = table_.shifted_cell_count();
     // Static windows have padding, not holes: nothing to compact.
     out->fragmentation = is_static() || is_paged() ? 0.0f : static_cast<float>(table_.fragmentation());
-    out->device_bytes = arena_->device_bytes() + geo_.meta_bytes;
-    if (win_) out->device_bytes += win_->arena_->device_bytes() + win_->geo_.meta_bytes;
+    out->device_bytes = 0;
+    for (const Cache* c : {static_cast<const Cache*>(this), static_cast<const Cache*>(win_.get())})
+        if (c)
+            out->device_bytes += c->arena_->device_bytes() + c->geo_.meta_bytes + c->geo_.list_bytes;
     out->bytes_per_token = geo_.bytes_per_token;
     out->k_row_bytes = geo_.k.row_bytes;
     out->v_row_bytes = geo_.v.row_bytes;

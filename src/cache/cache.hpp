@@ -83,6 +83,10 @@ public:
     // The windowed layers' own group of cells (kvrt_window_layout_desc), or
     // null.
     const Cache* window_group() const { return win_.get(); }
+    // Sequences whose list of cells is current (cell_lists.cpp).
+    uint32_t current_lists() const {
+        return lists_.revision == table_.revision() ? static_cast<uint32_t>(lists_.listed.size()) : 0;
+    }
     // kvrt_cache_seq_window_pos_min.
     Result seq_window_pos_min(int32_t seq, int32_t* out_pos) const;
     // The group cell holding `cell`'s rows, or -1.
@@ -213,6 +217,18 @@ private:
     Result sync_meta(vk::Stream& s);
     // The runs of cells of `layer` an attention over [first, end) reads.
     void attention_segments(uint32_t layer, uint32_t first, uint32_t end, std::vector<ops::AttnSegment>* out) const;
+
+    // Per-sequence lists of cells (cell_lists.cpp). create_lists: the
+    // buffer, for a cell-layout cache of several sequences whose mirror is
+    // one piece. update_lists: before an attention, builds in `s` the lists
+    // of the queries' sequences whose cells fill at most half their run,
+    // unless the current lists already hold them; the kernels read a list
+    // only while it is current (list_of). If the recording is dropped, no
+    // list is current.
+    Result create_lists(const char* label);
+    Result update_lists(vk::Stream& s, uint32_t n_queries, const int32_t* seq_ids);
+    // The current list of `seq` as (first word, cells); (0, 0) when none.
+    void list_of(int32_t seq, uint32_t* first, uint32_t* count) const;
 
     Result record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
                             const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
@@ -399,6 +415,17 @@ private:
     // The device mirror of the table's positions and sequence sets, which the
     // attention kernel reads (kv::CellTable's device mirror).
     std::unique_ptr<vk::Buffer> meta_;
+    // Per-sequence lists of cells, built on the device from the mirror
+    // (buffer null: this cache has none). They are current while `revision`
+    // is the table's; per sequence, its list's first word and length (0: not
+    // listed).
+    struct CellLists {
+        std::unique_ptr<vk::Buffer> buffer;
+        uint64_t revision = 0;
+        std::vector<uint32_t> first, count;
+        std::vector<int32_t> listed;
+    };
+    CellLists lists_;
     std::vector<uint32_t> windows_;
     kv::Rope rope_math_;
     bool deferred_ = false;

@@ -336,6 +336,9 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     g.meta_bytes = (meta_pieces - 1) * g.meta_piece_bytes +
                    align_up((g.capacity - (meta_pieces - 1) * meta_per_piece) * meta_cell_bytes, 16);
 
+    if (!is_static && g.max_seqs > 1 && meta_pieces == 1 && align_up(uint64_t{g.capacity} * 4, 16) <= max_binding)
+        g.list_bytes = align_up(uint64_t{g.capacity} * 4, 16);
+
     // The window group: its layers' rows are not the cache's.
     uint32_t own_layers = d.n_layers;
     CacheGeometry group;
@@ -372,7 +375,7 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     uint64_t per_layer_token = g.k.row_bytes + g.v.row_bytes, t = 0;
     if (!checked_mul(per_layer_token, d.n_layers, &g.bytes_per_token) ||
         !checked_add(g.k.layer_bytes, g.v.layer_bytes, &t) || !checked_mul(t, own_layers, &g.device_bytes) ||
-        !checked_add(g.device_bytes, g.meta_bytes, &g.device_bytes) ||
+        !checked_add(g.device_bytes, g.meta_bytes + g.list_bytes, &g.device_bytes) ||
         !checked_add(g.device_bytes, group.device_bytes, &g.device_bytes))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "the cache's size overflows 64 bits");
     if (window_desc) {

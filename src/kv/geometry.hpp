@@ -115,7 +115,11 @@ struct CacheGeometry {
     uint32_t meta_cells_per_piece = 0;
     uint64_t meta_piece_bytes = 0;
     uint64_t meta_bytes = 0;
-    uint64_t device_bytes = 0;     // what the cache allocates: K, V and the mirror
+    // Per-sequence lists of cells for attention (one word per cell, one
+    // piece padded to 16 bytes): a cell or paged layout of several sequences
+    // whose mirror is one piece and whose lists fit one binding; 0: none.
+    uint64_t list_bytes = 0;
+    uint64_t device_bytes = 0;     // what the cache allocates: K, V, the mirror and the lists
     uint64_t max_binding = 0;
     kvrt_layout layout = KVRT_LAYOUT_CELLS;
     uint32_t block_size = 0;       // paged layout: tokens per block (else 0)

@@ -181,8 +181,9 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         return true;
     };
     // What the call uses (attention.comp OPTS): a tree, a softcap, one word of sequence bits.
+    const bool lists = io.lists.buffer != nullptr && !plan.tiled;
     const uint32_t opts = (opt.tree && opt.tree->words > 0 ? 1u : 0u) | (opt.softcap > 0.0f ? 2u : 0u) |
-                          (shape.seq_words == 1 ? 4u : 0u);
+                          (shape.seq_words == 1 ? 4u : 0u) | (lists ? 8u : 0u);
     uint32_t vec4 = (aligned(shape.k_type, shape.k_head_bytes, true, 16) ? 1u : 0u) |
                     (aligned(shape.v_type, shape.v_head_bytes, false, 16) ? 2u : 0u);
     // The wide build of the portable kernel: F32 and F16 rows 32 bytes at a
@@ -208,7 +209,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     const vk::Pipeline* attn = nullptr;
     const vk::Pipeline* merge = nullptr;
     KVRT_TRY(stream.context().pipelines().get(
-        {variant, 6, uint32_t{sizeof(AttnPush)},
+        {variant, plan.tiled ? 6u : 7u, uint32_t{sizeof(AttnPush)},
          {wg, shape.head_dim_k, shape.head_dim_v, plan.tiled ? plan.tile_cells : plan.rows, lg, shape.deferred ? 1u : 0u,
           shape.deferred ? shape.n_rot : 0u,
           shape.deferred && shape.neox ? 1u : 0u, vec4,
@@ -273,13 +274,15 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         p.split_base = split_base;
         split_base += p.n_splits;
         const uint64_t lane_groups = uint64_t{tiles_per_kv} * shape.n_kv_heads * p.n_splits;
-        const vk::BufferUse uses[6] = {{s.k, s.k_piece, 0, 0, false},
+        // Without lists, binding 6 is any valid binding the kernel never reads.
+        const vk::BufferUse uses[7] = {{s.k, s.k_piece, 0, 0, false},
                                        {s.v, s.v_piece, 0, 0, false},
                                        io.q,
                                        {s.meta, s.meta_piece, 0, 0, false},
                                        words_use,
-                                       partials};
-        r = stream.dispatch(*attn, uses, 6, &p,
+                                       partials,
+                                       lists ? io.lists : words_use};
+        r = stream.dispatch(*attn, uses, plan.tiled ? 6u : 7u, &p,
                             static_cast<uint32_t>((lane_groups + groups_per_wg - 1) / groups_per_wg));
     }
     if (r == KVRT_SUCCESS) {

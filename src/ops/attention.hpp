@@ -93,11 +93,16 @@ struct AttnOptions {
     uint32_t tree_first_query = 0;   // the batch index of this call's query 0
 };
 
-// Records both passes over the cells of `segments`. `queries` holds four
-// words per query: position, sequence, and a run of cells [lo, hi) (cache
-// cells, as AttnSegment::first_cell) outside which the sequence has no
-// cell; lo == hi: none. A tile reads only the union of its queries' runs,
-// cut into each segment's splits. `q` and `out` are the query rows and the output rows (word
+// Words per query in record_attention's `queries`.
+constexpr uint32_t kQueryWords = 6;
+
+// Records both passes over the cells of `segments`. `queries` holds
+// kQueryWords words per query: position, sequence, a run of cells [lo, hi)
+// (cache cells, as AttnSegment::first_cell) outside which the sequence has
+// no cell (lo == hi: none), and where the sequence's list of cells lies in
+// io.lists (first word, length; length 0: no list). A tile reads only the
+// union of its queries' runs, or, when they are of one sequence with a list,
+// the listed cells; either is cut into each segment's splits. `q` and `out` are the query rows and the output rows (word
 // offsets and strides inside their pieces: query i's head h at offset + i *
 // stride + h * head). The host's work is independent of the cell count.
 struct AttnIo {
@@ -105,6 +110,9 @@ struct AttnIo {
     uint32_t q_offset_words, q_stride_words, q_head_words;
     vk::BufferUse out;     // whole binding of the output's piece
     uint32_t out_offset_words, out_stride_words, out_head_words;
+    // The lists of cells (ops/cell_lists.hpp) the queries' list words point
+    // into, in increasing cell order per list; buffer null: none.
+    vk::BufferUse lists{};
 };
 
 Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOptions& opt,

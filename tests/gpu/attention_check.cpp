@@ -77,16 +77,25 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
     };
 
     // Sequence 0 first; the others share its first `shared_prefix` tokens and
-    // add their own, in interleaved batches so their cells mix.
-    for (uint32_t s = 0; s < c.n_seqs; ++s) {
+    // add their own, in batches of 37, or with `interleave`, all sequences
+    // in turns (continuous batching).
+    const auto batch_of = [&](uint32_t from, uint32_t n) {
+        std::vector<int32_t> pos;
+        for (uint32_t q = from; q < std::min(c.tokens_per_seq, from + n); ++q) pos.push_back(static_cast<int32_t>(q));
+        return pos;
+    };
+    if (c.interleave > 0) {
+        if (c.shared_prefix > 0) store(batch_of(0, c.shared_prefix), 0);
+        for (uint32_t s = 1; s < c.n_seqs && c.shared_prefix > 0; ++s)
+            KVRT_REQUIRE_OK(kvrt_cache_seq_cp(cache, 0, static_cast<int32_t>(s), 0, static_cast<int32_t>(c.shared_prefix)));
+        for (uint32_t p = c.shared_prefix; p < c.tokens_per_seq; p += c.interleave)
+            for (uint32_t s = 0; s < c.n_seqs; ++s) store(batch_of(p, c.interleave), static_cast<int32_t>(s));
+    }
+    for (uint32_t s = 0; s < c.n_seqs && c.interleave == 0; ++s) {
         const uint32_t start = s == 0 ? 0 : c.shared_prefix;
         if (s > 0 && c.shared_prefix > 0)
             KVRT_REQUIRE_OK(kvrt_cache_seq_cp(cache, 0, static_cast<int32_t>(s), 0, static_cast<int32_t>(c.shared_prefix)));
-        for (uint32_t p = start; p < c.tokens_per_seq; p += 37) {
-            std::vector<int32_t> pos;
-            for (uint32_t q = p; q < std::min(c.tokens_per_seq, p + 37); ++q) pos.push_back(static_cast<int32_t>(q));
-            store(pos, static_cast<int32_t>(s));
-        }
+        for (uint32_t p = start; p < c.tokens_per_seq; p += 37) store(batch_of(p, 37), static_cast<int32_t>(s));
     }
     if (c.holes > 0)
         for (uint32_t s = 0; s < c.n_seqs; ++s)

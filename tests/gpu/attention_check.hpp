@@ -23,6 +23,7 @@ struct AttnCase {
     uint32_t tokens_per_seq = 100;
     uint32_t shared_prefix = 0;     // tokens of sequence 0 that the others share (seq_cp)
     uint32_t holes = 0;             // every holes-th token removed again (fragmentation)
+    uint32_t interleave = 0;        // > 0: the sequences' own tokens stored in turns of this many
     uint32_t n_queries = 1;         // per sequence: the last positions of each
     uint32_t query_pos_shift = 0;   // added to the queries' positions
     kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;

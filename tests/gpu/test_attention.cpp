@@ -7,10 +7,25 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
+
+#include "api/handles.hpp"
+#include "ops/tuning.hpp"
+#include "vk/context.hpp"
+#include "vk/pipeline.hpp"
 
 using namespace kvrt_test;
 
 namespace {
+
+// Whether `ctx` built an attention pipeline for K of type `k` that reads
+// lists of cells (attention.comp OPTS bit 3, specialization constant 9).
+bool lists_ran(kvrt_context ctx, kvrt_type k) {
+    const std::string prefix = std::string("attn_") + kvrt_type_name(k) + "_";
+    for (const kvrt::vk::PipelineKey& key : reinterpret_cast<kvrt_context_T*>(ctx)->ctx->pipelines().keys())
+        if (key.shader.rfind(prefix, 0) == 0 && key.spec.size() > 9 && (key.spec[9] & 8u) != 0u) return true;
+    return false;
+}
 
 AttnOutcome expect_accurate(kvrt_context ctx, const AttnCase& c, const std::string& what) {
     const AttnOutcome o = run_attention_case(ctx, c);
@@ -171,6 +186,83 @@ TEST_CASE("over many sequences, each tile reads its queries' runs of cells and m
     }
 }
 
+TEST_CASE("sequences stored in turns read their own cells from lists that follow every change", "[attention]") {
+    // Continuous batching stores one token per sequence per step, so every
+    // sequence's run of cells spans the others' cells too; the kernel then
+    // walks each sequence's list of cells, built on the device once per
+    // change of the table. The lists must hold every cell of their sequence
+    // (shared prefix cells included) and be rebuilt after anything changes:
+    // here attention runs between the edits, and the last edit's lists are
+    // first recorded into a stream that is dropped unsubmitted.
+    std::vector<KernelVariant> variants{{0, "kvrt's pick"}};
+    if (!std::getenv("KVRT_KERNELS")) {
+        variants.push_back({KVRT_CONTEXT_PORTABLE_KERNELS, "portable"});
+        if (kernel_variants().size() > 1) variants.push_back(kernel_variants()[1]);
+    }
+    for (const KernelVariant& variant : variants) {
+        INFO("kernels: " << variant.name);
+        GpuContext ctx(variant.flags);
+        AttnCase c;
+        c.n_seqs = 8;
+        c.tokens_per_seq = 48;
+        c.capacity = 512;
+        c.holes = 7;
+        c.interleave = 1;
+        c.n_heads = 8;
+        c.n_kv_heads = 2;
+        for (const uint32_t queries : {1u, 3u}) {
+            c.n_queries = queries;
+            expect_accurate(ctx, c, std::to_string(queries) + " queries per sequence, turns of 1, GQA 4:1");
+        }
+        c.n_queries = 2;
+        c.interleave = 5;
+        c.shared_prefix = 8;
+        c.n_heads = c.n_kv_heads = 4;
+        c.k_type = KVRT_TYPE_Q8_0;
+        // One query per sequence at its last position, layer 0, its output
+        // unused: it builds lists for the table as it is.
+        const auto attend = [&ctx, c](kvrt_cache cache, kvrt_stream stream) {
+            std::vector<int32_t> pos(c.n_seqs, static_cast<int32_t>(c.tokens_per_seq - 1)), seqs(c.n_seqs);
+            for (uint32_t s = 0; s < c.n_seqs; ++s) seqs[s] = static_cast<int32_t>(s);
+            std::vector<float> q(size_t{c.n_seqs} * c.n_heads * c.dk, 0.5f);
+            const kvrt_batch b = make_batch(c.n_seqs, pos.data(), seqs.data());
+            const kvrt_tensor_ref qr = host_tensor(q.data());
+            kvrt_buffer out = nullptr;
+            kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+            bd.size = size_t{c.n_seqs} * c.n_heads * c.dv * 4;
+            KVRT_REQUIRE_OK(kvrt_buffer_create(ctx, &bd, &out));
+            const kvrt_output_ref o = buffer_output(out, 0);
+            KVRT_REQUIRE_OK(kvrt_cache_attention(cache, stream, 0, &b, &qr, &o, nullptr));
+            if (!stream) kvrt_buffer_destroy(out);
+            return out;
+        };
+        c.edit = [&ctx, attend](kvrt_cache cache, const AttnCase::Store& store) {
+            std::vector<int32_t> pos(48);
+            for (int32_t p = 0; p < 48; ++p) pos[size_t(p)] = p;
+            attend(cache, nullptr);
+            KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache, 3, -1, -1));
+            KVRT_REQUIRE_OK(kvrt_cache_compact(cache, nullptr, 0.0f, 1u << 20, nullptr));
+            store(pos, 3);  // whole, after the others: its run needs no list
+            attend(cache, nullptr);
+            KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache, 2, 8, 30));
+            KVRT_REQUIRE_OK(kvrt_cache_seq_cp(cache, 5, 2, 8, 30));  // 2 joins cells of 5
+            kvrt_stream s = nullptr;
+            kvrt_stream_desc sd = KVRT_STREAM_DESC_INIT;
+            KVRT_REQUIRE_OK(kvrt_stream_create(ctx, &sd, &s));
+            KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+            const kvrt_buffer out = attend(cache, s);
+            kvrt_stream_destroy(s);  // dropped: its lists were never built
+            kvrt_buffer_destroy(out);
+        };
+        expect_accurate(ctx, c, "turns of 5 after edits, a shared prefix, MHA, q8_0 K");
+        // kvrt's own pick reads lists wherever the kernel is the row-tile one.
+        if (!kvrt::ops::Tuning::of(*reinterpret_cast<kvrt_context_T*>(ctx.get())->ctx).attn_tiled_forced) {
+            CHECK(lists_ran(ctx, KVRT_TYPE_F16));
+            CHECK(lists_ran(ctx, KVRT_TYPE_Q8_0));
+        }
+    }
+}
+
 TEST_CASE("prefill chunks are causal inside the chunk", "[attention]") {
     // 512 queries: every token of the last 512 positions attends to the cells
     // at or before its own position, including earlier tokens of the chunk.
@@ -201,6 +293,11 @@ TEST_CASE("attention reads cells spread over many binding pieces", "[attention]"
         c.v_type = KVRT_TYPE_F32;
         expect_accurate(ctx, c, std::string("pieces, K ") + kvrt_type_name(t));
     }
+    // Sequences stored in turns: each tile walks its sequence's list of
+    // cells, cut at every piece boundary.
+    c.interleave = 3;
+    c.n_queries = 2;
+    expect_accurate(ctx, c, "pieces, sequences in turns of 3");
 }
 
 TEST_CASE("a query that sees no cell gets zeros", "[attention]") {

@@ -288,10 +288,13 @@ TEST_CASE("the estimator gives the device bytes that creation allocates", "[cach
         CHECK(e.bytes_per_token == s.layers * (rk + rv));
         CHECK(e.data_bytes == e.bytes_per_token * s.capacity);
         CHECK(e.max_binding_bytes == binding);
-        // K and V of every layer, and the cell metadata the device keeps (a
-        // position and 64 sequence bits per cell: the default 64 sequences).
+        // K and V of every layer, the cell metadata the device keeps (a
+        // position and 64 sequence bits per cell: the default 64 sequences),
+        // and, that metadata being one piece, a word per cell for the
+        // sequences' lists of cells.
+        REQUIRE(12 * s.capacity <= binding);
         CHECK(e.device_bytes == s.layers * (array_bytes(rk, s.capacity, binding) + array_bytes(rv, s.capacity, binding)) +
-                                    array_bytes(12, s.capacity, binding));
+                                    array_bytes(12, s.capacity, binding) + array_bytes(4, s.capacity, binding));
 
         // What creation allocates, and gives back.
         const uint64_t before = device_bytes(ctx);

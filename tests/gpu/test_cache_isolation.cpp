@@ -142,7 +142,7 @@ struct TableState {
 struct Stats {
     uint32_t stores = 0, scattered = 0, shared_tokens = 0, full = 0, removes = 0, copies = 0, keeps = 0, clears = 0;
     uint32_t compactions = 0, moves = 0, checks = 0;
-    uint32_t attention_checks = 0, dropped_recordings = 0;
+    uint32_t attention_checks = 0, dropped_recordings = 0, listed_checks = 0;
     double worst_nmse = 0;
 };
 
@@ -500,6 +500,7 @@ private:
             stats_.worst_nmse = std::max(stats_.worst_nmse, e);
         }
         ++stats_.attention_checks;
+        if (reinterpret_cast<kvrt_cache_T*>(cache_)->cache->current_lists() > 0) ++stats_.listed_checks;
     }
 
     kvrt_context ctx_ = nullptr;
@@ -528,9 +529,10 @@ TEST_CASE("random schedules of stores and sequence operations keep every sequenc
                    << s.keeps << ", clear " << s.clears << ", compactions " << s.compactions << " (" << s.moves
                    << " moves)");
     CHECK(s.checks == kSchedules);
-    INFO("attention checks " << s.attention_checks << " (" << s.dropped_recordings << " after a dropped recording), "
-                             << "worst NMSE " << s.worst_nmse);
+    INFO("attention checks " << s.attention_checks << " (" << s.dropped_recordings << " after a dropped recording, "
+                             << s.listed_checks << " through lists of cells), worst NMSE " << s.worst_nmse);
     CHECK(s.attention_checks >= kSchedules / 2);
+    CHECK(s.listed_checks >= 50);
     CHECK(s.dropped_recordings >= 50);
     CHECK(s.full >= 10);
     CHECK(s.scattered >= 10);

@@ -104,12 +104,27 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
                   {"queries", std::to_string(queries)}};
     if (seqs > 1) out.params.push_back({"seqs", std::to_string(seqs)});
     if (interleave > 0) out.params.push_back({"interleave", std::to_string(interleave)});
+    const kvrt_tensor_ref qr = buffer_tensor(qbuf, 0);
+    const kvrt_output_ref orf = buffer_output(obuf, 0);
+    const kvrt_batch qbatch = make_batch(static_cast<uint32_t>(nq), qpos.data(), qseq.data());
     if (r == KVRT_SUCCESS) {
-        const kvrt_tensor_ref qr = buffer_tensor(qbuf, 0);
-        const kvrt_output_ref orf = buffer_output(obuf, 0);
-        const kvrt_batch qbatch = make_batch(static_cast<uint32_t>(nq), qpos.data(), qseq.data());
         r = measure(env, s, [&] { return kvrt_cache_attention(cache, s, 0, &qbatch, &qr, &orf, nullptr); },
                     "attention", &out.m);
+    }
+    if (r == KVRT_SUCCESS && seqs > 1) {
+        // What the first call after a change of the cache adds: the lists of
+        // cells of the sequences stored in turns, built again (once per
+        // token, for every layer). Sequence 0 moves by one position and back.
+        Measurement lists;
+        r = measure(env, s,
+                    [&] {
+                        kvrt_result e = kvrt_cache_seq_add(cache, 0, -1, -1, 1);
+                        if (e == KVRT_SUCCESS) e = kvrt_cache_seq_add(cache, 0, -1, -1, -1);
+                        if (e == KVRT_SUCCESS) e = kvrt_cache_attention(cache, s, 0, &qbatch, &qr, &orf, nullptr);
+                        return e;
+                    },
+                    "cell lists", &lists);
+        if (r == KVRT_SUCCESS && lists.median() > 0) out.extra.push_back({"lists_ms", lists.median()});
     }
     kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
     if (r == KVRT_SUCCESS) r = kvrt_cache_get_info(cache, &info);

@@ -1,0 +1,69 @@
+#include "ops/cell_lists.hpp"
+
+#include <cstddef>
+
+#include "ops/tuning.hpp"
+#include "vk/buffer.hpp"
+#include "vk/stream.hpp"
+
+namespace kvrt::ops {
+
+namespace {
+
+// Mirrors `Push` in shaders/cell_lists.comp.
+struct CellListPush {
+    uint32_t meta_stride, n_chunks, n_listed, dir_offset, counts_offset;
+};
+static_assert(sizeof(CellListPush) == 20, "CellListPush layout");
+static_assert(offsetof(CellListPush, n_listed) == 8 && offsetof(CellListPush, counts_offset) == 16,
+              "CellListPush offsets");
+
+constexpr uint32_t kWorkgroup = 64;
+
+uint32_t chunks_of(uint32_t n_cells) { return (n_cells + kCellListChunk - 1) / kCellListChunk; }
+
+}  // namespace
+
+uint64_t cell_list_scratch_bytes(uint32_t n_entries, uint32_t n_cells) {
+    return uint64_t{n_entries} * chunks_of(n_cells) * 4;
+}
+
+Result record_cell_lists(vk::Stream& stream, const vk::BufferUse& meta, uint32_t meta_stride, uint32_t n_cells,
+                         const std::vector<CellListEntry>& entries, const vk::BufferUse& lists) {
+    if (entries.empty() || n_cells == 0) return KVRT_SUCCESS;
+    const uint32_t n = static_cast<uint32_t>(entries.size());
+    const uint32_t n_chunks = chunks_of(n_cells);
+    const uint32_t groups_x = (n_chunks + kWorkgroup - 1) / kWorkgroup;
+    if (n > 65535 || groups_x > 65535)
+        return fail(KVRT_ERROR_INTERNAL, "cell lists: %u sequences over %u cells exceed one dispatch", n, n_cells);
+    std::vector<uint32_t> dir;
+    dir.reserve(size_t{n} * 5);
+    for (const CellListEntry& e : entries) {
+        dir.push_back(e.seq);
+        dir.push_back(e.lo);
+        dir.push_back(e.hi);
+        dir.push_back(e.first);
+        dir.push_back(e.first + e.count);
+    }
+    vk::BufferUse dir_use{}, counts{};
+    KVRT_TRY(stream.upload(dir.data(), dir.size() * 4, &dir_use));
+    KVRT_TRY(stream.scratch(cell_list_scratch_bytes(n, n_cells), &counts));
+    counts.write = true;
+    const CellListPush push{meta_stride, n_chunks, n, static_cast<uint32_t>(dir_use.offset / 4),
+                            static_cast<uint32_t>(counts.offset / 4)};
+    const vk::BufferUse uses[4] = {meta, dir_use, counts, lists};
+    stream.begin_op("cell lists");
+    Result r = KVRT_SUCCESS;
+    for (uint32_t mode = 0; mode < 3 && r == KVRT_SUCCESS; ++mode) {
+        const vk::Pipeline* pipeline = nullptr;
+        r = stream.context().pipelines().get({"cell_lists", 4, uint32_t{sizeof(CellListPush)}, {kWorkgroup, mode}},
+                                             &pipeline);
+        if (r != KVRT_SUCCESS) break;
+        if (mode == 1) r = stream.dispatch(*pipeline, uses, 4, &push, (n + kWorkgroup - 1) / kWorkgroup);
+        else r = stream.dispatch(*pipeline, uses, 4, &push, groups_x, n);
+    }
+    stream.end_op();
+    return r;
+}
+
+}  // namespace kvrt::ops
