@@ -33,10 +33,11 @@ TEST_CASE("bytes per token match the published model sizes", "[geometry]") {
     CHECK(g.bytes_per_token == 32 * 1024);  // Llama-3.2-1B
     CHECK(g.data_bytes == 4096ull * 32 * 1024);
     // No padding for this shape; the metadata mirror adds 12 bytes per cell
-    // (a position and 64 sequence bits).
+    // (a position and 64 sequence bits), the sequences' lists of cells 4.
     CHECK(g.meta_words == 3);
     CHECK(g.meta_bytes == 4096ull * 12);
-    CHECK(g.device_bytes == g.data_bytes + g.meta_bytes);
+    CHECK(g.list_bytes == 4096ull * 4);
+    CHECK(g.device_bytes == g.data_bytes + g.meta_bytes + g.list_bytes);
     REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(28, 8, 128, KVRT_TYPE_F16, 4096)), 128 << 20, &g) == KVRT_SUCCESS);
     CHECK(g.bytes_per_token == 112 * 1024);  // Llama-3.2-3B
     REQUIRE(kv::CacheGeometry::from_desc(ptr(desc(32, 32, 128, KVRT_TYPE_F16, 4096)), 128 << 20, &g) == KVRT_SUCCESS);
@@ -54,8 +55,8 @@ TEST_CASE("quantized types use 34 and 18 bytes per 32 values", "[geometry]") {
     CHECK(g.k.stride == 56);
     CHECK(g.bytes_per_token == 2 * 54);
     // K and V: 10 cells of 56 bytes, a multiple of 16 already; the mirror's
-    // 10 cells of 12 bytes padded to 128.
-    CHECK(g.device_bytes == 2 * 560 + 128);
+    // 10 cells of 12 bytes padded to 128; the lists' 10 words padded to 48.
+    CHECK(g.device_bytes == 2 * 560 + 128 + 48);
 }
 
 TEST_CASE("the metadata mirror grows with max_seqs and splits into binding-sized pieces", "[geometry]") {
@@ -68,6 +69,15 @@ TEST_CASE("the metadata mirror grows with max_seqs and splits into binding-sized
     CHECK(g.meta_piece_bytes == 4096);           // 4088 padded to 16
     // 6 full pieces of 146 cells, then 124 cells of 28 bytes (3472).
     CHECK(g.meta_bytes == 6 * 4096 + 3472);
+    CHECK(g.list_bytes == 0);  // a mirror in pieces: attention reads whole runs, no lists
+    d.max_seqs = 1;
+    REQUIRE(kv::CacheGeometry::from_desc(&d, 4096, &g) == KVRT_SUCCESS);
+    CHECK(g.list_bytes == 0);  // one sequence: nothing to list
+    d.max_seqs = 2;
+    d.capacity = 300;  // a mirror of 3,600 bytes: one piece
+    REQUIRE(kv::CacheGeometry::from_desc(&d, 4096, &g) == KVRT_SUCCESS);
+    CHECK(g.list_bytes == 1200);
+    d.capacity = 1000;
     d.max_seqs = 65536;  // 2049 words: 8196 bytes, more than a 4096-byte binding
     CHECK(kv::CacheGeometry::from_desc(&d, 4096, &g) == KVRT_ERROR_INVALID_ARGUMENT);
 }
