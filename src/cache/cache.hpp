@@ -424,6 +424,9 @@ private:
         uint64_t revision = 0;
         std::vector<uint32_t> first, count;
         std::vector<int32_t> listed;
+        // Which sequences an update has looked at: seen[seq] == call.
+        std::vector<uint32_t> seen;
+        uint32_t call = 0;
     };
     CellLists lists_;
     std::vector<uint32_t> windows_;

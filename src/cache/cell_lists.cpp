@@ -32,6 +32,7 @@ Result Cache::create_lists(const char* label) {
     try {
         lists_.first.assign(geo_.max_seqs, 0);
         lists_.count.assign(geo_.max_seqs, 0);
+        lists_.seen.assign(geo_.max_seqs, 0);
         lists_.listed.reserve(geo_.max_seqs);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for %u sequences' cell lists", geo_.max_seqs);
@@ -48,19 +49,23 @@ void Cache::list_of(int32_t seq, uint32_t* first, uint32_t* count) const {
 
 Result Cache::update_lists(vk::Stream& s, uint32_t n_queries, const int32_t* seq_ids) {
     if (!lists_.buffer) return KVRT_SUCCESS;
-    // The call's sequences worth a list: their cells fill at most half of
-    // their run. Queries come grouped by sequence, so a repeat is usually
-    // the one before.
+    // The call's sequences worth a list (each once): their cells fill at
+    // most half of their run.
     std::vector<int32_t> want;
     bool current = lists_.revision == table_.revision();
+    if (++lists_.call == 0) {  // the stamps wrapped: none may look seen
+        std::fill(lists_.seen.begin(), lists_.seen.end(), 0);
+        lists_.call = 1;
+    }
     for (uint32_t i = 0; i < n_queries; ++i) {
         const int32_t seq = seq_ids[i];
-        if (i > 0 && seq == seq_ids[i - 1]) continue;
+        uint32_t& seen = lists_.seen[static_cast<uint32_t>(seq)];
+        if (seen == lists_.call) continue;
+        seen = lists_.call;
         uint32_t lo = 0, hi = 0;
         table_.seq_cell_span(seq, &lo, &hi);
         const uint32_t count = table_.seq_cell_count(seq);
         if (hi - lo < kMinListRun || uint64_t{count} * 2 > hi - lo) continue;
-        if (std::find(want.begin(), want.end(), seq) != want.end()) continue;
         want.push_back(seq);
         if (lists_.count[static_cast<uint32_t>(seq)] == 0) current = false;
     }

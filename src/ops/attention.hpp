@@ -49,9 +49,10 @@ struct AttnShape {
     float mscale = 1.0f;
     // The layer's quantization of static-scale K / V types; ignored for others.
     kv::StaticScale k_scale, v_scale;
-    // Row tiles of at most this many rows (0: the tuning's): one query's
-    // rows per tile, where queries of different sequences read different
-    // cells and sharing a tile would only add work.
+    // Row tiles of at most this many rows (0: the tuning's): smaller tiles
+    // (down to one query's rows) where queries of different sequences read
+    // different cells and sharing a tile would only add work, or where a
+    // tile of one sequence reads that sequence's list of cells.
     uint32_t max_tile_rows = 0;
 };
 
