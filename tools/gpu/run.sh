@@ -119,7 +119,9 @@ grep -vE '^standard ' "$O/bench.txt" | sed -E 's/ +/ /g' | awk '
   END {
     for (i = 1; i <= NR; ++i) {
       n = split(lines[i], f, " ")
-      if (!(best > 0 && f[n] ~ /^[0-9.]+$/) || lines[i] ~ /^copy /) { print lines[i]; continue }
+      g = n  # GB/s: the last field that is not an extra figure (name=value)
+      while (g > 1 && f[g] ~ /=/) --g
+      if (!(best > 0 && f[g] ~ /^[0-9.]+$/) || lines[i] ~ /^copy /) { print lines[i]; continue }
       q = 1; sq = 1; c = 0; h = 0; d = 0; ms = 0
       for (j = 1; j <= n; ++j) {
         if (split(f[j], kv, "=") == 2) {
@@ -128,7 +130,7 @@ grep -vE '^standard ' "$O/bench.txt" | sed -E 's/ +/ /g' | awk '
           else if (kv[1] == "head_dim") d = kv[2]
         } else if (ms == 0 && f[j] ~ /^[0-9]+\.[0-9]+$/) ms = f[j]
       }
-      line = sprintf("%s  %.2f", lines[i], f[n] / best)
+      line = sprintf("%s  %.2f", lines[i], f[g] / best)
       if (f[2] == "attn" && q > 1 && ms > 0) line = sprintf("%s  %.2f TFLOP/s", line, 4 * q * sq * c * h * d / (ms * 1e9))
       print line
     }

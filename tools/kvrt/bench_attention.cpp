@@ -111,7 +111,7 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
         r = measure(env, s, [&] { return kvrt_cache_attention(cache, s, 0, &qbatch, &qr, &orf, nullptr); },
                     "attention", &out.m);
     }
-    if (r == KVRT_SUCCESS && seqs > 1) {
+    if (r == KVRT_SUCCESS && seqs > 1 && interleave > 0) {
         // What the first call after a change of the cache adds: the lists of
         // cells of the sequences stored in turns, built again (once per
         // token, for every layer). Sequence 0 moves by one position and back.
@@ -144,7 +144,8 @@ const bool registered = register_case(
      "[--queries N] [--seqs S] [--interleave T]: "
      "GPU time of one attention call over S sequences of N filled cells each, with the last --queries positions "
      "of each sequence as queries (GB/s = K/V bytes / time); each sequence's cells lie together, or with "
-     "--interleave the sequences were stored in turns of T tokens",
+     "--interleave the sequences were stored in turns of T tokens (lists_ms: the GPU time of rebuilding their lists "
+     "of cells after a change of the cache, which the first call of a step adds)",
      run_attn,
      {{"--type", "f16", "--cells", "4096"}, {"--type", "q8_0", "--cells", "4096"}, {"--type", "q4_0", "--cells", "4096"},
       {"--type", "f16", "--cells", "512"}, {"--type", "f16", "--cells", "4096", "--queries", "512"}}});
