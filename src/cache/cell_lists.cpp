@@ -81,8 +81,6 @@ Result Cache::update_lists(vk::Stream& s, uint32_t n_queries, const int32_t* seq
     for (int32_t seq : want) {
         ops::CellListEntry e;
         e.seq = static_cast<uint32_t>(seq);
-        table_.seq_cell_span(seq, &e.lo, &e.hi);
-        e.hi = std::min(e.hi, n_cells);  // a run may reach past the highest cell in use
         e.count = table_.seq_cell_count(seq);
         e.first = static_cast<uint32_t>(used);
         if (used + e.count > geo_.capacity ||

@@ -1,5 +1,6 @@
 #include "ops/cell_lists.hpp"
 
+#include <algorithm>
 #include <cstddef>
 
 #include "ops/tuning.hpp"
@@ -12,10 +13,11 @@ namespace {
 
 // Mirrors `Push` in shaders/cell_lists.comp.
 struct CellListPush {
-    uint32_t meta_stride, n_chunks, n_listed, dir_offset, counts_offset;
+    uint32_t meta_stride, n_cells, n_chunks, n_listed, dir_offset, map_len, ranges_offset, counts_offset;
 };
-static_assert(sizeof(CellListPush) == 20, "CellListPush layout");
-static_assert(offsetof(CellListPush, n_listed) == 8 && offsetof(CellListPush, counts_offset) == 16,
+static_assert(sizeof(CellListPush) == 32, "CellListPush layout");
+static_assert(offsetof(CellListPush, n_listed) == 12 && offsetof(CellListPush, map_len) == 20 &&
+                  offsetof(CellListPush, counts_offset) == 28,
               "CellListPush offsets");
 
 constexpr uint32_t kWorkgroup = 64;
@@ -34,23 +36,27 @@ Result record_cell_lists(vk::Stream& stream, const vk::BufferUse& meta, uint32_t
     const uint32_t n = static_cast<uint32_t>(entries.size());
     const uint32_t n_chunks = chunks_of(n_cells);
     const uint32_t groups_x = (n_chunks + kWorkgroup - 1) / kWorkgroup;
-    if (n > 65535 || groups_x > 65535)
-        return fail(KVRT_ERROR_INTERNAL, "cell lists: %u sequences over %u cells exceed one dispatch", n, n_cells);
-    std::vector<uint32_t> dir;
-    dir.reserve(size_t{n} * 5);
-    for (const CellListEntry& e : entries) {
-        dir.push_back(e.seq);
-        dir.push_back(e.lo);
-        dir.push_back(e.hi);
-        dir.push_back(e.first);
-        dir.push_back(e.first + e.count);
+    if (groups_x > 65535)
+        return fail(KVRT_ERROR_INTERNAL, "cell lists: %u cells exceed one dispatch", n_cells);
+    // The directory: each sequence's listed index (below the highest listed
+    // sequence), then each list's [first, end).
+    uint32_t map_len = 0;
+    for (const CellListEntry& e : entries) map_len = std::max(map_len, e.seq + 1);
+    std::vector<uint32_t> dir(map_len, UINT32_MAX);
+    dir.reserve(size_t{map_len} + 2 * size_t{n});
+    for (uint32_t j = 0; j < n; ++j) {
+        dir[entries[j].seq] = j;
+        dir.push_back(entries[j].first);
+        dir.push_back(entries[j].first + entries[j].count);
     }
     vk::BufferUse dir_use{}, counts{};
     KVRT_TRY(stream.upload(dir.data(), dir.size() * 4, &dir_use));
     KVRT_TRY(stream.scratch(cell_list_scratch_bytes(n, n_cells), &counts));
     counts.write = true;
-    const CellListPush push{meta_stride, n_chunks, n, static_cast<uint32_t>(dir_use.offset / 4),
-                            static_cast<uint32_t>(counts.offset / 4)};
+    const uint32_t dir_offset = static_cast<uint32_t>(dir_use.offset / 4);
+    const CellListPush push{meta_stride, n_cells,    n_chunks,
+                            n,           dir_offset, map_len,
+                            dir_offset + map_len,    static_cast<uint32_t>(counts.offset / 4)};
     const vk::BufferUse uses[4] = {meta, dir_use, counts, lists};
     stream.begin_op("cell lists");
     Result r = KVRT_SUCCESS;
@@ -59,8 +65,7 @@ Result record_cell_lists(vk::Stream& stream, const vk::BufferUse& meta, uint32_t
         r = stream.context().pipelines().get({"cell_lists", 4, uint32_t{sizeof(CellListPush)}, {kWorkgroup, mode}},
                                              &pipeline);
         if (r != KVRT_SUCCESS) break;
-        if (mode == 1) r = stream.dispatch(*pipeline, uses, 4, &push, (n + kWorkgroup - 1) / kWorkgroup);
-        else r = stream.dispatch(*pipeline, uses, 4, &push, groups_x, n);
+        r = stream.dispatch(*pipeline, uses, 4, &push, mode == 1 ? (n + kWorkgroup - 1) / kWorkgroup : groups_x);
     }
     stream.end_op();
     return r;

@@ -16,12 +16,11 @@ struct BufferUse;
 
 namespace kvrt::ops {
 
-// One sequence to list: its cells lie in [lo, hi) (lo < hi); its list goes
-// to words [first, first + count) of the lists buffer, and `count` is the
-// number of cells it uses (no more are written).
+// One sequence to list: its list goes to words [first, first + count) of
+// the lists buffer, and `count` is the number of cells it uses (no more are
+// written).
 struct CellListEntry {
     uint32_t seq = 0;
-    uint32_t lo = 0, hi = 0;
     uint32_t first = 0, count = 0;
 };
 
@@ -31,9 +30,10 @@ constexpr uint32_t kCellListChunk = 64;
 // Scratch bytes record_cell_lists needs for `n` entries over `n_cells` cells.
 uint64_t cell_list_scratch_bytes(uint32_t n_entries, uint32_t n_cells);
 
-// Records the three passes that build `entries`' lists into `lists` (a whole
-// piece, written) from `meta` (the mirror's only piece: `meta_stride` words per
-// cell, position then sequence bits) over cells [0, n_cells).
+// Records the three passes that build `entries`' lists (distinct sequences)
+// into `lists` (a whole piece, written) from `meta` (the mirror's only piece:
+// `meta_stride` words per cell, position then sequence bits) over cells
+// [0, n_cells). The work is O(n_cells + entries * n_cells / kCellListChunk).
 Result record_cell_lists(vk::Stream& stream, const vk::BufferUse& meta, uint32_t meta_stride, uint32_t n_cells,
                          const std::vector<CellListEntry>& entries, const vk::BufferUse& lists);
 
