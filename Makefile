@@ -60,14 +60,16 @@ $(ASAN_BUILD)/build.ninja: Makefile | setup
 
 # How the sanitized tests run: all of them but the kernels' accuracy sweeps
 # (ASAN_SKIP: they repeat the host paths of the other attention and shift
-# tests over many kernel variants, and the main ctest runs them), the GPU
+# tests over many kernel variants, and the main ctest runs them; the lists of
+# cells' host side runs under the sanitizers in the isolation, tree and
+# binding-piece tests), the GPU
 # tests with validation on as in the normal build. Each gets 900 s: lavapipe
 # runs the kernels at the machine's speed, which varies several times over
 # between machines. Any ASan or UBSan report fails its test. The Vulkan loader, lavapipe (and its LLVM) and the
 # validation layer are not instrumented and keep allocations until exit:
 # tests/gpu/sanitizer_support.cpp keeps them loaded so LeakSanitizer can name
 # them, and tests/lsan.supp suppresses those libraries, and only them.
-ASAN_SKIP := attention is accurate for every K/V type|attention covers GQA ratios|tiled attention kernel matches|a forced kernel variant is the one attention records|static-scale K/V meets SPEC 8|decode: shift q4_0|wide loads match the reference|reads its queries. runs of cells and misses none
+ASAN_SKIP := attention is accurate for every K/V type|attention covers GQA ratios|tiled attention kernel matches|a forced kernel variant is the one attention records|static-scale K/V meets SPEC 8|decode: shift q4_0|wide loads match the reference|reads its queries. runs of cells and misses none|read their own cells from lists that follow every change
 ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0
