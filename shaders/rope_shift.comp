@@ -7,9 +7,11 @@
 // Static-scale rows (U8/U16) keep the layer's (scale, zero point): one
 // dispatch serves one layer.
 //
-// The host uses it for U8/U16, for F16 NeoX pairs that are not whole word
-// pairs, and for Q8_0/Q4_0 NeoX pairs that cross blocks irregularly; F32/F16
-// go to rope_shift_fast.comp, other Q8_0/Q4_0 to rope_shift_blocks.comp.
+// The host uses it for rows that are not whole words (U8 heads of
+// head_dim % 4 == 2), for F16/U16 NeoX pairs that are not whole word pairs
+// (U8: not whole words), and for Q8_0/Q4_0 NeoX pairs that cross blocks
+// irregularly; other F32/F16/U8/U16 go to rope_shift_fast.comp, other
+// Q8_0/Q4_0 to rope_shift_blocks.comp.
 //
 // Defines: K_FMT (1 F32, 2 F16, 3 Q8_0, 4 Q4_0, 5 U8_STATIC, 6 U16_STATIC).
 // Specialization: D_K, N_ROT, NEOX.

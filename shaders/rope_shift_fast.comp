@@ -1,15 +1,24 @@
 #version 450
-// RoPE shift of F32 or F16 K in place, laid out for streaming: invocation x
-// owns one rotation unit of a row (a pair, or for F16 NeoX two pairs in two
-// words) and walks the cells of its chunk (workgroup y), so consecutive
-// invocations touch consecutive words and each keeps its (cos, sin) in
-// registers while consecutive cells share a delta (a context shift moves every
-// cell by the same amount). Quantized K uses rope_shift.comp.
+// RoPE shift of F32, F16 or static-scale (U8/U16) K in place, laid out for
+// streaming: invocation x owns one rotation unit of a row and walks the cells
+// of its chunk (workgroup y), so consecutive invocations touch consecutive
+// words and each keeps its (cos, sin) in registers while consecutive cells
+// share a delta (a context shift moves every cell by the same amount).
 //
-// Defines: K_F16 (else F32); VEC4 (F16 only: a unit is 16 bytes, 8 halves, and
-// rows are 16-byte aligned). Specialization: D_K, N_ROT, NEOX.
+// A unit is one 32-bit word of P values (P = 1 F32, 2 F16/U16, 4 U8):
+// normal RoPE rotates the pairs inside the word (F32: a pair of words), NeoX
+// pairs the word's P dims with the P dims N_ROT / 2 on, in the partner word.
+// Static-scale codes are dequantized, rotated and quantized again with the
+// layer's (scale, zero point) and the store kernel's rule; codes of dims past
+// N_ROT in a unit's word (U8 with N_ROT % 4 == 2) are kept as they are. Rows
+// are whole words; the host sends other shapes to rope_shift.comp, and Q8_0
+// and Q4_0 to rope_shift_blocks.comp.
+//
+// Defines: K_F16, K_U8, K_U16 (else F32); VEC4 (F16 only: a unit is 16 bytes,
+// 8 halves, and rows are 16-byte aligned). Specialization: D_K, N_ROT, NEOX.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "kv_load.glsl"
 #include "quant.glsl"
 
 layout(constant_id = 1) const uint D_K = 128;
@@ -30,19 +39,72 @@ layout(push_constant) uniform Push {
     uint list_offset;
     uint table_offset;
     uint cells_per_chunk;
+    // Static-scale K: the layer's scale, 1/scale (as on the host), zero point.
+    float scale;
+    float inv_scale;
+    int zero_point;
 } pc;
 
 #if defined(VEC4)
 // Units per head: N_ROT/8 vectors of 4 pairs (normal); N_ROT/16 vector pairs (NeoX).
 const uint UNITS = NEOX != 0u ? N_ROT / 16u : N_ROT / 8u;
 const uint HEAD_WORDS = D_K / 8u;  // in vectors
-#elif defined(K_F16)
-// Units per head: N_ROT/2 pairs, one word each (normal); N_ROT/4 word pairs (NeoX).
-const uint UNITS = NEOX != 0u ? N_ROT / 4u : N_ROT / 2u;
-const uint HEAD_WORDS = D_K / 2u;
 #else
-const uint UNITS = N_ROT / 2u;
-const uint HEAD_WORDS = D_K;
+#if defined(K_U8)
+const uint P = 4u;
+#elif defined(K_F16) || defined(K_U16)
+const uint P = 2u;
+#else
+const uint P = 1u;
+#endif
+// Words per unit on each side, dims they hold, and pairs the unit rotates.
+const uint W = NEOX != 0u ? 1u : (P == 1u ? 2u : 1u);
+const uint DIMS = W * P;
+const uint PAIRS = NEOX != 0u ? P : DIMS / 2u;
+const uint UNITS = NEOX != 0u ? N_ROT / (2u * P) : (N_ROT + DIMS - 1u) / DIMS;
+const uint HEAD_WORDS = D_K / P;
+
+#if defined(K_U8) || defined(K_U16)
+const uint BITS = 32u / P;
+const int QMAX = P == 4u ? 255 : 65535;
+#endif
+
+// The P values of a word into v[at..at + P).
+void unpack(uint w, inout float v[4], uint at) {
+#if defined(K_U8) || defined(K_U16)
+    for (uint i = 0u; i < P; ++i)
+        v[at + i] = kvrt_dequant_static((w >> (BITS * i)) & uint(QMAX), pc.scale, pc.zero_point);
+#elif defined(K_F16)
+    const vec2 h = kvrt_unpack_half2x16(w);
+    v[at] = h.x;
+    v[at + 1u] = h.y;
+#else
+    v[at] = uintBitsToFloat(w);
+#endif
+}
+
+// v[at..at + P) as a word; for static scales, values i with keep[i] take
+// their code from `old` instead.
+uint pack(float v[4], uint at, uint old, bvec4 keep) {
+#if defined(K_U8) || defined(K_U16)
+    uint w = 0u;
+    for (uint i = 0u; i < P; ++i) {
+        const uint mask = uint(QMAX) << (BITS * i);
+        w |= keep[i] ? old & mask : kvrt_quantize_static(v[at + i], pc.inv_scale, pc.zero_point, QMAX) << (BITS * i);
+    }
+    return w;
+#elif defined(K_F16)
+    return kvrt_f32_to_f16(v[at]) | (kvrt_f32_to_f16(v[at + 1u]) << 16);
+#else
+    return floatBitsToUint(v[at]);
+#endif
+}
+
+void rotate(inout float a, inout float b, vec2 cs) {
+    const float x0 = a, x1 = b;
+    a = x0 * cs.x - x1 * cs.y;
+    b = x0 * cs.y + x1 * cs.x;
+}
 #endif
 
 void main() {
@@ -56,14 +118,15 @@ void main() {
     const uint w1 = w0 + N_ROT / 16u;  // NeoX partner vector
     const uint pair0 = NEOX != 0u ? 8u * u : 4u * u;
     vec2 cs[8];
-#elif defined(K_F16)
-    const uint w0 = head * HEAD_WORDS + u;
-    const uint w1 = w0 + N_ROT / 4u;  // NeoX partner word
-    const uint pair0 = NEOX != 0u ? 2u * u : u;
 #else
-    const uint w0 = head * HEAD_WORDS + (NEOX != 0u ? u : 2u * u);
-    const uint w1 = w0 + (NEOX != 0u ? N_ROT / 2u : 1u);
-    const uint pair0 = u;
+    const uint w0 = head * HEAD_WORDS + u * W;
+    const uint w1 = w0 + N_ROT / (2u * P);  // NeoX partner word
+    const uint pair0 = NEOX != 0u ? P * u : u * (DIMS / 2u);
+    // Pairs past N_ROT (normal RoPE, the last unit of a U8 head) stay as stored.
+    bvec4 keep = bvec4(false);
+    if (NEOX == 0u)
+        for (uint j = 0u; j < PAIRS; ++j) keep[2u * j] = keep[2u * j + 1u] = u * DIMS + 2u * j >= N_ROT;
+    vec2 cs[4];
 #endif
     const uint first = gl_WorkGroupID.y * pc.cells_per_chunk;
     const uint last = min(pc.n_cells, first + pc.cells_per_chunk);
@@ -96,34 +159,30 @@ void main() {
         }
     }
 #else
-    vec2 cs0 = vec2(1.0, 0.0), cs1 = vec2(1.0, 0.0);
     for (uint c = first; c < last; ++c) {
         const uvec2 cell = cells[pc.list_offset + c];
         if (cell.y != table) {
             table = cell.y;
-            cs0 = tables[pc.table_offset + table + pair0];
-            cs1 = tables[pc.table_offset + table + pair0 + 1u];
+            for (uint j = 0u; j < PAIRS; ++j)
+                if (pair0 + j < N_ROT / 2u) cs[j] = tables[pc.table_offset + table + pair0 + j];
         }
         const uint row = cell.x >> 2;
-#ifdef K_F16
-        if (NEOX == 0u) {
-            const vec2 x = kvrt_unpack_half2x16(k_words[row + w0]);
-            k_words[row + w0] = kvrt_f32_to_f16(x.x * cs0.x - x.y * cs0.y) |
-                                (kvrt_f32_to_f16(x.x * cs0.y + x.y * cs0.x) << 16);
-        } else {
-            const vec2 a = kvrt_unpack_half2x16(k_words[row + w0]);  // dims 2u, 2u+1
-            const vec2 b = kvrt_unpack_half2x16(k_words[row + w1]);  // their partners
-            const vec2 ra = vec2(a.x * cs0.x - b.x * cs0.y, a.y * cs1.x - b.y * cs1.y);
-            const vec2 rb = vec2(a.x * cs0.y + b.x * cs0.x, a.y * cs1.y + b.y * cs1.x);
-            k_words[row + w0] = kvrt_f32_to_f16(ra.x) | (kvrt_f32_to_f16(ra.y) << 16);
-            k_words[row + w1] = kvrt_f32_to_f16(rb.x) | (kvrt_f32_to_f16(rb.y) << 16);
+        float a[4], b[4];
+        uint old[2];
+        for (uint i = 0u; i < W; ++i) {
+            old[i] = k_words[row + w0 + i];
+            unpack(old[i], a, i * P);
         }
-#else
-        const float x0 = uintBitsToFloat(k_words[row + w0]);
-        const float x1 = uintBitsToFloat(k_words[row + w1]);
-        k_words[row + w0] = floatBitsToUint(x0 * cs0.x - x1 * cs0.y);
-        k_words[row + w1] = floatBitsToUint(x0 * cs0.y + x1 * cs0.x);
-#endif
+        if (NEOX == 0u) {
+            for (uint j = 0u; j < PAIRS; ++j)
+                if (!keep[2u * j]) rotate(a[2u * j], a[2u * j + 1u], cs[j]);
+        } else {
+            const uint partner = k_words[row + w1];
+            unpack(partner, b, 0u);
+            for (uint j = 0u; j < P; ++j) rotate(a[j], b[j], cs[j]);
+            k_words[row + w1] = pack(b, 0u, partner, bvec4(false));
+        }
+        for (uint i = 0u; i < W; ++i) k_words[row + w0 + i] = pack(a, i * P, old[i], keep);
     }
 #endif
 }

@@ -464,8 +464,12 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
     GpuContext ctx(variant.flags);
     for (kvrt_type t : {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}) {
         for (kvrt_rope_mode mode : {KVRT_ROPE_NORMAL, KVRT_ROPE_NEOX}) {
-            // Whole and partial rotation; U8 heads of 10 bytes (2-byte aligned).
-            for (uint32_t dim : {64u, 10u}) {
+            // Whole and partial rotation. Rows of whole words take the
+            // streaming kernel, U8 rotating 22 of 32 dims keeps the codes
+            // of the rest of its last word, and U8 heads of 10 bytes (2-byte
+            // aligned) and NeoX pairs that are not whole words take the row
+            // kernel.
+            for (uint32_t dim : {64u, 32u, 10u}) {
                 Spec s;
                 s.layers = 2;
                 s.kv_heads = 3;
@@ -475,7 +479,7 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
                 s.k_type = t;
                 s.v_type = KVRT_TYPE_U8_STATIC;
                 s.rope.mode = mode;
-                s.rope.n_rot = dim == 64 ? 48 : 0;
+                s.rope.n_rot = dim == 64 ? 48 : dim == 32 ? 22 : 0;
                 // Zero points near the middle, so rotated values keep a wide range.
                 s.k_scales = t == KVRT_TYPE_U8_STATIC
                                  ? std::vector<QuantScale>{{1.0f / 16, 128}, {0.0371f, 120}}
