@@ -1,7 +1,10 @@
 #include "gpu_test.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+
+#include "reference/metrics.hpp"
 
 namespace kvrt_test {
 
@@ -88,6 +91,38 @@ uint64_t device_bytes(kvrt_context ctx) {
     kvrt_context_stats s = KVRT_CONTEXT_STATS_INIT;
     KVRT_REQUIRE_OK(kvrt_context_get_stats(ctx, &s));
     return s.device_bytes;
+}
+
+uint32_t same_attention(kvrt_cache a, kvrt_cache b, const AttentionGrid& grid) {
+    uint32_t answered = 0;
+    for (int32_t s = 0; s < static_cast<int32_t>(grid.seqs); ++s)
+        for (int32_t pos = 0; pos <= grid.max_pos; pos += grid.step) {
+            std::vector<float> q(size_t{grid.heads} * grid.head_dim_k);
+            for (size_t e = 0; e < q.size(); ++e) q[e] = std::cos(0.31f * static_cast<float>(e + 5 * s + pos));
+            const kvrt_batch qb = make_batch(1, &pos, &s);
+            const kvrt_tensor_ref qt = host_tensor(q.data());
+            for (size_t l = 0; l < grid.layer_windows.size(); ++l) {
+                std::vector<float> x(size_t{grid.heads} * grid.head_dim_v, 1.0f), y(x.size(), 2.0f);
+                const kvrt_output_ref ox = host_output(x.data()), oy = host_output(y.data());
+                const kvrt_result rx = kvrt_cache_attention(a, nullptr, static_cast<int32_t>(l), &qb, &qt, &ox, &grid.params);
+                const kvrt_result ry = kvrt_cache_attention(b, nullptr, static_cast<int32_t>(l), &qb, &qt, &oy, &grid.params);
+                INFO("sequence " << s << ", position " << pos << ", layer " << l);
+                REQUIRE(rx == ry);
+                if (rx != KVRT_SUCCESS) continue;
+                REQUIRE(kvrt::ref::nmse(x, y) <= 1e-12);
+                if (grid.layer_windows[l] != 0) ++answered;
+            }
+        }
+    return answered;
+}
+
+std::vector<uint8_t> save_state(kvrt_cache c, int32_t seq) {
+    uint64_t size = 0;
+    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, nullptr, &size));
+    std::vector<uint8_t> bytes(size);
+    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, bytes.data(), &size));
+    REQUIRE(size == bytes.size());
+    return bytes;
 }
 
 Stream::Stream(kvrt_context ctx, kvrt_flags flags) {

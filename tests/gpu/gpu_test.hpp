@@ -173,6 +173,26 @@ private:
 // Device memory the context holds now (kvrt_context_stats.device_bytes).
 uint64_t device_bytes(kvrt_context ctx);
 
+// A grid of single-token queries for comparing two caches that hold the same
+// tokens in different cells: each sequence in [0, seqs) at positions 0, step,
+// 2 step, ... up to max_pos, in every layer. Query values are a fixed
+// function of the sequence and the position.
+struct AttentionGrid {
+    uint32_t seqs = 1, heads = 1, head_dim_k = 0, head_dim_v = 0;
+    std::vector<uint32_t> layer_windows;  // one per layer; 0: the layer has no window
+    int32_t max_pos = 0, step = 1;
+    kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+};
+
+// Runs the grid on `a` and `b`: every query gets the same result code from
+// both and, where answered, the same values up to the order of the sums
+// (NMSE <= 1e-12). Returns the queries answered in layers with a window.
+uint32_t same_attention(kvrt_cache a, kvrt_cache b, const AttentionGrid& grid);
+
+// The state of sequence `seq` (-1: every sequence) as kvrt_cache_state_save
+// writes it, sized by the query call first; REQUIREs both calls to succeed.
+std::vector<uint8_t> save_state(kvrt_cache c, int32_t seq);
+
 // Runs begin/record/submit/wait on `s` with a generous timeout.
 template <class F>
 void run_stream(kvrt_stream s, F&& record) {

@@ -79,15 +79,6 @@ void check_same_attention(kvrt_cache a, int32_t sa, kvrt_cache b, int32_t sb, co
     }
 }
 
-std::vector<uint8_t> save(kvrt_cache c, int32_t seq) {
-    uint64_t size = 0;
-    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, nullptr, &size));
-    std::vector<uint8_t> bytes(size);
-    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, bytes.data(), &size));
-    REQUIRE(size == bytes.size());
-    return bytes;
-}
-
 kvrt_paged_stats stats(kvrt_cache c) {
     kvrt_paged_stats s = KVRT_PAGED_STATS_INIT;
     KVRT_REQUIRE_OK(kvrt_cache_paged_get_stats(c, &s));
@@ -108,14 +99,14 @@ TEST_CASE("paged layout: sequence states save, load and swap with their rows bit
 
     // Sequence 1 (shared blocks and a copied one) into sequence 4: blocks of
     // its own, the same bytes in the same order, the same attention.
-    const std::vector<uint8_t> s1 = save(p, 1);
+    const std::vector<uint8_t> s1 = save_state(p, 1);
     const uint32_t used = stats(p).used_blocks;
     KVRT_REQUIRE_OK(kvrt_cache_state_load(p, 4, s1.data(), s1.size()));
     CHECK(seq_rows(p, sh, 4) == rows1);
     CHECK(stats(p).used_blocks == used + 7);  // 110 tokens in blocks of 16
     check_same_attention(p, 4, p, 1, sh, 50);
     // Loading over a sequence replaces it.
-    const std::vector<uint8_t> s2 = save(p, 2);
+    const std::vector<uint8_t> s2 = save_state(p, 2);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(p, 4, s2.data(), s2.size()));
     CHECK(seq_rows(p, sh, 4) == rows2);
     CHECK(stats(p).used_blocks == used + 5);
@@ -125,7 +116,7 @@ TEST_CASE("paged layout: sequence states save, load and swap with their rows bit
     // one, and its state loads into the paged layout in position order.
     KVRT_REQUIRE_OK(kvrt_cache_state_load(cells, 0, s1.data(), s1.size()));
     check_same_attention(cells, 0, p, 1, sh, 30);
-    const std::vector<uint8_t> from_cells = save(cells, 0);
+    const std::vector<uint8_t> from_cells = save_state(cells, 0);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(p, 5, from_cells.data(), from_cells.size()));
     CHECK(seq_rows(p, sh, 5) == rows1);
     check_same_attention(p, 5, p, 1, sh, 105);
@@ -160,7 +151,7 @@ TEST_CASE("paged layout: a whole-cache state keeps its sequences and the sharing
     fill(p, sh);
     const kvrt_paged_stats before = stats(p);
     REQUIRE(before.shared_blocks == 6);  // 0's first 6 blocks (1 and 2 map 4 of them)
-    const std::vector<uint8_t> whole = save(p, -1);
+    const std::vector<uint8_t> whole = save_state(p, -1);
 
     // Into a new paged cache: every sequence's bytes in order, the same blocks
     // in use and shared, the same attention; nothing registered.
@@ -183,7 +174,7 @@ TEST_CASE("paged layout: a whole-cache state keeps its sequences and the sharing
     kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
     KVRT_REQUIRE_OK(kvrt_cache_get_info(cells, &info));
     CHECK(info.used == 100 + 14 + 6 + 20);  // 1's copied block holds 4 tokens of 0 again
-    const std::vector<uint8_t> via_cells = save(cells, -1);
+    const std::vector<uint8_t> via_cells = save_state(cells, -1);
     kvrt_cache r = make_cache(ctx, sh, true, 512, n_seqs);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(r, -1, via_cells.data(), via_cells.size()));
     CHECK(stats(r).used_blocks == before.used_blocks);
@@ -268,7 +259,7 @@ TEST_CASE("paged layout: a load, swap or transfer that fails at any point change
     kvrt_cache p = make_cache(ctx, sh, true, 512, n_seqs);
     kvrt_cache cells = make_cache(ctx, sh, false, 256, 1);
     fill(p, sh);
-    const std::vector<uint8_t> s1 = save(p, 1), whole = save(p, -1);
+    const std::vector<uint8_t> s1 = save_state(p, 1), whole = save_state(p, -1);
     uint32_t n = 0;
     KVRT_REQUIRE_OK(kvrt_cache_seq_transfer(p, 2, cells, 0, &n));
     struct Op {

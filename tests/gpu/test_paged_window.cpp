@@ -634,36 +634,20 @@ TEST_CASE("paged window group: admit at the window's edge, and blocks computed a
 
 namespace {
 
-// Attention of every sequence at positions 0..max in every layer of two
-// paged caches with the same windows: the same result, and the same values
-// up to the order of the sums. Returns the windowed-layer queries answered.
-uint32_t same_answers(kvrt_cache a, kvrt_cache b, int32_t max_pos) {
+// Every sequence's attention at positions 0, 5, ... max in every layer of
+// two paged caches with the same windows.
+AttentionGrid grid(int32_t max_pos) {
     const Shape sh = shape();
-    uint32_t answered = 0;
-    for (int32_t s = 0; s < static_cast<int32_t>(kSeqs); ++s)
-        for (int32_t pos = 0; pos <= max_pos; pos += 5) {
-            std::vector<float> q(size_t{sh.heads} * sh.dk);
-            for (size_t i = 0; i < q.size(); ++i) q[i] = 0.03f * static_cast<float>((i * 5 + s + pos) % 19) - 0.25f;
-            for (uint32_t layer = 0; layer < sh.layers; ++layer) {
-                std::vector<float> x, y;
-                const kvrt_result rx = try_attend(a, layer, {s}, {pos}, q, &x);
-                const kvrt_result ry = try_attend(b, layer, {s}, {pos}, q, &y);
-                INFO("sequence " << s << ", position " << pos << ", layer " << layer);
-                REQUIRE(rx == ry);
-                if (rx != KVRT_SUCCESS) continue;
-                REQUIRE(kvrt::ref::nmse(x, y) <= 1e-12);
-                if (kWindows[layer]) ++answered;
-            }
-        }
-    return answered;
-}
-
-std::vector<uint8_t> state_of_cache(kvrt_cache c, int32_t seq) {
-    uint64_t size = 0;
-    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, nullptr, &size));
-    std::vector<uint8_t> bytes(size);
-    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, bytes.data(), &size));
-    return bytes;
+    AttentionGrid g;
+    g.seqs = kSeqs;
+    g.heads = sh.heads;
+    g.head_dim_k = sh.dk;
+    g.head_dim_v = sh.dv;
+    g.layer_windows = kWindows;
+    g.max_pos = max_pos;
+    g.step = 5;
+    g.params.scale = 0.25f;
+    return g;
 }
 
 }  // namespace
@@ -685,9 +669,9 @@ TEST_CASE("paged window group: state save, load and swap keep what the group hol
     pair.check(0);
     const kvrt_cache g = pair.grouped();
 
-    const std::vector<uint8_t> state = state_of_cache(g, -1);
+    const std::vector<uint8_t> state = save_state(g, -1);
     CHECK(state[8] == 3);
-    CHECK(state.size() < state_of_cache(pair.plain(), -1).size());
+    CHECK(state.size() < save_state(pair.plain(), -1).size());
     kvrt_cache loaded = make(ctx, true);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(loaded, -1, state.data(), state.size()));
     verify_group(loaded);
@@ -697,7 +681,7 @@ TEST_CASE("paged window group: state save, load and swap keep what the group hol
         KVRT_REQUIRE_OK(kvrt_cache_seq_window_pos_min(loaded, s, &b));
         CHECK(a == b);
     }
-    CHECK(same_answers(g, loaded, 55) > 20);
+    CHECK(same_attention(g, loaded, grid(55)) > 20);
 
     // A sequence swapped out and back in answers as before.
     uint64_t size = 0;
@@ -706,14 +690,14 @@ TEST_CASE("paged window group: state save, load and swap keep what the group hol
     KVRT_REQUIRE_OK(kvrt_cache_seq_swap_out(loaded, 1, swapped.data(), &size));
     KVRT_REQUIRE_OK(kvrt_cache_seq_swap_in(loaded, 1, swapped.data(), swapped.size()));
     verify_group(loaded);
-    CHECK(same_answers(g, loaded, 55) > 20);
+    CHECK(same_attention(g, loaded, grid(55)) > 20);
 
     // The plain paged cache's state loads into a grouped one: every row.
-    const std::vector<uint8_t> plain_state = state_of_cache(pair.plain(), -1);
+    const std::vector<uint8_t> plain_state = save_state(pair.plain(), -1);
     kvrt_cache from_plain = make(ctx, true);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(from_plain, -1, plain_state.data(), plain_state.size()));
     verify_group(from_plain);
-    CHECK(same_answers(pair.plain(), from_plain, 55) > 40);
+    CHECK(same_attention(pair.plain(), from_plain, grid(55)) > 40);
     // A group's state needs a group.
     CHECK(kvrt_cache_state_load(pair.plain(), -1, state.data(), state.size()) == KVRT_ERROR_INVALID_ARGUMENT);
 
@@ -734,7 +718,7 @@ TEST_CASE("paged window group: state save, load and swap keep what the group hol
         REQUIRE(n < 200);
     }
     CHECK(failures > 0);
-    CHECK(same_answers(g, from_plain, 55) > 20);
+    CHECK(same_attention(g, from_plain, grid(55)) > 20);
     kvrt_cache_destroy(from_plain);
     kvrt_cache_destroy(loaded);
     REQUIRE(ctx.validation_errors() == 0);

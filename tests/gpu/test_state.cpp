@@ -215,15 +215,6 @@ void check_holds(const TestCache& c, int32_t seq, const std::vector<const Token*
     }
 }
 
-std::vector<uint8_t> save(kvrt_cache c, int32_t seq) {
-    uint64_t size = 0;
-    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, nullptr, &size));
-    std::vector<uint8_t> b(size);
-    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, b.data(), &size));
-    REQUIRE(size == b.size());
-    return b;
-}
-
 std::vector<uint8_t> file_bytes(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
@@ -299,7 +290,7 @@ TEST_CASE("state: round trips of the whole cache and of one sequence, in memory 
         for (int32_t s = 0; s < int32_t(kSeqs); ++s) check_holds(a, s, of_seq(toks, s, 2), expect);
 
         // The whole cache, in memory: the same cells, sequences and bytes.
-        const std::vector<uint8_t> whole = save(a, -1);
+        const std::vector<uint8_t> whole = save_state(a, -1);
         TestCache b(ctx, spec);
         store(b, make_tokens({{7, {1}}}, 99));  // replaced by the load
         KVRT_REQUIRE_OK(kvrt_cache_state_load(b, -1, whole.data(), whole.size()));
@@ -310,10 +301,10 @@ TEST_CASE("state: round trips of the whole cache and of one sequence, in memory 
         for (int32_t s = 0; s < int32_t(kSeqs); ++s) check_holds(b, s, of_seq(toks, s, 2), expect);
         CHECK(b.table().verify() == KVRT_SUCCESS);
         // Saving the loaded cache gives the same bytes.
-        CHECK(save(b, -1) == whole);
+        CHECK(save_state(b, -1) == whole);
 
         // One sequence (shared cells included) into another sequence id.
-        const std::vector<uint8_t> seq2 = save(a, 2);
+        const std::vector<uint8_t> seq2 = save_state(a, 2);
         TestCache c(ctx, spec);
         store(c, make_tokens({{0, {1}}, {5, {3}}}, 98));
         KVRT_REQUIRE_OK(kvrt_cache_state_load(c, 3, seq2.data(), seq2.size()));
@@ -349,9 +340,9 @@ TEST_CASE("state: saving applies pending shifts first", "[state]") {
     KVRT_REQUIRE_OK(kvrt_cache_seq_add(a, 0, 1, -1, 4));
     KVRT_REQUIRE_OK(kvrt_cache_seq_add(b, 0, 1, -1, 4));
     KVRT_REQUIRE_OK(kvrt_cache_apply_shifts(b, nullptr));
-    const std::vector<uint8_t> sa = save(a, 0);
+    const std::vector<uint8_t> sa = save_state(a, 0);
     CHECK(a.table().shifted_cell_count() == 0);
-    CHECK(sa == save(b, 0));
+    CHECK(sa == save_state(b, 0));
     // The shifted K is not the stored K: the rotation happened.
     const std::vector<uint32_t> cell{static_cast<uint32_t>(cell_of(a, 0, 5))};
     CHECK(read_raw(a, 0, KVRT_KV_ARRAY_K, cell) != expected_row(KVRT_TYPE_F32, toks[1].k.data(), 0));
@@ -406,12 +397,12 @@ TEST_CASE("state: conversion between types and layouts on load", "[state]") {
             if (cv.to.layout != KVRT_LAYOUT_STATIC && cv.from.layout != KVRT_LAYOUT_STATIC ? true : t->pos >= 2)
                 want0.push_back(t);
         // One sequence.
-        const std::vector<uint8_t> s0 = save(a, 0);
+        const std::vector<uint8_t> s0 = save_state(a, 0);
         TestCache b(ctx, cv.to);
         KVRT_REQUIRE_OK(kvrt_cache_state_load(b, 3, s0.data(), s0.size()));
         check_holds(b, 3, want0, expect);
         // The whole cache.
-        const std::vector<uint8_t> all = save(a, -1);
+        const std::vector<uint8_t> all = save_state(a, -1);
         TestCache c(ctx, cv.to);
         KVRT_REQUIRE_OK(kvrt_cache_state_load(c, -1, all.data(), all.size()));
         check_holds(c, 0, want0, expect);
@@ -429,7 +420,7 @@ TEST_CASE("state: failed loads change nothing", "[state]") {
     TestCache a(ctx, spec);
     const std::vector<Token> toks = mixed_tokens(31);
     store(a, toks);
-    const std::vector<uint8_t> whole = save(a, -1), seq0 = save(a, 0);
+    const std::vector<uint8_t> whole = save_state(a, -1), seq0 = save_state(a, 0);
 
     TestCache c(ctx, spec);
     store(c, make_tokens({{0, {0}}, {1, {0}}, {4, {1}}, {0, {2}}}, 41));
@@ -479,7 +470,7 @@ TEST_CASE("state: failed loads change nothing", "[state]") {
         deferred.flags = KVRT_CACHE_DEFERRED_ROPE;
         TestCache d(ctx, deferred);
         store(d, make_tokens({{0, {0}}}, 3));
-        const std::vector<uint8_t> ds = save(d, 0);
+        const std::vector<uint8_t> ds = save_state(d, 0);
         CHECK(kvrt_cache_state_load(c, 0, ds.data(), ds.size()) == KVRT_ERROR_INVALID_ARGUMENT);
         unchanged();
     }
@@ -489,9 +480,9 @@ TEST_CASE("state: failed loads change nothing", "[state]") {
         TestCache s(ctx, small);
         store(s, make_tokens({{0, {0}}, {1, {0}}, {2, {0}}, {3, {0}}, {4, {0}}, {5, {0}}, {6, {0}}, {7, {0}}, {8, {0}},
                               {9, {0}}}, 61));
-        const std::vector<uint8_t> big = save(s, 0);
+        const std::vector<uint8_t> big = save_state(s, 0);
         CHECK(kvrt_cache_state_load(s, 1, big.data(), big.size()) == KVRT_ERROR_CACHE_FULL);
-        std::vector<uint8_t> fits = save(a, -1);
+        std::vector<uint8_t> fits = save_state(a, -1);
         CHECK(kvrt_cache_state_load(s, -1, fits.data(), fits.size()) == KVRT_ERROR_CACHE_FULL);
     }
     // Device failures at every fault point of a load, for both kinds of state.
@@ -543,7 +534,7 @@ TEST_CASE("state: failed loads into the static layout change nothing", "[state][
     list.push_back({0, {1, 2}});
     const std::vector<Token> toks = make_tokens(list, 51);
     store(a, toks);
-    const std::vector<uint8_t> whole = save(a, -1), seq0 = save(a, 0);
+    const std::vector<uint8_t> whole = save_state(a, -1), seq0 = save_state(a, 0);
 
     Spec st;
     st.layout = KVRT_LAYOUT_STATIC;
@@ -607,7 +598,7 @@ TEST_CASE("state: files are replaced atomically", "[state]") {
     store(a, make_tokens({{0, {0}}, {1, {0}}}, 71));
     KVRT_REQUIRE_OK(kvrt_cache_state_save_file(a, -1, path.c_str()));
     const std::vector<uint8_t> old_bytes = file_bytes(path);
-    CHECK(old_bytes == save(a, -1));
+    CHECK(old_bytes == save_state(a, -1));
     store(a, make_tokens({{2, {0}}, {0, {1}}}, 72));
     // A failure just before the rename: the old file stays, whole, and the
     // temporary file is gone.
@@ -618,7 +609,7 @@ TEST_CASE("state: files are replaced atomically", "[state]") {
     CHECK(dir_entries(dir) == std::vector<std::string>{"cache.kvrt"});
     // Then it succeeds and the file holds the new state.
     KVRT_REQUIRE_OK(kvrt_cache_state_save_file(a, -1, path.c_str()));
-    CHECK(file_bytes(path) == save(a, -1));
+    CHECK(file_bytes(path) == save_state(a, -1));
     CHECK(dir_entries(dir) == std::vector<std::string>{"cache.kvrt"});
     // Files that cannot be written or read.
     CHECK(kvrt_cache_state_save_file(a, -1, (dir + "/missing/x.kvrt").c_str()) == KVRT_ERROR_IO);

@@ -342,41 +342,18 @@ TEST_CASE("window group: a shift that frees a group cell other sequences share",
 
 namespace {
 
-// Every sequence's attention in every layer at positions 0..max of `a` and
-// `b`: the same result code and, where answered, the same values (up to the
-// order of the sums: the cells may lie elsewhere).
-// Returns the queries answered in windowed layers.
-uint32_t same_attention(kvrt_cache a, kvrt_cache b, int32_t max_pos) {
-    uint32_t answered = 0;
-    for (int32_t s = 0; s < 3; ++s)
-        for (int32_t pos = 0; pos <= max_pos; pos += 3) {
-            std::vector<float> q(kHeads * kDim);
-            for (uint32_t e = 0; e < q.size(); ++e) q[e] = std::cos(0.31f * static_cast<float>(e + 5 * s + pos));
-            const kvrt_batch qb = make_batch(1, &pos, &s);
-            const kvrt_tensor_ref qt = host_tensor(q.data());
-            kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
-            params.n_keep = 2;
-            for (uint32_t l = 0; l < kLayers; ++l) {
-                std::vector<float> x(kHeads * kDim, 1.0f), y(kHeads * kDim, 2.0f);
-                const kvrt_output_ref ox = host_output(x.data()), oy = host_output(y.data());
-                const kvrt_result rx = kvrt_cache_attention(a, nullptr, static_cast<int32_t>(l), &qb, &qt, &ox, &params);
-                const kvrt_result ry = kvrt_cache_attention(b, nullptr, static_cast<int32_t>(l), &qb, &qt, &oy, &params);
-                INFO("sequence " << s << ", position " << pos << ", layer " << l);
-                REQUIRE(rx == ry);
-                if (rx != KVRT_SUCCESS) continue;
-                REQUIRE(kvrt::ref::nmse(x, y) <= 1e-12);
-                if (kWindows[l]) ++answered;
-            }
-        }
-    return answered;
-}
-
-std::vector<uint8_t> save(kvrt_cache c, int32_t seq) {
-    uint64_t size = 0;
-    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, nullptr, &size));
-    std::vector<uint8_t> bytes(size);
-    KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, bytes.data(), &size));
-    return bytes;
+// Every sequence's attention at positions 0, 3, ... max in every layer of
+// two caches with the same windows.
+AttentionGrid grid(int32_t max_pos) {
+    AttentionGrid g;
+    g.seqs = 3;
+    g.heads = kHeads;
+    g.head_dim_k = g.head_dim_v = kDim;
+    g.layer_windows = kWindows;
+    g.max_pos = max_pos;
+    g.step = 3;
+    g.params.n_keep = 2;
+    return g;
 }
 
 }  // namespace
@@ -395,9 +372,9 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
 
     // Version 3, and smaller than the same cache's state without the group:
     // the windowed layers carry the group's rows only.
-    const std::vector<uint8_t> state = save(g, -1);
+    const std::vector<uint8_t> state = save_state(g, -1);
     CHECK(state[8] == 3);
-    CHECK(state.size() < save(p.plain(), -1).size());
+    CHECK(state.size() < save_state(p.plain(), -1).size());
 
     kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
     wl.cells = 48;
@@ -413,7 +390,7 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
         CHECK(a == b);
     }
     // Answered and refused alike, with the same values; and both go on alike.
-    CHECK(same_attention(g, loaded, 40) > 20);
+    CHECK(same_attention(g, loaded, grid(40)) > 20);
     for (kvrt_cache c : {g, loaded}) {
         const int32_t pos = 38, seq = 1;
         std::vector<float> k(size_t{kLayers} * kRow, 0.25f), v = k;
@@ -421,10 +398,10 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
         const kvrt_batch b = make_batch(1, &pos, &seq);
         KVRT_REQUIRE_OK(kvrt_cache_store(c, nullptr, &b, -1, &kt, &vt, nullptr));
     }
-    CHECK(same_attention(g, loaded, 40) > 20);
+    CHECK(same_attention(g, loaded, grid(40)) > 20);
 
     // One sequence: swapped out and back in, it is what it was.
-    const std::vector<uint8_t> before_swap = save(g, -1);
+    const std::vector<uint8_t> before_swap = save_state(g, -1);
     uint64_t size = 0;
     KVRT_REQUIRE_OK(kvrt_cache_seq_swap_out(g, 1, nullptr, &size));
     std::vector<uint8_t> swapped(size);
@@ -435,11 +412,11 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     CHECK(last == -1);
     KVRT_REQUIRE_OK(kvrt_cache_seq_swap_in(g, 1, swapped.data(), swapped.size()));
     REQUIRE(g->cache->window_verify() == KVRT_SUCCESS);
-    CHECK(same_attention(g, loaded, 40) > 20);
+    CHECK(same_attention(g, loaded, grid(40)) > 20);
 
     // A state without a group loads into a cache with one: the group takes
     // every row (nothing was dropped), and answers as the plain cache does.
-    const std::vector<uint8_t> plain_state = save(p.plain(), -1);
+    const std::vector<uint8_t> plain_state = save_state(p.plain(), -1);
     CHECK(plain_state[8] == 1);
     // (44 cells: a group of 40 is too small, and the load changes nothing.)
     kvrt_window_layout_desc small = wl;
@@ -454,7 +431,7 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     kvrt_cache roomy = make(ctx, &big);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(roomy, -1, plain_state.data(), plain_state.size()));
     REQUIRE(roomy->cache->window_verify() == KVRT_SUCCESS);
-    CHECK(same_attention(p.plain(), roomy, 40) > 60);
+    CHECK(same_attention(p.plain(), roomy, grid(40)) > 60);
 
     // A group's state needs a cache with the same group.
     CHECK(kvrt_cache_state_load(p.plain(), -1, state.data(), state.size()) == KVRT_ERROR_INVALID_ARGUMENT);
@@ -486,7 +463,7 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     // (The state is from before the store at 38 and the swap.)
     kvrt_cache again = make(ctx, &wl);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(again, -1, state.data(), state.size()));
-    CHECK(same_attention(again, roomy, 40) > 20);
+    CHECK(same_attention(again, roomy, grid(40)) > 20);
     kvrt_cache_destroy(again);
     kvrt_cache_destroy(from_plain);
     kvrt_cache_destroy(roomy);
