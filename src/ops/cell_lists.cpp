@@ -23,11 +23,13 @@ static_assert(offsetof(CellListPush, n_listed) == 12 && offsetof(CellListPush, m
 constexpr uint32_t kWorkgroup = 64;
 
 uint32_t chunks_of(uint32_t n_cells) { return (n_cells + kCellListChunk - 1) / kCellListChunk; }
+uint32_t blocks_of(uint32_t n_chunks) { return (n_chunks + kCellListBlock - 1) / kCellListBlock; }
 
 }  // namespace
 
 uint64_t cell_list_scratch_bytes(uint32_t n_entries, uint32_t n_cells) {
-    return uint64_t{n_entries} * chunks_of(n_cells) * 4;
+    const uint32_t n_chunks = chunks_of(n_cells);
+    return uint64_t{n_entries} * (n_chunks + blocks_of(n_chunks)) * 4;
 }
 
 Result record_cell_lists(vk::Stream& stream, const vk::BufferUse& meta, uint32_t meta_stride, uint32_t n_cells,
@@ -38,6 +40,7 @@ Result record_cell_lists(vk::Stream& stream, const vk::BufferUse& meta, uint32_t
     const uint32_t groups_x = (n_chunks + kWorkgroup - 1) / kWorkgroup;
     if (groups_x > 65535)
         return fail(KVRT_ERROR_INTERNAL, "cell lists: %u cells exceed one dispatch", n_cells);
+    if (n > 65535) return fail(KVRT_ERROR_INTERNAL, "cell lists: %u sequences exceed one dispatch", n);
     // The directory: each sequence's listed index (below the highest listed
     // sequence), then each list's [first, end).
     uint32_t map_len = 0;
@@ -60,12 +63,19 @@ Result record_cell_lists(vk::Stream& stream, const vk::BufferUse& meta, uint32_t
     const vk::BufferUse uses[4] = {meta, dir_use, counts, lists};
     stream.begin_op("cell lists");
     Result r = KVRT_SUCCESS;
-    for (uint32_t mode = 0; mode < 3 && r == KVRT_SUCCESS; ++mode) {
+    for (uint32_t mode = 0; mode < 4 && r == KVRT_SUCCESS; ++mode) {
+        if (mode == 2 && blocks_of(n_chunks) == 1) continue;  // one block: its prefix is 0
         const vk::Pipeline* pipeline = nullptr;
         r = stream.context().pipelines().get({"cell_lists", 4, uint32_t{sizeof(CellListPush)}, {kWorkgroup, mode}},
                                              &pipeline);
         if (r != KVRT_SUCCESS) break;
-        r = stream.dispatch(*pipeline, uses, 4, &push, mode == 1 ? (n + kWorkgroup - 1) / kWorkgroup : groups_x);
+        // Count and write: a chunk per invocation; block prefixes: a block of
+        // one sequence per invocation (y: the sequence); block sums: a
+        // sequence per invocation.
+        const uint32_t x = mode == 1 ? (blocks_of(n_chunks) + kWorkgroup - 1) / kWorkgroup
+                           : mode == 2 ? (n + kWorkgroup - 1) / kWorkgroup
+                                       : groups_x;
+        r = stream.dispatch(*pipeline, uses, 4, &push, x, mode == 1 ? n : 1);
     }
     stream.end_op();
     return r;

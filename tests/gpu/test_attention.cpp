@@ -214,6 +214,16 @@ TEST_CASE("sequences stored in turns read their own cells from lists that follow
             c.n_queries = queries;
             expect_accurate(ctx, c, std::to_string(queries) + " queries per sequence, turns of 1, GQA 4:1");
         }
+        {
+            // Lists over more than one block of the prefix sums (64 chunks
+            // of 64 cells), the last block partial.
+            AttnCase big = c;
+            big.n_seqs = 3;
+            big.tokens_per_seq = 3000;
+            big.capacity = 9216;
+            big.n_queries = 1;
+            expect_accurate(ctx, big, "3 sequences of 3,000 cells, turns of 1");
+        }
         c.n_queries = 2;
         c.interleave = 5;
         c.shared_prefix = 8;

@@ -97,6 +97,8 @@ done
 # leaves their cells: each query's run of cells is then the whole cache.
 bench "decode interleaved" attn --type f16 --cells "${decode_cells[0]}" --seqs "${seq_counts[2]}" --interleave 16 \
   --runs 10
+# About a million cells in turns (lists_ms: the lists' rebuild at that size).
+[ "$big" = 1 ] && bench "decode interleaved" attn --type f16 --cells 16384 --seqs 64 --interleave 16 --runs 10
 for k in portable tiled; do
   KVRT_KERNELS=$k bench "decode $k" attn --type f16 --cells "${decode_cells[1]}" --seqs "${seq_counts[1]}" --runs 10
   KVRT_KERNELS=$k bench "prefill $k" attn --type f16 --cells 4096 --queries "$prefill" --runs 10
