@@ -292,17 +292,7 @@ float alibi_slope(uint h) {
     return h < n_log2 ? pow(m0, float(h + 1u)) : pow(m1, float(2u * (h - n_log2) + 1u));
 }
 
-// The first of the `len` listed cells at `first` that is at or above `cell`
-// (len when none).
-uint list_lower_bound(uint first, uint len, uint cell) {
-    uint lo = 0u, hi = len;
-    while (lo < hi) {
-        const uint mid = (lo + hi) >> 1;
-        if (cell_lists[first + mid] < cell) lo = mid + 1u;
-        else hi = mid;
-    }
-    return lo;
-}
+#include "attn_lists.glsl"
 
 void main() {
 #ifdef SHUFFLE

@@ -14,8 +14,9 @@
 // attention_merge.comp combines them.
 //
 // Visibility comes from the cache's device mirror of the cell metadata, as
-// in attention.comp. Needs neither subgroup operations nor 16-bit
-// arithmetic.
+// in attention.comp. A workgroup whose rows are all of one sequence with a
+// list of cells walks the list instead of its run (LISTS), as attention.comp
+// does. Needs neither subgroup operations nor 16-bit arithmetic.
 //
 // Defines: K_FMT, V_FMT (formats of kv_load.glsl); Q_F16. The loops over head
 // dims are unrolled, so that the query and the accumulator stay registers
@@ -43,9 +44,15 @@ layout(std430, set = 0, binding = 2) readonly buffer QBuf { uint q_words[]; };
 layout(std430, set = 0, binding = 3) readonly buffer CellMeta { uint cell_meta[]; };
 layout(std430, set = 0, binding = 4) readonly buffer MetaWords { uint meta_words[]; };
 // Words per query at query_offset (ops::kQueryWords): position, sequence,
-// run [lo, hi), and a list of cells this kernel does not read.
+// run [lo, hi), and its list of cells in cell_lists (first word, length; 0
+// when it has none).
 const uint QUERY_WORDS = 6u;
 layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[]; };
+layout(std430, set = 0, binding = 6) readonly buffer CellLists { uint cell_lists[]; };
+
+// attention.comp's OPTS; this kernel reads bit 3 only (lists of cells).
+layout(constant_id = 9) const uint OPTS = 0;
+const bool LISTS = (OPTS & 8u) != 0u;
 
 // The push constants of attention.comp (same layout; tiles_per_kv counts
 // blocks of WG rows here).
@@ -88,6 +95,7 @@ layout(push_constant) uniform Push {
 shared float tile_k[D_K * T];
 shared float tile_v[D_V * T];
 shared int tile_pos[T];
+shared uint tile_cell[T];  // the cells, within this dispatch
 
 float k_scale = 0.0, v_scale = 0.0;
 int k_zp = 0, v_zp = 0;
@@ -96,6 +104,7 @@ KVRT_DEFINE_OCTET_LOADER(load_k, k_words, K_FMT, k_scale, k_zp)
 KVRT_DEFINE_OCTET_LOADER(load_v, v_words, V_FMT, v_scale, v_zp)
 
 #include "attn_tree.glsl"
+#include "attn_lists.glsl"
 
 float alibi_slope(uint h) {
     const float m0 = uintBitsToFloat(meta_words[pc.params_offset + 4u]);
@@ -127,23 +136,32 @@ void main() {
     const uint head = kvh * pc.group + (idx % pc.group);
     const int qpos = int(meta_words[pc.query_offset + QUERY_WORDS * query]);
     const uint qseq = meta_words[pc.query_offset + QUERY_WORDS * query + 1u];
-    // The workgroup's cells: the union of its rows' runs (every invocation
-    // reads the same queries, so the bounds are uniform).
+    // The workgroup's cells: the union of its rows' runs, or the list of
+    // their sequence when they are all of one sequence that has one (every
+    // invocation reads the same queries, so all of this is uniform).
     uint span_lo = 0xFFFFFFFFu, span_hi = 0u;
+    uint list_first = 0u, list_len = 0u;
     {
         const uint row0 = idx - lid, rows = pc.n_queries * pc.group;
         if (row0 < rows) {
-            const uint q_end = (min(row0 + wg, rows) + pc.group - 1u) / pc.group;
-            for (uint qq = row0 / pc.group; qq < q_end; ++qq) {
-                const uint lo = meta_words[pc.query_offset + QUERY_WORDS * qq + 2u];
-                const uint hi = meta_words[pc.query_offset + QUERY_WORDS * qq + 3u];
+            const uint q0 = row0 / pc.group, q_end = (min(row0 + wg, rows) + pc.group - 1u) / pc.group;
+            bool one_seq = true;
+            for (uint qq = q0; qq < q_end; ++qq) {
+                const uint qw = pc.query_offset + QUERY_WORDS * qq;
+                const uint lo = meta_words[qw + 2u], hi = meta_words[qw + 3u];
                 if (lo < hi) {
                     span_lo = min(span_lo, lo);
                     span_hi = max(span_hi, hi);
                 }
+                one_seq = one_seq && meta_words[qw + 1u] == meta_words[pc.query_offset + QUERY_WORDS * q0 + 1u];
+            }
+            if (LISTS && one_seq) {
+                list_first = meta_words[pc.query_offset + QUERY_WORDS * q0 + 4u];
+                list_len = meta_words[pc.query_offset + QUERY_WORDS * q0 + 5u];
             }
         }
     }
+    const bool by_list = LISTS && list_len > 0u;
     const float slope = alibi_slope(head);
 
     float q[D_K];
@@ -165,8 +183,17 @@ void main() {
     float acc[D_V];
     [[unroll]] for (uint d = 0u; d < D_V; ++d) acc[d] = 0.0;
 
-    const uint t0 = clamp(span_lo, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first;
-    const uint t1 = max(t0, clamp(span_hi, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first);
+    // The splits cut the workgroup's cells: the part of this dispatch inside
+    // the union of the runs, or the part of the list inside this dispatch
+    // (then t0, t1 and the tiles count list entries).
+    uint t0, t1;
+    if (by_list) {
+        t0 = list_lower_bound(list_first, list_len, pc.cell_first);
+        t1 = list_lower_bound(list_first, list_len, pc.cell_first + pc.n_cells);
+    } else {
+        t0 = clamp(span_lo, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first;
+        t1 = max(t0, clamp(span_hi, pc.cell_first, pc.cell_first + pc.n_cells) - pc.cell_first);
+    }
     const uint per_split = (t1 - t0 + pc.n_splits - 1u) / pc.n_splits;
     const uint c0 = t0 + split * per_split;
     const uint c1 = min(t1, c0 + per_split);
@@ -174,22 +201,27 @@ void main() {
     const uint k_octets = D_K / 8u, v_octets = D_V / 8u;
     const TreeView tree = tree_view();
     for (uint first = c0; first < c1; first += T) {
-        // Load the tile: every invocation some octets of K and V rows.
+        // Load the tile: every invocation some octets of K and V rows. Past
+        // the split a tile entry repeats the split's last cell, masked.
         if (lid < T) {
-            const uint c = first + lid;
-            tile_pos[lid] = c < c1 ? int(cell_meta[(pc.meta_first + c) * meta_stride]) : -1;
+            const uint e = min(first + lid, c1 - 1u);
+            const uint c = by_list ? cell_lists[list_first + e] - pc.cell_first : e;
+            tile_cell[lid] = c;
+            tile_pos[lid] = first + lid < c1 ? int(cell_meta[(pc.meta_first + c) * meta_stride]) : -1;
         }
         for (uint i = lid; i < T * (k_octets + v_octets); i += wg) {
             float v8[8];
             if (i < T * k_octets) {
                 const uint t = i / k_octets, o = i - t * k_octets;
-                const uint c = min(first + t, c1 - 1u);  // past the split: any row, masked
+                const uint e = min(first + t, c1 - 1u);
+                const uint c = by_list ? cell_lists[list_first + e] - pc.cell_first : e;
                 load_k(pc.k_base + c * pc.k_row + kvh * pc.k_head_bytes, o, v8);
                 [[unroll]] for (uint j = 0u; j < 8u; ++j) tile_k[(o * 8u + j) * T + t] = v8[j];
             } else {
                 const uint i2 = i - T * k_octets;
                 const uint t = i2 / v_octets, o = i2 - t * v_octets;
-                const uint c = min(first + t, c1 - 1u);
+                const uint e = min(first + t, c1 - 1u);
+                const uint c = by_list ? cell_lists[list_first + e] - pc.cell_first : e;
                 load_v(pc.v_base + c * pc.v_row + kvh * pc.v_head_bytes, o, v8);
                 [[unroll]] for (uint j = 0u; j < 8u; ++j) tile_v[(o * 8u + j) * T + t] = v8[j];
             }
@@ -218,13 +250,13 @@ void main() {
             const int cpos = tile_pos[t];
             bool v = live && cpos >= 0;
             if (v) {
-                const uint sw = cell_meta[(pc.meta_first + first + t) * meta_stride + 1u + (qseq >> 5)];
+                const uint sw = cell_meta[(pc.meta_first + tile_cell[t]) * meta_stride + 1u + (qseq >> 5)];
                 v = ((sw >> (qseq & 31u)) & 1u) != 0u;
             }
             if (pc.causal != 0u) v = v && cpos <= qpos;
             if (pc.window > 0 && cpos >= pc.n_keep) v = v && qpos - cpos < pc.window;
             if (v) {
-                const uint node = tree_node(tree, pc.cell_first + first + t);
+                const uint node = tree_node(tree, pc.cell_first + tile_cell[t]);
                 if (node != NO_NODE) v = tree_sees(tree, query, node);
             }
             if (!v) continue;

@@ -270,10 +270,9 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
 
     // Per query: position, sequence, the run of cells that holds the
     // sequence's cells (kept by the table as cells are taken: O(1) each),
-    // and the sequence's current list of cells, if any (which the tiled
-    // kernel does not read).
+    // and the sequence's current list of cells, if any.
     constexpr size_t QW = ops::kQueryWords;
-    const bool lists = !is_static() && !plan.tiled;
+    const bool lists = !is_static();
     if (lists) KVRT_TRY(update_lists(s, n_queries, seq_ids));
     std::vector<uint32_t> query_words(QW * n_queries);
     bool any_list = false;

@@ -181,7 +181,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         return true;
     };
     // What the call uses (attention.comp OPTS): a tree, a softcap, one word of sequence bits.
-    const bool lists = io.lists.buffer != nullptr && !plan.tiled;
+    const bool lists = io.lists.buffer != nullptr;
     const uint32_t opts = (opt.tree && opt.tree->words > 0 ? 1u : 0u) | (opt.softcap > 0.0f ? 2u : 0u) |
                           (shape.seq_words == 1 ? 4u : 0u) | (lists ? 8u : 0u);
     uint32_t vec4 = (aligned(shape.k_type, shape.k_head_bytes, true, 16) ? 1u : 0u) |
@@ -209,7 +209,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     const vk::Pipeline* attn = nullptr;
     const vk::Pipeline* merge = nullptr;
     KVRT_TRY(stream.context().pipelines().get(
-        {variant, plan.tiled ? 6u : 7u, uint32_t{sizeof(AttnPush)},
+        {variant, 7, uint32_t{sizeof(AttnPush)},
          {wg, shape.head_dim_k, shape.head_dim_v, plan.tiled ? plan.tile_cells : plan.rows, lg, shape.deferred ? 1u : 0u,
           shape.deferred ? shape.n_rot : 0u,
           shape.deferred && shape.neox ? 1u : 0u, vec4,
@@ -282,7 +282,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
                                        words_use,
                                        partials,
                                        lists ? io.lists : words_use};
-        r = stream.dispatch(*attn, uses, plan.tiled ? 6u : 7u, &p,
+        r = stream.dispatch(*attn, uses, 7, &p,
                             static_cast<uint32_t>((lane_groups + groups_per_wg - 1) / groups_per_wg));
     }
     if (r == KVRT_SUCCESS) {

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "api/handles.hpp"
-#include "ops/tuning.hpp"
 #include "vk/context.hpp"
 #include "vk/pipeline.hpp"
 
@@ -18,14 +17,13 @@ using namespace kvrt_test;
 
 namespace {
 
-// kvrt's own pick of kernels, then each kernel forced: portable, tiled (with
-// `tiled`) and shuffle where the device has it. KVRT_KERNELS, when set,
-// decides alone.
-std::vector<KernelVariant> pick_and_forced(bool tiled) {
+// kvrt's own pick of kernels, then each kernel forced: portable, tiled and
+// shuffle where the device has it. KVRT_KERNELS, when set, decides alone.
+std::vector<KernelVariant> pick_and_forced() {
     std::vector<KernelVariant> variants{{0, "kvrt's pick"}};
     if (std::getenv("KVRT_KERNELS")) return variants;
     variants.push_back({KVRT_CONTEXT_PORTABLE_KERNELS, "portable"});
-    if (tiled) variants.push_back({KVRT_CONTEXT_TILED_KERNELS, "tiled"});
+    variants.push_back({KVRT_CONTEXT_TILED_KERNELS, "tiled"});
     if (kernel_variants().size() > 1) variants.push_back(kernel_variants()[1]);
     return variants;
 }
@@ -159,7 +157,7 @@ TEST_CASE("over many sequences, each tile reads its queries' runs of cells and m
     // a sequence that empties and starts again elsewhere, one that shares
     // another's cells far from its own (seq_cp), cells moved by compaction,
     // and tokens placed after it.
-    for (const KernelVariant& variant : pick_and_forced(true)) {
+    for (const KernelVariant& variant : pick_and_forced()) {
         INFO("kernels: " << variant.name);
         GpuContext ctx(variant.flags);
         AttnCase c;
@@ -199,7 +197,7 @@ TEST_CASE("sequences stored in turns read their own cells from lists that follow
     // (shared prefix cells included) and be rebuilt after anything changes:
     // here attention runs between the edits, and the last edit's lists are
     // first recorded into a stream that is dropped unsubmitted.
-    for (const KernelVariant& variant : pick_and_forced(false)) {
+    for (const KernelVariant& variant : pick_and_forced()) {
         INFO("kernels: " << variant.name);
         GpuContext ctx(variant.flags);
         AttnCase c;
@@ -213,6 +211,17 @@ TEST_CASE("sequences stored in turns read their own cells from lists that follow
         for (const uint32_t queries : {1u, 3u}) {
             c.n_queries = queries;
             expect_accurate(ctx, c, std::to_string(queries) + " queries per sequence, turns of 1, GQA 4:1");
+        }
+        {
+            // Prefill chunks of sequences stored in turns: 24 queries of one
+            // sequence fill whole workgroups of the tiled kernel (64 rows),
+            // which then walk that sequence's list, and some workgroups hold
+            // two sequences' queries, which read the union of their runs.
+            AttnCase chunks = c;
+            chunks.n_seqs = 3;
+            chunks.tokens_per_seq = 120;
+            chunks.n_queries = 24;
+            expect_accurate(ctx, chunks, "3 sequences of 120 cells, turns of 1, 24 queries each");
         }
         {
             // Lists over more than one block of the prefix sums (64 chunks
@@ -265,11 +274,9 @@ TEST_CASE("sequences stored in turns read their own cells from lists that follow
             kvrt_buffer_destroy(out);
         };
         expect_accurate(ctx, c, "turns of 5 after edits, a shared prefix, MHA, q8_0 K");
-        // kvrt's own pick reads lists wherever the kernel is the row-tile one.
-        if (!kvrt::ops::Tuning::of(*reinterpret_cast<kvrt_context_T*>(ctx.get())->ctx).attn_tiled_forced) {
-            CHECK(lists_ran(ctx, KVRT_TYPE_F16));
-            CHECK(lists_ran(ctx, KVRT_TYPE_Q8_0));
-        }
+        // Every kernel reads the lists.
+        CHECK(lists_ran(ctx, KVRT_TYPE_F16));
+        CHECK(lists_ran(ctx, KVRT_TYPE_Q8_0));
     }
 }
 
