@@ -50,8 +50,13 @@ const uint QUERY_WORDS = 6u;
 layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[]; };
 layout(std430, set = 0, binding = 6) readonly buffer CellLists { uint cell_lists[]; };
 
-// attention.comp's OPTS; this kernel reads bit 3 only (lists of cells).
-layout(constant_id = 9) const uint OPTS = 0;
+// What the call uses, as attention.comp's OPTS, so that the kernel leaves out
+// the rest: bit 0 a token tree, bit 1 a softcap, bit 2 one 32-bit word of
+// sequence bits per cell, bit 3 lists of cells.
+layout(constant_id = 9) const uint OPTS = 7;
+const bool HAS_TREE = (OPTS & 1u) != 0u;
+const bool HAS_SOFTCAP = (OPTS & 2u) != 0u;
+const bool ONE_SEQ_WORD = (OPTS & 4u) != 0u;
 const bool LISTS = (OPTS & 8u) != 0u;
 
 // The push constants of attention.comp (same layout; tiles_per_kv counts
@@ -250,19 +255,19 @@ void main() {
             const int cpos = tile_pos[t];
             bool v = live && cpos >= 0;
             if (v) {
-                const uint sw = cell_meta[(pc.meta_first + tile_cell[t]) * meta_stride + 1u + (qseq >> 5)];
+                const uint sw = cell_meta[(pc.meta_first + tile_cell[t]) * meta_stride + 1u + (ONE_SEQ_WORD ? 0u : qseq >> 5)];
                 v = ((sw >> (qseq & 31u)) & 1u) != 0u;
             }
             if (pc.causal != 0u) v = v && cpos <= qpos;
             if (pc.window > 0 && cpos >= pc.n_keep) v = v && qpos - cpos < pc.window;
-            if (v) {
+            if (HAS_TREE && v) {
                 const uint node = tree_node(tree, pc.cell_first + tile_cell[t]);
                 if (node != NO_NODE) v = tree_sees(tree, query, node);
             }
             if (!v) continue;
             float x = 0.0;
             [[unroll]] for (uint d = 0u; d < D_K; ++d) x += q[d] * tile_k[d * T + t];
-            if (pc.softcap > 0.0) x = pc.softcap * tanh(x / pc.softcap);
+            if (HAS_SOFTCAP) x = pc.softcap * tanh(x / pc.softcap);
             x -= slope * abs(float(qpos - cpos));  // ALiBi, as GGML fills its mask
             if (x > m) {
                 const float corr = exp(m - x);
