@@ -341,6 +341,12 @@ private:
     Result record_group_load(vk::Stream& stream, const state::Plan& plan, const std::vector<uint32_t>& cells,
                              const std::vector<uint32_t>& order, const GroupLoad& group);
     std::function<void()> commit_group_load(const GroupLoad& group);
+    // Both group loads: plans `tokens` (of sequence `seq`, or of every
+    // sequence when seq < 0, which replace what it held) on a copy of the
+    // group's table, in cells free before the load where enough are, else in
+    // any the load leaves free; the copy goes to `out` and each token's cell
+    // to out->group_cells.
+    Result plan_group_table(int32_t seq, const std::vector<kv::Token>& tokens, GroupLoad* out) const;
     // A swap-in target: a sequence id in range that holds no token.
     Result check_swap_in(int32_t seq) const;
 

@@ -294,6 +294,37 @@ Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
     return tx.finish();
 }
 
+// The loaded cells of a cache with a window group: each one's group cell,
+// and for the paged layout the state's row of it in the windowed layers,
+// planned on a copy of the group's table.
+struct Cache::GroupLoad {
+    std::shared_ptr<kv::CellTable> table;
+    std::vector<uint32_t> cells, group_cells, rows;  // cache cell, group cell, windowed-layer row
+};
+
+Result Cache::plan_group_table(int32_t seq, const std::vector<kv::Token>& tokens, GroupLoad* out) const {
+    const uint32_t m = static_cast<uint32_t>(tokens.size());
+    const kv::CellTable& live = win_->table_;
+    out->table = std::make_shared<kv::CellTable>(live);
+    if (seq < 0) out->table->clear();
+    else KVRT_TRY(out->table->seq_rm(seq, -1, -1));
+    out->group_cells.resize(m);
+    uint32_t k = 0;
+    for (uint32_t c = 0; c < live.capacity() && k < m; ++c)
+        if (live.cell_is_empty(c)) out->group_cells[k++] = c;
+    if (k < m) {
+        k = 0;
+        for (uint32_t c = 0; c < out->table->capacity() && k < m; ++c)
+            if (out->table->cell_is_empty(c)) out->group_cells[k++] = c;
+    }
+    if (k < m)
+        return fail(KVRT_ERROR_CACHE_FULL, "the state's windowed layers hold %u cells, the window group has %u for them",
+                    m, k);
+    kv::Placement placement;
+    KVRT_TRY(out->table->plan(tokens.data(), m, &placement, out->group_cells.data(), true));
+    return out->table->apply(placement);
+}
+
 Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at,
                          const std::shared_ptr<kv::CellTable>& other) {
     const state::Description& d = plan.desc;
@@ -311,32 +342,16 @@ Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector
     const std::vector<int32_t>& group_ids = saved_group ? d.group_seq_ids : d.seq_ids;
     const uint32_t n_group = static_cast<uint32_t>(group->size());
 
-    // The new group table, on a copy, in cells free before the load first.
-    const kv::CellTable& live = win_->table_;
-    auto other_g = std::make_shared<kv::CellTable>(live);
-    if (seq < 0) other_g->clear();
-    else KVRT_TRY(other_g->seq_rm(seq, -1, -1));
-    std::vector<uint32_t> at_g(n_group);
-    uint32_t k = 0;
-    for (uint32_t c = 0; c < live.capacity() && k < n_group; ++c)
-        if (live.cell_is_empty(c)) at_g[k++] = c;
-    if (k < n_group) {
-        k = 0;
-        for (uint32_t c = 0; c < other_g->capacity() && k < n_group; ++c)
-            if (other_g->cell_is_empty(c)) at_g[k++] = c;
-    }
-    if (k < n_group)
-        return fail(KVRT_ERROR_CACHE_FULL, "the state's windowed layers hold %u cells, the window group has %u for them",
-                    n_group, k);
+    // The new group table and each record's group cell.
     std::vector<kv::Token> tokens(n_group);
+    GroupLoad g_load;
     for (uint32_t i = 0; i < n_group; ++i) {
         const state::GroupRecord& g = (*group)[i];
         tokens[i] = seq < 0 ? kv::Token{d.cells[g.record].pos, group_ids.data() + g.seq_begin, g.n_seq}
                             : kv::Token{d.cells[g.record].pos, &seq, 1};
+        g_load.cells.push_back(at[g.record]);
     }
-    kv::Placement placement;
-    KVRT_TRY(other_g->plan(tokens.data(), n_group, &placement, at_g.data(), true));
-    KVRT_TRY(other_g->apply(placement));
+    KVRT_TRY(plan_group_table(seq, tokens, &g_load));
 
     // The rows, layer by layer: a windowed layer's are the group's records
     // (from a state without a group: those of every cell).
@@ -351,28 +366,18 @@ Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector
             KVRT_TRY(make_rows(plan, array, array == Array::K ? geo_.k : geo_.v, geo_.n_kv_heads, nullptr, &r,
                                static_cast<int32_t>(l)));
             if (windowed)
-                KVRT_TRY(win_->record_array(tx.stream(), array, rows, at_g.data(),
+                KVRT_TRY(win_->record_array(tx.stream(), array, rows, g_load.group_cells.data(),
                                             static_cast<uint32_t>(geo_.window_local[l]), 0, r.src));
             else
                 KVRT_TRY(record_array(tx.stream(), array, rows, at.data(), l, 0, r.src));
         }
     }
     // Both tables and the links at once; the undo puts all of them back.
-    auto links = std::make_shared<std::pair<std::vector<int32_t>, std::vector<uint32_t>>>(win_of_, cell_of_);
     std::swap(table_, *other);
-    std::swap(win_->table_, *other_g);
-    for (uint32_t i = 0; i < n_group; ++i) {
-        const uint32_t c = at[(*group)[i].record];
-        win_of_[c] = static_cast<int32_t>(at_g[i]);
-        cell_of_[at_g[i]] = c;
-    }
-    window_forget_floors();
-    tx.on_undo([this, other, other_g, links]() {
+    std::function<void()> undo_group = commit_group_load(g_load);
+    tx.on_undo([this, other, undo_group]() {
         std::swap(table_, *other);
-        std::swap(win_->table_, *other_g);
-        std::swap(win_of_, links->first);
-        std::swap(cell_of_, links->second);
-        window_forget_floors();
+        undo_group();
     });
     tx.keep_on_timeout();
     return tx.finish();
@@ -423,14 +428,6 @@ Result Cache::load_static(int32_t seq, const state::Plan& plan) {
     return r;
 }
 
-// The loaded cells of a paged cache with a window group: each one's group
-// token (position, sequences) and the state's row of it in the windowed
-// layers, planned on a copy of the group's table.
-struct Cache::GroupLoad {
-    std::shared_ptr<kv::CellTable> table;
-    std::vector<uint32_t> cells, group_cells, rows;  // cache cell, group cell, windowed-layer row
-};
-
 Result Cache::plan_group_load(int32_t seq, const state::Plan& plan, const std::vector<std::vector<uint32_t>>& per_seq,
                               uint32_t first, uint32_t last, GroupLoad* out) {
     const state::Description& d = plan.desc;
@@ -468,30 +465,10 @@ Result Cache::plan_group_load(int32_t seq, const state::Plan& plan, const std::v
             seqs[static_cast<size_t>(token_of[c])].push_back(static_cast<int32_t>(s));
         }
     }
-    const uint32_t m = static_cast<uint32_t>(out->cells.size());
-    // The new group table, on a copy, in cells free before the load first.
-    const kv::CellTable& live = win_->table_;
-    out->table = std::make_shared<kv::CellTable>(live);
-    if (seq < 0) out->table->clear();
-    else KVRT_TRY(out->table->seq_rm(seq, -1, -1));
-    out->group_cells.resize(m);
-    uint32_t k = 0;
-    for (uint32_t c = 0; c < live.capacity() && k < m; ++c)
-        if (live.cell_is_empty(c)) out->group_cells[k++] = c;
-    if (k < m) {
-        k = 0;
-        for (uint32_t c = 0; c < out->table->capacity() && k < m; ++c)
-            if (out->table->cell_is_empty(c)) out->group_cells[k++] = c;
-    }
-    if (k < m)
-        return fail(KVRT_ERROR_CACHE_FULL, "the state's windowed layers hold %u cells, the window group has %u for them",
-                    m, k);
-    std::vector<kv::Token> tokens(m);
-    for (uint32_t i = 0; i < m; ++i)
+    std::vector<kv::Token> tokens(out->cells.size());
+    for (size_t i = 0; i < tokens.size(); ++i)
         tokens[i] = {pos[i], seqs[i].data(), static_cast<uint32_t>(seqs[i].size())};
-    kv::Placement placement;
-    KVRT_TRY(out->table->plan(tokens.data(), m, &placement, out->group_cells.data(), true));
-    return out->table->apply(placement);
+    return plan_group_table(seq, tokens, out);
 }
 
 Result Cache::record_group_load(vk::Stream& stream, const state::Plan& plan, const std::vector<uint32_t>& cells,
