@@ -14,7 +14,8 @@
  *
  * Here S = 5 (windows of 4 rows) and reserve R = 2 (8 rows per region). Each
  * step appends one token, then plays the graph: it reads the window's bytes
- * and the mask, and checks that the valid rows are the newest tokens. */
+ * and the mask, and checks that the valid rows are the newest tokens. Then
+ * two draft tokens are appended and rejected, as in speculative decoding. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,49 @@ static int consume(const float rows[ROWS][HEAD_DIM], const float mask[SEQ_LEN], 
     return bad;
 }
 
+/* Appends token t to sequence 0 (the engine's decode step stores its K/V). */
+static void append(kvrt_cache cache, int t) {
+    float k[HEAD_DIM], v[HEAD_DIM];
+    for (int d = 0; d < HEAD_DIM; ++d) k[d] = v[d] = key_of(t, d);
+    int32_t pos = t, seq = 0;
+    kvrt_batch batch = KVRT_BATCH_INIT;
+    batch.n_tokens = 1;
+    batch.positions = &pos;
+    batch.seq_ids = &seq;
+    kvrt_tensor_ref k_ref = KVRT_TENSOR_REF_INIT, v_ref = KVRT_TENSOR_REF_INIT;
+    k_ref.host = k;
+    v_ref.host = v;
+    check(kvrt_cache_store(cache, NULL, &batch, 0, &k_ref, &v_ref, NULL), "kvrt_cache_store");
+}
+
+/* Plays the graph: reads the K window of (sequence 0, layer 0, KV head 0) and
+ * its mask, prints them and checks that they hold tokens oldest..newest.
+ * The window moves with every append: ask again at every step. The first call
+ * notes the region's first row in *first_offset (UINT64_MAX until then).
+ * Returns 1 on a mismatch. */
+static int show(kvrt_cache cache, const char* what, int oldest, int newest, uint64_t* first_offset) {
+    kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
+    check(kvrt_cache_get_static_window(cache, 0, 0, 0, KVRT_KV_ARRAY_K, &w), "kvrt_cache_get_static_window");
+    if (*first_offset == UINT64_MAX) *first_offset = w.offset - w.row_stride; /* after the first append */
+
+    /* What the graph binds: the window's bytes (here copied to the host) and
+     * the mask of its next step, as f32 (KVRT_TYPE_F16 gives half floats). */
+    float rows[ROWS][HEAD_DIM], mask[SEQ_LEN];
+    if (w.rows != ROWS || w.row_stride != sizeof rows[0] || w.bytes != sizeof rows) {
+        fprintf(stderr, "unexpected window shape: %u rows of %llu bytes\n", w.rows, (unsigned long long)w.row_stride);
+        exit(1);
+    }
+    check(kvrt_buffer_download(w.buffer, w.offset, rows, w.bytes), "kvrt_buffer_download");
+    check(kvrt_cache_get_static_mask(cache, 0, KVRT_TYPE_F32, mask, sizeof mask), "kvrt_cache_get_static_mask");
+
+    printf("%-8s %2d: window at row %llu of the region, %u valid (positions %d..%d)", what, newest,
+           (unsigned long long)((w.offset - *first_offset) / w.row_stride), w.n_valid, w.pos_first, w.pos_last);
+    int bad = consume((const float(*)[HEAD_DIM])rows, mask, newest);
+    printf("\n");
+    if (w.n_valid != (uint32_t)(newest - oldest + 1) || w.pos_first != oldest || w.pos_last != newest) bad = 1;
+    return bad;
+}
+
 int main(void) {
     kvrt_context_desc context_desc = KVRT_CONTEXT_DESC_INIT;
     context_desc.log_callback = log_message;
@@ -89,45 +133,23 @@ int main(void) {
     check(kvrt_cache_create(ctx, &cache_desc, &cache), "kvrt_cache_create");
 
     int failures = 0;
-    uint64_t first_offset = 0;
+    uint64_t first_offset = UINT64_MAX;
     for (int t = 0; t < N_TOKENS; ++t) {
-        /* Append token t (the engine's decode step stores its K/V). */
-        float k[HEAD_DIM], v[HEAD_DIM];
-        for (int d = 0; d < HEAD_DIM; ++d) k[d] = v[d] = key_of(t, d);
-        int32_t pos = t, seq = 0;
-        kvrt_batch batch = KVRT_BATCH_INIT;
-        batch.n_tokens = 1;
-        batch.positions = &pos;
-        batch.seq_ids = &seq;
-        kvrt_tensor_ref k_ref = KVRT_TENSOR_REF_INIT, v_ref = KVRT_TENSOR_REF_INIT;
-        k_ref.host = k;
-        v_ref.host = v;
-        check(kvrt_cache_store(cache, NULL, &batch, 0, &k_ref, &v_ref, NULL), "kvrt_cache_store");
-
-        /* Where the K window of (sequence 0, layer 0, KV head 0) is now. It
-         * moves with every append: ask again at every step. */
-        kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
-        check(kvrt_cache_get_static_window(cache, 0, 0, 0, KVRT_KV_ARRAY_K, &w), "kvrt_cache_get_static_window");
-        if (t == 0) first_offset = w.offset - w.row_stride; /* the region's first row */
-
-        /* What the graph binds: the window's bytes (here copied to the host)
-         * and the mask of its next step, as f32 (KVRT_TYPE_F16 gives half
-         * floats). */
-        float rows[ROWS][HEAD_DIM], mask[SEQ_LEN];
-        if (w.rows != ROWS || w.row_stride != sizeof rows[0] || w.bytes != sizeof rows) {
-            fprintf(stderr, "unexpected window shape: %u rows of %llu bytes\n", w.rows,
-                    (unsigned long long)w.row_stride);
-            return 1;
-        }
-        check(kvrt_buffer_download(w.buffer, w.offset, rows, w.bytes), "kvrt_buffer_download");
-        check(kvrt_cache_get_static_mask(cache, 0, KVRT_TYPE_F32, mask, sizeof mask), "kvrt_cache_get_static_mask");
-
-        printf("token %2d: window at row %llu of the region, %u valid (positions %d..%d)", t,
-               (unsigned long long)((w.offset - first_offset) / w.row_stride), w.n_valid, w.pos_first, w.pos_last);
-        failures += consume((const float(*)[HEAD_DIM])rows, mask, t);
-        printf("\n");
-        if (w.n_valid != (uint32_t)(t + 1 < ROWS ? t + 1 : ROWS) || w.pos_last != t) ++failures;
+        append(cache, t);
+        failures += show(cache, "token", t < ROWS ? 0 : t - ROWS + 1, t, &first_offset);
     }
+
+    /* Speculative decoding: two draft tokens go in, the target model rejects
+     * them, and kvrt_cache_seq_rm takes them out again. The window moves back
+     * two rows; no byte moves while the region has room for that (otherwise
+     * one copy moves the kept rows). The oldest tokens that the drafts pushed
+     * out of the window stay out: with real sizes S-1 is far above the
+     * number of drafts. */
+    append(cache, N_TOKENS);
+    append(cache, N_TOKENS + 1);
+    failures += show(cache, "drafts", N_TOKENS + 2 - ROWS, N_TOKENS + 1, &first_offset);
+    check(kvrt_cache_seq_rm(cache, 0, N_TOKENS, -1), "kvrt_cache_seq_rm");
+    failures += show(cache, "rejected", N_TOKENS + 2 - ROWS, N_TOKENS - 1, &first_offset);
 
     /* The slides so far: with R = 2 a window slides once per S-1 appends
      * after the first fill, copying the rows it keeps. */
@@ -136,7 +158,7 @@ int main(void) {
     printf("%llu rows appended, %llu slides, %llu rows moved per window\n",
            (unsigned long long)stats.rows_appended, (unsigned long long)stats.slides,
            (unsigned long long)stats.rows_moved);
-    if (stats.rows_appended != N_TOKENS || stats.slides == 0) ++failures;
+    if (stats.rows_appended != N_TOKENS + 2 || stats.slides == 0) ++failures;
 
     kvrt_cache_destroy(cache);
     kvrt_context_destroy(ctx);

@@ -581,7 +581,9 @@ func (c *Cache) meta(op string, f func(h C.kvrt_cache) C.kvrt_result) error {
 }
 
 // SeqRm drops positions [p0, p1) of seq (seq < 0: of every sequence)
-// (kvrt_cache_seq_rm).
+// (kvrt_cache_seq_rm). It changes metadata only, but for a LayoutStatic
+// removal whose remaining rows must move: that one copies them and waits for
+// the device (see kvrt/kvrt_static.h).
 func (c *Cache) SeqRm(seq, p0, p1 int32) error {
 	return c.meta("kvrt_cache_seq_rm", func(h C.kvrt_cache) C.kvrt_result {
 		return C.kvrt_cache_seq_rm(h, C.int32_t(seq), C.int32_t(p0), C.int32_t(p1))

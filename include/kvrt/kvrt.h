@@ -1165,14 +1165,16 @@ KVRT_API kvrt_result kvrt_cache_read_raw(kvrt_cache cache, int32_t layer, kvrt_k
 
 /* Sequence operations (llama.cpp's memory API). Ranges are half-open [p0, p1);
  * p0 < 0 means 0 and p1 < 0 means no end; 0 <= p1 < p0 is an error. They change
- * metadata only and fail with KVRT_ERROR_INVALID_HANDLE for a bad cache,
+ * metadata only (but for some removals in the static layout, see
+ * kvrt_static.h) and fail with KVRT_ERROR_INVALID_HANDLE for a bad cache,
  * KVRT_ERROR_INVALID_ARGUMENT (nothing changed) for an unknown sequence id, a
  * reversed range or a NULL out-pointer, and KVRT_ERROR_UNSUPPORTED for the
  * operations a static layout lacks (see "Static padded layout").
  * Thread-safety: Unsafe. */
 
 /* Drops positions [p0, p1) of `seq` (seq < 0: of every sequence); a cell no
- * sequence uses becomes free. */
+ * sequence uses becomes free. A static-layout removal that copies rows also
+ * fails with the device errors of kvrt_cache_store. */
 KVRT_API kvrt_result kvrt_cache_seq_rm(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1);
 /* Makes `dst` share the cells of `src` in [p0, p1) (no data is copied). */
 KVRT_API kvrt_result kvrt_cache_seq_cp(kvrt_cache cache, int32_t src, int32_t dst, int32_t p0, int32_t p1);
@@ -1267,8 +1269,11 @@ KVRT_API kvrt_result kvrt_cache_context_shift(kvrt_cache cache, int32_t seq, int
  * tokens the engine had at positions [*out_src_pos, *out_src_pos + *out_count)
  * must be stored again at positions [*out_dst_pos, *out_dst_pos + *out_count).
  * They are the newest tokens after discarding `n_discard` (0 = half of those
- * after n_keep). Same errors as kvrt_cache_context_shift, and
- * KVRT_ERROR_INVALID_ARGUMENT for a NULL out-pointer. Thread-safety: Unsafe. */
+ * after n_keep). It works in every layout (in the static layout the removal
+ * may copy rows: see kvrt_static.h). Fails like kvrt_cache_context_shift,
+ * but never with KVRT_ERROR_UNSUPPORTED; with KVRT_ERROR_INVALID_ARGUMENT for
+ * a NULL out-pointer; and with the errors of kvrt_cache_seq_rm.
+ * Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32_t seq, int32_t n_keep,
                                                          int32_t n_discard, int32_t* out_src_pos,
                                                          int32_t* out_dst_pos, int32_t* out_count);

@@ -37,11 +37,20 @@ extern "C" {
  * - A cell of this layout is a row: cell = seq * ceil(R*(S-1)) + row. Cells
  *   move when the window slides, so cells returned by store/place are valid
  *   for kvrt_cache_write / kvrt_cache_read until the sequence's next append.
- * - kvrt_cache_seq_rm works on whole sequences only (p0 at or below its first
- *   position, p1 < 0 or past its last); seq_keep, clear, pos_min/max and
- *   attention work as in the cell layout; compaction moves nothing. seq_cp,
- *   seq_add, seq_div, context shifts and discard_for_reevaluation fail with
- *   KVRT_ERROR_UNSUPPORTED (positions and windows are the graph's).
+ * - kvrt_cache_seq_rm removes any range; the rows left keep their order and
+ *   stay the window's last rows. Dropping the oldest rows, or dropping the
+ *   newest k rows (rejected draft tokens) while the window starts k or more
+ *   rows into the region, changes metadata only: the mask or the window's
+ *   offset moves. Otherwise one copy per sequence moves the smaller side
+ *   (the survivors of a suffix removal to the region's start): it is
+ *   synchronous, on the cache's own submission, so work already recorded
+ *   for the sequence into a stream not yet submitted must be submitted first;
+ *   the removal is all or nothing (a failed copy leaves windows and rows as
+ *   they were; KVRT_ERROR_TIMEOUT keeps it, as the copy completes later).
+ *   kvrt_cache_discard_for_reevaluation removes the suffix from n_keep on.
+ *   seq_keep, clear, pos_min/max and attention work as in the cell layout;
+ *   compaction moves nothing. seq_cp, seq_add, seq_div and context shifts
+ *   fail with KVRT_ERROR_UNSUPPORTED (positions and windows are the graph's).
  * - If a store's recording is dropped, or its submission fails before the
  *   device ran it, the sequences it appended to get their previous windows
  *   back. A store that fails while recording into a stream leaves that
@@ -110,16 +119,17 @@ typedef struct kvrt_static_stats {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_STATS */
     const void* next;
     KVRT_ALIGN8 uint64_t rows_appended;   /* tokens appended */
-    KVRT_ALIGN8 uint64_t slides;          /* slides that copied rows */
-    KVRT_ALIGN8 uint64_t rows_moved;      /* rows copied per (layer, KV head, K|V) region */
-    KVRT_ALIGN8 uint64_t bytes_moved;     /* device bytes copied by slides, over all layers,
+    KVRT_ALIGN8 uint64_t slides;          /* slides and partial removals that copied rows */
+    KVRT_ALIGN8 uint64_t rows_moved;      /* rows they copied per (layer, KV head, K|V) region */
+    KVRT_ALIGN8 uint64_t bytes_moved;     /* device bytes they copied, over all layers,
                                * heads, K and V */
 } kvrt_static_stats;
 
 #define KVRT_STATIC_STATS_INIT { KVRT_STRUCT_TYPE_STATIC_STATS, NULL, 0, 0, 0, 0 }
 
 /* Reads the counters of `seq`, or of every sequence together when seq < 0.
- * They count since creation (or the sequence's last removal) and include
+ * They count since creation (or since all of the sequence's tokens were
+ * last removed) and include
  * appends still recorded in a stream. Fails with KVRT_ERROR_INVALID_HANDLE
  * for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for a NULL, mistyped or badly
  * chained `out`, a cache of another layout or an unknown sequence.

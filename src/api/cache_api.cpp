@@ -381,8 +381,6 @@ KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32
                                                          int32_t* out_count) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        // The paged layout removes a suffix: [n_keep, end).
-        if (!cache->cache->is_paged()) KVRT_TRY(cache->cache->require_cells("kvrt_cache_discard_for_reevaluation"));
         if (!out_src_pos || !out_dst_pos || !out_count)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_src_pos, out_dst_pos or out_count is NULL");
         return cache->cache->discard_for_reevaluation(seq, n_keep, n_discard, out_src_pos, out_dst_pos, out_count);

@@ -292,36 +292,11 @@ Result Cache::require_cells(const char* op) const {
 
 Result Cache::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
     if (is_paged()) return paged_seq_rm(seq, p0, p1);
-    if (!is_static()) {
-        KVRT_TRY(table_.seq_rm(seq, p0, p1));
-        // The group's cells of a sequence are among the cache's: the same
-        // removal cannot fail there.
-        if (win_) KVRT_TRY(win_->table_.seq_rm(seq, p0, p1));
-        return KVRT_SUCCESS;
-    }
-    if (seq >= 0 && static_cast<uint32_t>(seq) >= geo_.max_seqs)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
-    if (p1 >= 0 && p1 < p0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "range [%d, %d) is reversed", p0, p1);
-    // Whole sequences only: a window cannot have a hole.
-    const uint32_t first = seq < 0 ? 0 : static_cast<uint32_t>(seq);
-    const uint32_t last = seq < 0 ? geo_.max_seqs : first + 1;
-    bool any = false;
-    for (uint32_t s = first; s < last; ++s) {
-        const int32_t lo = table_.seq_pos_min(static_cast<int32_t>(s)), hi = table_.seq_pos_max(static_cast<int32_t>(s));
-        if (lo < 0) continue;
-        const bool before = p1 >= 0 && p1 <= lo, after = p0 > hi;
-        if (before || after || (p0 == p1 && p0 >= 0)) continue;  // touches nothing of s
-        if (p0 > lo || (p1 >= 0 && p1 <= hi))
-            return fail(KVRT_ERROR_UNSUPPORTED,
-                        "the static layout removes whole sequences only: [%d, %d) cuts sequence %u's positions "
-                        "%d..%d",
-                        p0, p1, s, lo, hi);
-        any = true;
-    }
-    if (!any) return KVRT_SUCCESS;
+    if (is_static()) return static_seq_rm(seq, p0, p1);
     KVRT_TRY(table_.seq_rm(seq, p0, p1));
-    for (uint32_t s = first; s < last; ++s)
-        if (table_.seq_pos_min(static_cast<int32_t>(s)) < 0) seq_windows_[s].reset();
+    // The group's cells of a sequence are among the cache's: the same
+    // removal cannot fail there.
+    if (win_) KVRT_TRY(win_->table_.seq_rm(seq, p0, p1));
     return KVRT_SUCCESS;
 }
 

@@ -247,6 +247,9 @@ private:
     // k and v, writes their rows (kvrt_cache_store / kvrt_cache_place).
     Result static_append(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source* k,
                          const Source* v, uint32_t* out_cells);
+    // Static layout: kvrt_cache_seq_rm (any range; a copy within the
+    // windows, synchronous, when the survivors must move).
+    Result static_seq_rm(int32_t seq, int32_t p0, int32_t p1);
     // Records the slide copy of `seq`'s regions in every layer, K and V.
     Result record_slide(vk::Stream& s, uint32_t seq, const kv::StaticSlide& slide);
     // A sequence's window and cells, to undo an append.

@@ -18,6 +18,23 @@
 
 namespace kvrt::cache {
 
+namespace {
+
+// The cell moves of `slide` within the rows of `seq` (cell = seq * rr + row),
+// ordered so that each destination is free when its move comes: a copy to
+// lower rows goes first row first, one to higher rows last row first.
+std::vector<kv::CellMove> slide_moves(uint32_t seq, uint32_t rr, const kv::StaticSlide& slide) {
+    std::vector<kv::CellMove> moves(slide.rows);
+    const bool up = slide.dst_row > slide.src_row;
+    for (uint32_t j = 0; j < slide.rows; ++j) {
+        const uint32_t i = up ? slide.rows - 1 - j : j;
+        moves[j] = kv::CellMove{seq * rr + slide.src_row + i, seq * rr + slide.dst_row + i};
+    }
+    return moves;
+}
+
+}  // namespace
+
 Result Cache::snapshot(int32_t seq, SeqSnapshot* out) const {
     out->seq = seq;
     out->window = seq_windows_[static_cast<size_t>(seq)];
@@ -178,13 +195,8 @@ Result Cache::static_append(vk::Stream* stream, const kv::Token* tokens, uint32_
             KVRT_TRY(table_.seq_rm(seq, -1, from));
         }
         const kv::StaticSlide& slide = appends[i].slide;
-        if (slide.needed && slide.rows > 0 && slide.src_row != slide.dst_row) {
-            std::vector<kv::CellMove> moves(slide.rows);
-            for (uint32_t j = 0; j < slide.rows; ++j)
-                moves[j] = kv::CellMove{static_cast<uint32_t>(seq) * Rr + slide.src_row + j,
-                                        static_cast<uint32_t>(seq) * Rr + slide.dst_row + j};
-            KVRT_TRY(table_.apply_moves(moves));
-        }
+        if (slide.needed && slide.rows > 0 && slide.src_row != slide.dst_row)
+            KVRT_TRY(table_.apply_moves(slide_moves(static_cast<uint32_t>(seq), Rr, slide)));
     }
     kv::Placement placement;
     KVRT_TRY(table_.plan(tokens, n, &placement, cells.data()));
@@ -213,6 +225,82 @@ Result Cache::static_append(vk::Stream* stream, const kv::Token* tokens, uint32_
     }
     tx.commit();
     if (out_cells) std::copy(cells.begin(), cells.end(), out_cells);
+    return KVRT_SUCCESS;
+}
+
+Result Cache::static_seq_rm(int32_t seq, int32_t p0, int32_t p1) {
+    if (seq >= 0 && static_cast<uint32_t>(seq) >= geo_.max_seqs)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
+    if (p1 >= 0 && p1 < p0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "range [%d, %d) is reversed", p0, p1);
+    const uint32_t Rr = static_geo_.reservation_rows;
+    const uint32_t first = seq < 0 ? 0 : static_cast<uint32_t>(seq);
+    const uint32_t last = seq < 0 ? geo_.max_seqs : first + 1;
+
+    // A window's valid rows hold rising positions, so [p0, p1) is a run of
+    // them: valid rows [cut, cut + count). Plan each cut on a copy.
+    struct Cut {
+        int32_t seq = 0;
+        kv::StaticWindow window;
+        kv::StaticSlide slide;
+    };
+    std::vector<Cut> cuts;
+    for (uint32_t s = first; s < last; ++s) {
+        const kv::StaticWindow& w = seq_windows_[s];
+        const uint32_t n = w.n_valid(), row0 = s * Rr + w.first_valid_row();
+        // The number of valid rows below position `p` (`if_negative` for p < 0).
+        auto below = [&](int32_t p, uint32_t if_negative) {
+            if (p < 0) return if_negative;
+            uint32_t lo = 0, hi = n;
+            while (lo < hi) {
+                const uint32_t mid = lo + (hi - lo) / 2;
+                if (table_.cell_pos(row0 + mid) < p)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            return lo;
+        };
+        const uint32_t cut = below(p0, 0), end = below(p1, n);
+        if (end <= cut) continue;
+        Cut c;
+        c.seq = static_cast<int32_t>(s);
+        c.window = w;
+        if (cut == 0 && end == n)
+            c.window.reset();  // the whole sequence: its counters start again
+        else
+            KVRT_TRY(c.window.remove(cut, end - cut, &c.slide));
+        cuts.push_back(c);
+    }
+    if (cuts.empty()) return KVRT_SUCCESS;
+
+    std::vector<SeqSnapshot> snaps(cuts.size());
+    for (size_t i = 0; i < cuts.size(); ++i) KVRT_TRY(snapshot(cuts[i].seq, &snaps[i]));
+    vk::Transaction tx(this, nullptr, own_);
+    tx.on_undo([this, snaps]() { restore(snaps); });
+    bool device_work = false;
+    for (const Cut& c : cuts) {
+        KVRT_TRY(table_.seq_rm(c.seq, p0, p1));
+        if (c.slide.needed) {
+            KVRT_TRY(table_.apply_moves(slide_moves(static_cast<uint32_t>(c.seq), Rr, c.slide)));
+            device_work = true;
+        }
+        seq_windows_[static_cast<size_t>(c.seq)] = c.window;
+    }
+    if (device_work) {
+        // The copies complete before the call returns; a wait that times out
+        // keeps the removal (the work was submitted and completes later).
+        tx.keep_on_timeout();
+        KVRT_TRY(tx.begin());
+        vk::Stream& s = tx.stream();
+        s.begin_op("static removal");
+        Result r = KVRT_SUCCESS;
+        for (size_t i = 0; i < cuts.size() && r == KVRT_SUCCESS; ++i)
+            r = record_slide(s, static_cast<uint32_t>(cuts[i].seq), cuts[i].slide);
+        s.end_op();
+        KVRT_TRY(r);
+        KVRT_TRY(tx.submit());
+    }
+    tx.commit();
     return KVRT_SUCCESS;
 }
 

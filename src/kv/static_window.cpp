@@ -103,6 +103,48 @@ Result StaticWindow::append(uint32_t n, StaticAppend* out) {
     return KVRT_SUCCESS;
 }
 
+Result StaticWindow::remove(uint32_t first, uint32_t count, StaticSlide* out) {
+    if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: null output");
+    if (window_rows_ == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
+    if (first > n_valid_ || count > n_valid_ - first)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: removing rows [%u, %llu) of %u valid rows", first,
+                    static_cast<unsigned long long>(first) + count, n_valid_);
+    StaticSlide slide;
+    const uint32_t older = first, newer = n_valid_ - first - count;
+    const uint32_t first_row = first_valid_row();
+    if (count == 0 || older == 0) {
+        // Only the padding grows.
+    } else if (newer == 0 && start_ >= count) {
+        start_ -= count;  // the window ends right after the survivors
+    } else if (newer == 0) {
+        slide.src_row = first_row;
+        slide.dst_row = window_rows_ - older;  // dst - src = count - start > 0
+        slide.rows = older;
+        start_ = 0;
+        ++restarts_;
+    } else if (newer < older && start_ >= count) {
+        slide.src_row = first_row + older + count;
+        slide.dst_row = slide.src_row - count;
+        slide.rows = newer;
+        start_ -= count;
+    } else {
+        slide.src_row = first_row;
+        slide.dst_row = first_row + count;
+        slide.rows = older;
+    }
+    if (slide.rows > 0) {
+        slide.needed = true;
+        const uint32_t distance =
+            slide.src_row > slide.dst_row ? slide.src_row - slide.dst_row : slide.dst_row - slide.src_row;
+        slide.overlapping = distance < slide.rows;
+        rows_moved_ += slide.rows;
+        ++slides_;
+    }
+    n_valid_ -= count;
+    *out = slide;
+    return KVRT_SUCCESS;
+}
+
 void StaticWindow::reset() {
     n_valid_ = 0;
     start_ = 0;

@@ -21,6 +21,12 @@
 //   are never copied. The copy's source and destination can overlap (always for
 //   R = 1); `overlapping` says when, as vkCmdCopyBuffer forbids overlapping
 //   regions (the device then goes through a scratch buffer).
+// - Removing valid rows keeps the others in order, still the window's last
+//   rows: dropping the oldest only shrinks n_valid; dropping the newest k
+//   moves the window start back by k when start >= k (no bytes move), and
+//   otherwise copies the survivors to end at row W (start becomes 0); a range
+//   in the middle copies the smaller side across the gap (the newer side only
+//   when start can move back). One copy at most, never re-quantized.
 #pragma once
 
 #include <cstddef>
@@ -91,6 +97,13 @@ public:
     // change) and says where they go and what moves first.
     Result append(uint32_t n, StaticAppend* out);
 
+    // Removes the valid rows [first, first + count) (0 = the oldest) and says
+    // which copy, if any, the device must make: `out` gets it (`needed`
+    // false when no bytes move). KVRT_ERROR_INVALID_ARGUMENT and no change
+    // when the range passes n_valid. count = 0 changes nothing. Counters: a
+    // copy counts as a slide of out->rows rows.
+    Result remove(uint32_t first, uint32_t count, StaticSlide* out);
+
     // Back to empty at row 0; counters cleared.
     void reset();
 
@@ -102,8 +115,8 @@ public:
     uint64_t window_byte_offset(const StaticGeometry& g) const { return start_ * g.row_stride; }
 
     uint64_t rows_appended() const { return rows_appended_; }
-    uint64_t rows_moved() const { return rows_moved_; }  // rows copied by slides (per buffer)
-    uint64_t slides() const { return slides_; }          // slides with a copy
+    uint64_t rows_moved() const { return rows_moved_; }  // rows those copied (per buffer)
+    uint64_t slides() const { return slides_; }          // slides and removals with a copy
     uint64_t restarts() const { return restarts_; }      // every return to row 0
 
     // The [1,1,S] mask of the next step: entries 0..S-2 are the window's rows

@@ -180,7 +180,8 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
             if ((k ? s.k_offset : s.v_offset) % unit != 0 || (k ? s.k_stride : s.v_stride) % unit != 0) return false;
         return true;
     };
-    // What the call uses (attention.comp OPTS): a tree, a softcap, one word of sequence bits.
+    // What the call uses (OPTS of attention.comp and attention_tiled.comp): a tree, a softcap, one word
+    // of sequence bits, per-sequence cell lists.
     const bool lists = io.lists.buffer != nullptr;
     const uint32_t opts = (opt.tree && opt.tree->words > 0 ? 1u : 0u) | (opt.softcap > 0.0f ? 2u : 0u) |
                           (shape.seq_words == 1 ? 4u : 0u) | (lists ? 8u : 0u);

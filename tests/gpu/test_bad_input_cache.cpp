@@ -552,7 +552,8 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     r.push_back(err("kvrt_cache_seq_pos_max", "out_pos NULL", inv, N, [&w] { return out(kvrt_cache_seq_pos_max(w.cache, 0, nullptr)); }));
     r.push_back(err("kvrt_cache_seq_window_pos_min", "out_pos NULL", inv, N,
                     [&w] { return out(kvrt_cache_seq_window_pos_min(w.cache, 0, nullptr)); }));
-    r.push_back(err("kvrt_cache_seq_rm", "static: part of a sequence", unsup, S, [&w] { return out(kvrt_cache_seq_rm(w.static_cache, 0, 1, -1)); }));
+    r.push_back(err("kvrt_cache_seq_rm", "static: reversed range [5, 2)", inv, S, [&w] { return out(kvrt_cache_seq_rm(w.static_cache, 0, 5, 2)); }));
+    r.push_back(err("kvrt_cache_seq_rm", "static: sequence INT32_MAX", inv, S, [&w] { return out(kvrt_cache_seq_rm(w.static_cache, kMax32, 1, -1)); }));
     r.push_back(err("kvrt_cache_seq_cp", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_cp(w.static_cache, 0, 1, -1, -1)); }));
     r.push_back(err("kvrt_cache_seq_add", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_add(w.static_cache, 0, -1, -1, 1)); }));
     r.push_back(err("kvrt_cache_seq_div", "static layout", unsup, S, [&w] { return out(kvrt_cache_seq_div(w.static_cache, 0, -1, -1, 2)); }));
@@ -652,9 +653,9 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     }));
     r.push_back(err("kvrt_cache_context_shift", "static layout", unsup, S,
                     [&w] { return out(kvrt_cache_context_shift(w.static_cache, 0, 0, 0, nullptr)); }));
-    r.push_back(err("kvrt_cache_discard_for_reevaluation", "static layout", unsup, S, [&w] {
+    r.push_back(err("kvrt_cache_discard_for_reevaluation", "static: no position after n_keep 3", inv, S, [&w] {
         int32_t a = 0, b = 0, n = 0;
-        return out(kvrt_cache_discard_for_reevaluation(w.static_cache, 0, 0, 0, &a, &b, &n));
+        return out(kvrt_cache_discard_for_reevaluation(w.static_cache, 0, 3, 0, &a, &b, &n));
     }));
     struct Shift {
         const char* what;

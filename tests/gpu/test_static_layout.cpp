@@ -89,9 +89,13 @@ kvrt_result store_tokens(kvrt_cache c, const Shape& sh, int32_t seq, int32_t fir
     return kvrt_cache_store(c, stream, &b, -1, &kr, &vr, cells);
 }
 
-// Checks every window of `seq` against the last `n_valid` tokens ending at `last_pos`.
-void check_windows(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t seq_len, uint32_t n_valid, int32_t last_pos) {
+// Checks every window of `seq` against the tokens of `positions` (oldest
+// first): the window's last rows, bit for bit, and the mask.
+void check_window_positions(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t seq_len,
+                            const std::vector<int32_t>& positions) {
     const uint32_t W = seq_len - 1;
+    const uint32_t n_valid = static_cast<uint32_t>(positions.size());
+    REQUIRE(n_valid <= W);
     for (uint32_t l = 0; l < sh.layers; ++l)
         for (uint32_t h = 0; h < sh.kv_heads; ++h)
             for (kvrt_kv_array a : {KVRT_KV_ARRAY_K, KVRT_KV_ARRAY_V}) {
@@ -103,8 +107,8 @@ void check_windows(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t seq_len,
                 REQUIRE(w.bytes == uint64_t{W} * w.row_stride);
                 REQUIRE(w.n_valid == n_valid);
                 REQUIRE(w.element_type == KVRT_TYPE_F16);
-                REQUIRE(w.pos_first == (n_valid ? last_pos - static_cast<int32_t>(n_valid) + 1 : -1));
-                REQUIRE(w.pos_last == (n_valid ? last_pos : -1));
+                REQUIRE(w.pos_first == (n_valid ? positions.front() : -1));
+                REQUIRE(w.pos_last == (n_valid ? positions.back() : -1));
                 uint64_t size = 0;
                 KVRT_REQUIRE_OK(kvrt_buffer_get_size(w.buffer, &size));
                 REQUIRE(w.offset + w.bytes <= size);
@@ -117,7 +121,7 @@ void check_windows(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t seq_len,
                 std::vector<uint16_t> rows(size_t{W} * dim);
                 KVRT_REQUIRE_OK(kvrt_buffer_download(w.buffer, w.offset, rows.data(), w.bytes));
                 for (uint32_t r = W - n_valid; r < W; ++r) {
-                    const int32_t pos = last_pos - static_cast<int32_t>(W - 1 - r);
+                    const int32_t pos = positions[r - (W - n_valid)];
                     for (uint32_t d = 0; d < dim; ++d) {
                         INFO("layer " << l << " head " << h << " array " << a << " row " << r << " pos " << pos);
                         REQUIRE(rows[size_t{r} * dim + d] ==
@@ -135,6 +139,13 @@ void check_windows(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t seq_len,
         REQUIRE(m32[i] == (pad ? -std::numeric_limits<float>::infinity() : 0.0f));
         REQUIRE(m16[i] == (pad ? 0xFC00u : 0u));
     }
+}
+
+// Checks every window of `seq` against the last `n_valid` tokens ending at `last_pos`.
+void check_windows(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t seq_len, uint32_t n_valid, int32_t last_pos) {
+    std::vector<int32_t> positions(n_valid);
+    for (uint32_t i = 0; i < n_valid; ++i) positions[i] = last_pos - static_cast<int32_t>(n_valid - 1 - i);
+    check_window_positions(c, sh, seq, seq_len, positions);
 }
 
 }  // namespace
@@ -217,9 +228,9 @@ TEST_CASE("static layout: chunks, several sequences, place and write, removal", 
         for (size_t i = 0; i < rk.size(); ++i) REQUIRE(rk[i] == k[size_t{sh.kv_heads} * sh.dk + i]);
         for (size_t i = 0; i < rv.size(); ++i) REQUIRE(rv[i] == v[size_t{sh.kv_heads} * sh.dv + i]);
     }
-    // Positions must rise; a partial removal is refused, a whole one resets.
+    // Positions must rise; a removal of all positions resets the window and
+    // its counters.
     REQUIRE(store_tokens(c, sh, 0, next[0] - 1, 1) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_seq_rm(c, 0, next[0] - 5, -1) == KVRT_ERROR_UNSUPPORTED);
     check_windows(c, sh, 0, S, W, next[0] - 1);
     KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 0, -1, -1));
     check_windows(c, sh, 0, S, 0, -1);
@@ -635,6 +646,147 @@ TEST_CASE("static layout: deferred RoPE attends like the cell layout", "[static]
     for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-5).margin(1e-3));
     kvrt_cache_destroy(st);
     kvrt_cache_destroy(cells);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+namespace {
+
+// One query per sequence that holds tokens, at its next position, over layer
+// `layer` of both caches: the outputs must agree.
+void same_attention(kvrt_cache st, kvrt_cache cells, const Shape& sh, const std::vector<std::vector<int32_t>>& held,
+                    uint32_t layer) {
+    std::vector<int32_t> pos, seqs;
+    for (size_t s = 0; s < held.size(); ++s)
+        if (!held[s].empty()) {
+            pos.push_back(held[s].back() + 1);
+            seqs.push_back(static_cast<int32_t>(s));
+        }
+    if (pos.empty()) return;
+    const uint32_t n = static_cast<uint32_t>(pos.size());
+    std::vector<float> q(size_t{n} * sh.heads * sh.dk);
+    for (size_t i = 0; i < q.size(); ++i) q[i] = 0.01f * static_cast<float>((i * 37) % 11) - 0.05f;
+    std::vector<float> a(size_t{n} * sh.heads * sh.dv, -1.0f), b(a.size(), -2.0f);
+    kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+    params.scale = 0.002f;
+    kvrt_tensor_ref qr = host_tensor(q.data());
+    kvrt_output_ref oa = host_output(a.data()), ob = host_output(b.data());
+    const kvrt_batch queries = make_batch(n, pos.data(), seqs.data());
+    KVRT_REQUIRE_OK(kvrt_cache_attention(st, nullptr, static_cast<int32_t>(layer), &queries, &qr, &oa, &params));
+    KVRT_REQUIRE_OK(kvrt_cache_attention(cells, nullptr, static_cast<int32_t>(layer), &queries, &qr, &ob, &params));
+    for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-5).margin(1e-3));
+}
+
+}  // namespace
+
+TEST_CASE("static layout: removing any range keeps the other rows and attends like the cell layout", "[static]") {
+    // Random appends and removals (suffixes as a rejected draft, prefixes,
+    // middles, every sequence at once) on a static cache and a cell cache;
+    // a model list of positions says what each window must hold, bit for bit.
+    GpuContext ctx;
+    Shape sh;
+    sh.dk = sh.dv = 16;
+    const uint32_t S = 24, W = S - 1;
+    const double reserve = GENERATE(1.0, 1.5, 2.0);
+    INFO("R = " << reserve);
+    kvrt_cache st = make_cache(ctx, sh, true, S, reserve, 2);
+    kvrt_cache cells = make_cache(ctx, sh, false, 0, 0, 2, 128);
+    std::vector<std::vector<int32_t>> held(2);
+    std::mt19937 rng(static_cast<uint32_t>(reserve * 10));
+    uint64_t copies = 0;
+    for (int step = 0; step < 60; ++step) {
+        const int32_t seq = static_cast<int32_t>(rng() % 2);
+        std::vector<int32_t>& h = held[static_cast<size_t>(seq)];
+        const uint32_t kind = h.empty() ? 0 : rng() % 5;
+        INFO("step " << step << " sequence " << seq << " kind " << kind << " held " << h.size());
+        kvrt_static_stats before = KVRT_STATIC_STATS_INIT;
+        KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, -1, &before));
+        if (kind == 0) {
+            const uint32_t n = 1 + rng() % 7;
+            const int32_t first = h.empty() ? static_cast<int32_t>(rng() % 50) : h.back() + 1;
+            REQUIRE(store_tokens(st, sh, seq, first, n) == KVRT_SUCCESS);
+            REQUIRE(store_tokens(cells, sh, seq, first, n) == KVRT_SUCCESS);
+            for (uint32_t i = 0; i < n; ++i) h.push_back(first + static_cast<int32_t>(i));
+            if (h.size() > W) {
+                // The window keeps the newest W: the cell cache drops the rest too.
+                h.erase(h.begin(), h.end() - W);
+                KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cells, seq, -1, h.front()));
+            }
+        } else {
+            // A range of positions: kinds 1-2 a suffix, 3 a prefix, 4 a middle
+            // (or, one time in four, the same range of every sequence).
+            const size_t n = h.size();
+            const size_t i0 = rng() % n, i1 = i0 + 1 + rng() % (n - i0);
+            int32_t p0 = h[i0], p1 = i1 < n ? h[i1] : -1;
+            if (kind <= 2) p1 = rng() % 2 ? -1 : h.back() + 1 + static_cast<int32_t>(rng() % 3);
+            if (kind == 3) p0 = rng() % 2 ? -1 : h.front() - static_cast<int32_t>(rng() % 3);
+            const int32_t target = kind == 4 && rng() % 4 == 0 ? -1 : seq;
+            INFO("removing [" << p0 << ", " << p1 << ") of sequence " << target);
+            const kvrt_result r = kvrt_cache_seq_rm(st, target, p0, p1);
+            INFO(kvrt_last_error_message());
+            REQUIRE(r == KVRT_SUCCESS);
+            KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cells, target, p0, p1));
+            for (size_t s = 0; s < held.size(); ++s) {
+                if (target >= 0 && s != static_cast<size_t>(target)) continue;
+                auto& hs = held[s];
+                hs.erase(std::remove_if(hs.begin(), hs.end(),
+                                        [&](int32_t p) { return p >= std::max(p0, 0) && (p1 < 0 || p < p1); }),
+                         hs.end());
+            }
+        }
+        kvrt_static_stats after = KVRT_STATIC_STATS_INIT;
+        KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, -1, &after));
+        if (kind != 0 && after.slides > before.slides) ++copies;
+        for (int32_t s = 0; s < 2; ++s) check_window_positions(st, sh, s, S, held[static_cast<size_t>(s)]);
+        same_attention(st, cells, sh, held, static_cast<uint32_t>(step) % sh.layers);
+    }
+    REQUIRE(copies > 0);  // removals that moved rows ran
+    // Discard and re-evaluate: the suffix from n_keep on goes.
+    for (int32_t s = 0; s < 2; ++s) {
+        std::vector<int32_t>& h = held[static_cast<size_t>(s)];
+        if (h.size() < 4) continue;
+        const int32_t n_keep = h[h.size() / 2];
+        int32_t src = 0, dst = 0, count = 0;
+        KVRT_REQUIRE_OK(kvrt_cache_discard_for_reevaluation(st, s, n_keep, 0, &src, &dst, &count));
+        REQUIRE(dst == n_keep);
+        h.erase(std::lower_bound(h.begin(), h.end(), n_keep), h.end());
+        check_window_positions(st, sh, s, S, h);
+    }
+    kvrt_cache_destroy(st);
+    kvrt_cache_destroy(cells);
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
+TEST_CASE("static layout: a removal that fails at any point leaves the windows as they were", "[static][faults]") {
+    GpuContext ctx;
+    const Shape sh;
+    const uint32_t S = 16, W = S - 1;
+    // R = 1: the window always starts at row 0, so dropping the newest rows
+    // copies the others (overlapping: through scratch memory).
+    kvrt_cache c = make_cache(ctx, sh, true, S, 1.0);
+    REQUIRE(store_tokens(c, sh, 0, 0, W) == KVRT_SUCCESS);
+    int32_t last = static_cast<int32_t>(W) - 1;
+    for (uint64_t n = 1;; ++n) {
+        INFO("fault point " << n);
+        kvrt_result r = KVRT_SUCCESS;
+        uint64_t passed = 0;
+        {
+            kvrt::fault::arm(n);
+            r = kvrt_cache_seq_rm(c, 0, last - 1, -1);
+            passed = kvrt::fault::points_passed();
+            kvrt::fault::arm(0);
+        }
+        INFO("result " << r << ": " << kvrt_last_error_message());
+        // A timeout keeps the removal: the copy was submitted.
+        const bool removed = r == KVRT_SUCCESS || r == KVRT_ERROR_TIMEOUT;
+        check_windows(c, sh, 0, S, removed ? W - 2 : W, removed ? last - 2 : last);
+        if (passed < n) {
+            REQUIRE(r == KVRT_SUCCESS);  // the armed point was never reached: all points covered
+            break;
+        }
+        REQUIRE(store_tokens(c, sh, 0, removed ? last - 1 : last + 1, removed ? 2 : 1) == KVRT_SUCCESS);
+        if (!removed) ++last;
+    }
+    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 

@@ -260,3 +260,90 @@ TEST_CASE("static layout rejects bad input", "[static]") {
     CHECK(empty.append(1, &a) == KVRT_ERROR_INVALID_ARGUMENT);
     CHECK(empty.mask_f32(m, 16) == KVRT_ERROR_INVALID_ARGUMENT);
 }
+
+TEST_CASE("static window removals keep the other rows, in order, at the window's end", "[static]") {
+    // A model list of the token ids held (oldest first), cut and appended
+    // independently of StaticWindow; the shadow rows follow the copies it asks.
+    std::mt19937 rng(99);
+    for (uint32_t S : {2u, 3u, 9u, 33u}) {
+        for (double R : {1.0, 1.5, 2.0, 3.0}) {
+            INFO("S=" << S << " R=" << R);
+            kv::StaticGeometry g;
+            REQUIRE(kv::StaticGeometry::create(1, 1, 4, 4, S, R, &g) == KVRT_SUCCESS);
+            const uint32_t W = g.window_rows;
+            kv::StaticWindow w(g);
+            Shadow sh(g.reservation_rows);
+            std::vector<int64_t> held;
+            int64_t next = 1;
+            uint64_t copies = 0, copied = 0, free_suffixes = 0, copied_suffixes = 0;
+            for (int step = 0; step < 600; ++step) {
+                INFO("step " << step << " held " << held.size() << " start " << w.start());
+                if (held.empty() || rng() % 2 == 0) {
+                    const uint32_t n = 1 + rng() % W;
+                    kv::StaticAppend a;
+                    REQUIRE(w.append(n, &a) == KVRT_SUCCESS);
+                    if (a.slide.needed) ++copies, copied += a.slide.rows;
+                    sh.apply(a, next);
+                    for (uint32_t i = 0; i < n; ++i) held.push_back(next + i);
+                    next += n;
+                    if (held.size() > W) held.erase(held.begin(), held.end() - W);
+                } else {
+                    const uint32_t n = static_cast<uint32_t>(held.size());
+                    // Suffixes (draft rejection) most often, then prefixes and middles.
+                    const uint32_t kind = rng() % 4;
+                    uint32_t first = rng() % n, count = 1 + rng() % (n - first);
+                    if (kind <= 1) count = n - first;
+                    if (kind == 2) first = 0;
+                    const uint32_t start_before = w.start();
+                    kv::StaticSlide s;
+                    REQUIRE(w.remove(first, count, &s) == KVRT_SUCCESS);
+                    const bool suffix = first > 0 && first + count == n;
+                    if (first == 0) CHECK_FALSE(s.needed);  // the oldest: padding only
+                    if (suffix && start_before >= count) {
+                        CHECK_FALSE(s.needed);  // the window moves back
+                        CHECK(w.start() == start_before - count);
+                        ++free_suffixes;
+                    }
+                    if (suffix && start_before < count) {
+                        CHECK(w.start() == 0);
+                        ++copied_suffixes;
+                    }
+                    if (s.needed) {
+                        // One side moves, the smaller one when both could.
+                        CHECK((s.rows == first || s.rows == n - first - count));
+                        ++copies, copied += s.rows;
+                    }
+                    const kv::StaticAppend as_copy{s, false, 0, 0, 0};
+                    sh.apply(as_copy, 0);
+                    held.erase(held.begin() + first, held.begin() + first + count);
+                }
+                REQUIRE(w.n_valid() == held.size());
+                REQUIRE(uint64_t(w.start()) + W <= g.reservation_rows);
+                for (uint32_t i = 0; i < held.size(); ++i) {
+                    INFO("valid row " << i);
+                    REQUIRE(sh.rows[w.first_valid_row() + i] == held[i]);
+                }
+                REQUIRE(w.slides() == copies);
+                REQUIRE(w.rows_moved() == copied);
+            }
+            if (W > 4) {
+                if (R > 1.0) CHECK(free_suffixes > 0);  // R = 1: the window always starts at row 0
+                CHECK(copied_suffixes > 0);
+            }
+        }
+    }
+    // Out of range: refused, nothing changes.
+    kv::StaticGeometry g;
+    REQUIRE(kv::StaticGeometry::create(1, 1, 4, 4, 16, 2.0, &g) == KVRT_SUCCESS);
+    kv::StaticWindow w(g);
+    kv::StaticAppend a;
+    REQUIRE(w.append(5, &a) == KVRT_SUCCESS);
+    kv::StaticSlide s;
+    CHECK(w.remove(3, 3, &s) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(w.remove(6, 0, &s) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(w.remove(0, 1, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(w.n_valid() == 5);
+    CHECK(w.remove(5, 0, &s) == KVRT_SUCCESS);
+    CHECK_FALSE(s.needed);
+    CHECK(w.n_valid() == 5);
+}

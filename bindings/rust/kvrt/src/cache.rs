@@ -21,7 +21,13 @@ pub enum Layout {
     #[default]
     Cells,
     /// The static padded layout of NPU/DSP engines; needs
-    /// [`CacheDesc::static_layout`].
+    /// [`CacheDesc::static_layout`]. Tokens are appended per sequence in
+    /// rising position order; [`Cache::seq_rm`] removes any range (dropping
+    /// the oldest rows, or the newest while the window has room to move
+    /// back, changes metadata only; otherwise it copies rows and waits for
+    /// the device). [`Cache::seq_cp`], [`Cache::seq_add`],
+    /// [`Cache::seq_div`] and [`Cache::context_shift`] fail with
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
     Static,
     /// The paged layout (`kvrt_paged.h`): blocks of 16, 32 or 64 cells
     /// mapped by per-sequence block tables, with prefix sharing,
@@ -35,8 +41,9 @@ pub enum Layout {
     /// transfers ([`Cache::seq_transfer`]) work as in the cell layout: a
     /// loaded or transferred sequence is appended in position order into
     /// blocks of its own, and a whole-cache load keeps the state's sharing
-    /// of whole blocks. [`Cache::seq_div`], [`Cache::context_shift`] and
-    /// [`Cache::discard_for_reevaluation`] fail with
+    /// of whole blocks. [`Cache::discard_for_reevaluation`] removes the
+    /// suffix from `n_keep` on; [`Cache::seq_div`] and
+    /// [`Cache::context_shift`] fail with
     /// [`Error::Unsupported`](crate::Error::Unsupported).
     Paged,
 }
@@ -726,7 +733,9 @@ impl Cache {
     }
 
     /// Drops positions [p0, p1) of `seq` (seq < 0: of every sequence; a
-    /// negative bound is unbounded) (`kvrt_cache_seq_rm`).
+    /// negative bound is unbounded) (`kvrt_cache_seq_rm`). Metadata only,
+    /// but for a static-layout removal that must move rows: that one copies
+    /// them and waits for the device (see [`Layout::Static`]).
     pub fn seq_rm(&mut self, seq: i32, p0: i32, p1: i32) -> Result<()> {
         // SAFETY: Unsafe on the cache (&mut).
         check(unsafe { sys::kvrt_cache_seq_rm(self.raw, seq, p0, p1) })

@@ -242,6 +242,11 @@ fn static_window_and_transfer() {
     assert_eq!(stat.seq_transfer(0, &mut cells, 2).unwrap(), 3);
     assert_eq!(cells.seq_pos_max(2).unwrap(), Some(2));
     assert_eq!(cells.seq_transfer_within(2, 3).unwrap(), 3);
+
+    // A rejected draft token: the newest row leaves the window.
+    stat.seq_rm(0, 2, -1).unwrap();
+    let w = stat.static_window(0, 0, 0, KvArray::K).unwrap();
+    assert_eq!((w.n_valid, w.pos_first, w.pos_last), (2, 0, 1));
 }
 
 #[test]
