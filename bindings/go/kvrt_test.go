@@ -449,6 +449,13 @@ func TestStaticLayout(t *testing.T) {
 			t.Fatalf("static vs cells: %v vs %v", o1, o2)
 		}
 	}
+	// A rejected draft token: the newest row leaves the window.
+	must(t, c.SeqRm(0, 2, -1))
+	w2, err := c.StaticWindow(0, 0, 0, kvrt.ArrayK)
+	must(t, err)
+	if w2.NValid != 2 || w2.PosFirst != 0 || w2.PosLast != 1 {
+		t.Fatalf("window after removing the newest row: %+v", w2)
+	}
 	// Closing the cache invalidates its windows' buffer.
 	must(t, c.Close())
 	if err := w.Buffer.DownloadF16(0, got); !errors.Is(err, kvrt.ErrInvalidHandle) {

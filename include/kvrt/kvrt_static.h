@@ -33,10 +33,14 @@ extern "C" {
  *   Appending writes the new rows after the window and advances it (no bytes
  *   move); when the region runs out, one copy first moves the rows that stay
  *   in the window to the region's start (never re-quantized: bit-identical),
- *   and the oldest rows fall out. The cache is never full.
+ *   and the oldest rows fall out. A call appending n rows to a sequence,
+ *   2 <= n <= (ceil(R*(S-1)) - (S-1)) / 4, restarts its window n rows in, so
+ *   that removing those rows again (rejected draft tokens) needs no copy.
+ *   The cache is never full.
  * - A cell of this layout is a row: cell = seq * ceil(R*(S-1)) + row. Cells
  *   move when the window slides, so cells returned by store/place are valid
- *   for kvrt_cache_write / kvrt_cache_read until the sequence's next append.
+ *   for kvrt_cache_write / kvrt_cache_read until the sequence's next append
+ *   or removal.
  * - kvrt_cache_seq_rm removes any range; the rows left keep their order and
  *   stay the window's last rows. Dropping the oldest rows, or dropping the
  *   newest k rows (rejected draft tokens) while the window starts k or more
@@ -93,8 +97,9 @@ typedef struct kvrt_static_window {
     { KVRT_STRUCT_TYPE_STATIC_WINDOW, NULL, NULL, 0, 0, 0, 0, 0, -1, -1, KVRT_TYPE_UNDEFINED, 0.0f, 0 }
 
 /* Describes the current window of `seq` for (`layer`, `kv_head`, `array`).
- * The offset moves with every append (one row) and slide (back to the
- * region's start): ask again after each store, or bind per step. Fails with
+ * The offset moves with every append (one row per token), slide (back near
+ * the region's start) and removal: ask again after each store and removal,
+ * or bind per step. Fails with
  * KVRT_ERROR_INVALID_HANDLE for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for
  * a NULL, mistyped or badly chained `out`, a cache of another layout, an
  * unknown sequence, a layer or head out of range, or an undefined array.

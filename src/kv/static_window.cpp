@@ -81,20 +81,27 @@ Result StaticWindow::append(uint32_t n, StaticAppend* out) {
     } else {
         // Survivors: the newest valid rows that stay in the window after n more.
         const uint32_t keep = n_valid_ < window_rows_ - n ? n_valid_ : window_rows_ - n;
+        // A small batch of rows (draft tokens) restarts n rows in: removing
+        // them again then only moves the window back. It costs n of the
+        // room's free appends, so only batches of up to a quarter of the room
+        // do; one row and larger batches (prefill chunks, loads) restart at 0.
+        const uint32_t room = reservation_rows_ - window_rows_;
+        const uint32_t lead = n > 1 && n <= room / 4 ? n : 0;
         a.slid = true;
-        a.write_row = window_rows_ - n;
+        a.write_row = lead + window_rows_ - n;
         if (keep > 0) {
             a.slide.needed = true;
             a.slide.rows = keep;
             a.slide.src_row = start_ + window_rows_ - keep;
             a.slide.dst_row = a.write_row - keep;
-            // src > dst always (src - dst = start + n >= 1): overlap when the shift is shorter than the copy.
+            // src > dst always (src - dst = start + n - lead >= 1, as start + W + n > Rr >= W + lead):
+            // overlap when the shift is shorter than the copy.
             a.slide.overlapping = a.slide.src_row - a.slide.dst_row < keep;
             rows_moved_ += keep;
             ++slides_;
         }
         ++restarts_;
-        start_ = 0;
+        start_ = lead;
     }
     n_valid_ = n_valid_ + n < window_rows_ ? n_valid_ + n : window_rows_;
     rows_appended_ += n;

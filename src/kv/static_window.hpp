@@ -15,9 +15,12 @@
 //   held (the device zero-fills the reservation once so padding is finite).
 // - Appending n rows (1 <= n <= W): while start + W + n <= reservation_rows the
 //   new rows go right after the window, at start + W, and start advances by n
-//   (no bytes move). Otherwise one slide copy first moves the rows that survive
-//   the append (the last min(n_valid, W - n) valid rows) so that they end at row
-//   W - n, the new rows are written at W - n, and start becomes 0. Padding rows
+//   (no bytes move). Otherwise the window restarts near the region's start:
+//   one slide copy first moves the rows that survive the append (the last
+//   min(n_valid, W - n) valid rows) so that they end at row lead + W - n, the
+//   new rows are written there, and start becomes lead: n for a batch of
+//   2 <= n <= (Rr - W) / 4 rows (so that removing them again, as after
+//   rejected draft tokens, only moves the window back), else 0. Padding rows
 //   are never copied. The copy's source and destination can overlap (always for
 //   R = 1); `overlapping` says when, as vkCmdCopyBuffer forbids overlapping
 //   regions (the device then goes through a scratch buffer).
@@ -80,7 +83,7 @@ struct StaticSlide {
 // then the new rows written at [write_row, write_row + rows).
 struct StaticAppend {
     StaticSlide slide;
-    bool slid = false;         // the window restarted at row 0 (even with nothing to copy)
+    bool slid = false;         // the window restarted (even with nothing to copy)
     uint32_t write_row = 0;
     uint32_t rows = 0;
     uint32_t start_after = 0;  // window start once the append is done
@@ -117,7 +120,7 @@ public:
     uint64_t rows_appended() const { return rows_appended_; }
     uint64_t rows_moved() const { return rows_moved_; }  // rows those copied (per buffer)
     uint64_t slides() const { return slides_; }          // slides and removals with a copy
-    uint64_t restarts() const { return restarts_; }      // every return to row 0
+    uint64_t restarts() const { return restarts_; }      // every restart near the region's start
 
     // The [1,1,S] mask of the next step: entries 0..S-2 are the window's rows
     // (0 where valid, -inf where padding: the first W - n_valid entries are

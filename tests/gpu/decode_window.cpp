@@ -21,14 +21,16 @@ uint32_t WindowModel::append(uint32_t n, bool* slid) {
         start_ += n;
     } else {
         const uint32_t keep = std::min(n_valid_, w_ - n);
+        // Batches of 2 to a quarter of the room's rows restart n rows in.
+        const uint32_t lead = n > 1 && n <= (rr_ - w_) / 4 ? n : 0;
         if (keep > 0) {
             ++slides_;
             rows_moved_ += keep;
-            // Source rows start at start + W - keep, destination rows at W - n - keep.
-            if (uint64_t{start_} + n < keep) ++overlapping_;
+            // Source rows start at start + W - keep, destination rows at lead + W - n - keep.
+            if (uint64_t{start_} + n - lead < keep) ++overlapping_;
         }
-        row = w_ - n;
-        start_ = 0;
+        row = lead + w_ - n;
+        start_ = lead;
     }
     n_valid_ = std::min(n_valid_ + n, w_);
     rows_appended_ += n;

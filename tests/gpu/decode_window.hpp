@@ -25,15 +25,16 @@ namespace kvrt_test::decode {
 // One sequence's window over its regions of reserved_rows rows: rows
 // [start, start + window_rows), its n_valid valid rows last. Appending n rows
 // writes them right after the window and advances it while they fit in the
-// region; otherwise the window restarts at row 0, after one copy moves the
+// region; otherwise the window restarts at row `lead` (n for batches of 2 to
+// (reserved_rows - window_rows) / 4 rows, else 0), after one copy moves the
 // rows that stay in it (the newest min(n_valid, window_rows - n)) to its
-// start, and the new rows go at window_rows - n.
+// start, and the new rows go at lead + window_rows - n.
 class WindowModel {
 public:
     WindowModel(uint32_t window_rows, uint32_t reserved_rows) : w_(window_rows), rr_(reserved_rows) {}
 
     // Appends n (1..window_rows) rows; returns the row of the first. *slid
-    // tells whether the window restarted at row 0.
+    // tells whether the window restarted.
     uint32_t append(uint32_t n, bool* slid);
 
     uint32_t start() const { return start_; }

@@ -740,6 +740,40 @@ TEST_CASE("static layout: removing any range keeps the other rows and attends li
         same_attention(st, cells, sh, held, static_cast<uint32_t>(step) % sh.layers);
     }
     REQUIRE(copies > 0);  // removals that moved rows ran
+    if (reserve > 1.0) {
+        // Drafts of 3 tokens (at most a quarter of the spare rows), each batch
+        // rejected again: even the batch that slides the window comes out
+        // without a copy.
+        std::vector<int32_t>& h = held[0];
+        const int32_t base = h.empty() ? 0 : h.back() + 1;
+        KVRT_REQUIRE_OK(kvrt_cache_seq_rm(st, 0, -1, -1));
+        h.clear();
+        for (int32_t p = base; h.size() < 5; ++p) {
+            REQUIRE(store_tokens(st, sh, 0, p, 1) == KVRT_SUCCESS);
+            h.push_back(p);
+        }
+        bool slid = false;
+        int rounds = 0;
+        for (; !slid; ++rounds) {
+            INFO("draft round " << rounds);
+            kvrt_static_stats a = KVRT_STATIC_STATS_INIT, b = KVRT_STATIC_STATS_INIT;
+            KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, 0, &a));
+            REQUIRE(store_tokens(st, sh, 0, h.back() + 1, 3) == KVRT_SUCCESS);
+            KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, 0, &b));
+            slid = b.slides > a.slides;
+            KVRT_REQUIRE_OK(kvrt_cache_seq_rm(st, 0, h.back() + 1, -1));
+            KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, 0, &a));
+            REQUIRE(a.slides == b.slides);  // the removal copied nothing
+            // The drafts pushed the oldest rows out of a full window; then
+            // one more token.
+            h.erase(h.begin(), h.begin() + static_cast<ptrdiff_t>(std::max<size_t>(h.size() + 3, W) - W));
+            REQUIRE(store_tokens(st, sh, 0, h.back() + 1, 1) == KVRT_SUCCESS);
+            h.push_back(h.back() + 1);
+            check_window_positions(st, sh, 0, S, h);
+            REQUIRE(rounds < 100);
+        }
+        REQUIRE(rounds > 1);  // drafts before the slide too
+    }
     // Discard and re-evaluate: the suffix from n_keep on goes.
     for (int32_t s = 0; s < 2; ++s) {
         std::vector<int32_t>& h = held[static_cast<size_t>(s)];
