@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fault.hpp"
 #include "kvrt/kvrt.h"
 #include "reference/quant.hpp"
 
@@ -192,6 +193,21 @@ uint32_t same_attention(kvrt_cache a, kvrt_cache b, const AttentionGrid& grid);
 // The state of sequence `seq` (-1: every sequence) as kvrt_cache_state_save
 // writes it, sized by the query call first; REQUIREs both calls to succeed.
 std::vector<uint8_t> save_state(kvrt_cache c, int32_t seq);
+
+// Calls `call` with the n-th fault point (core/fault.hpp) armed, disarmed
+// again when it returns or throws, and returns its result. *reached gets the
+// fault points it passed: fewer than n means the armed one was never reached,
+// so a sweep of n = 1, 2, ... has covered every point once that happens.
+template <class F>
+kvrt_result with_fault_point(uint64_t n, uint64_t* reached, F&& call) {
+    struct Disarm {
+        ~Disarm() { kvrt::fault::arm(0); }
+    } disarm;
+    kvrt::fault::arm(n);
+    const kvrt_result r = call();
+    *reached = kvrt::fault::points_passed();
+    return r;
+}
 
 // Runs begin/record/submit/wait on `s` with a generous timeout.
 template <class F>

@@ -9,7 +9,6 @@
 #include <limits>
 #include <random>
 
-#include "core/fault.hpp"
 #include "kv/static_window.hpp"
 #include "kvrt/kvrt_vulkan.h"
 #include "reference/attention.hpp"
@@ -801,14 +800,8 @@ TEST_CASE("static layout: a removal that fails at any point leaves the windows a
     int32_t last = static_cast<int32_t>(W) - 1;
     for (uint64_t n = 1;; ++n) {
         INFO("fault point " << n);
-        kvrt_result r = KVRT_SUCCESS;
         uint64_t passed = 0;
-        {
-            kvrt::fault::arm(n);
-            r = kvrt_cache_seq_rm(c, 0, last - 1, -1);
-            passed = kvrt::fault::points_passed();
-            kvrt::fault::arm(0);
-        }
+        const kvrt_result r = with_fault_point(n, &passed, [&] { return kvrt_cache_seq_rm(c, 0, last - 1, -1); });
         INFO("result " << r << ": " << kvrt_last_error_message());
         // A timeout keeps the removal: the copy was submitted.
         const bool removed = r == KVRT_SUCCESS || r == KVRT_ERROR_TIMEOUT;
@@ -837,14 +830,10 @@ TEST_CASE("static layout: an append that fails at any point leaves the windows a
             INFO("fault point " << n << (with_stream ? ", recorded into a stream" : ", synchronous"));
             Stream s(ctx);
             if (with_stream) KVRT_REQUIRE_OK(kvrt_stream_begin(s));
-            kvrt_result r = KVRT_SUCCESS;
             uint64_t passed = 0;
-            {
-                kvrt::fault::arm(n);
-                r = store_tokens(c, sh, 0, last + 1, 1, with_stream ? static_cast<kvrt_stream>(s) : nullptr);
-                passed = kvrt::fault::points_passed();
-                kvrt::fault::arm(0);
-            }
+            const kvrt_result r = with_fault_point(n, &passed, [&] {
+                return store_tokens(c, sh, 0, last + 1, 1, with_stream ? static_cast<kvrt_stream>(s) : nullptr);
+            });
             INFO("result " << r << ": " << kvrt_last_error_message());
             if (with_stream) {
                 const kvrt_result submitted = kvrt_stream_submit(s);
