@@ -18,6 +18,13 @@
 //
 // Several reserves (--reserve 2,1): one cache each, runs interleaved so that a
 // shared machine's load affects them alike and their ratio is meaningful.
+//
+// Speculative decoding (--drafts D > 1): each step appends D draft tokens in
+// one kvrt_cache_store, then rejects all but the first (kvrt_cache_seq_rm of
+// the newest D-1, synchronous), so that a run still advances N positions. A
+// rejection moves the window back, or copies rows; the counters then include
+// those copies, and the closed form (single appends) is not checked. GPU time
+// counts the stores' submissions; wall time includes the removals.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -45,7 +52,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Options {
-    uint64_t seq_len = 2048, layers = 4, kv_heads = 8, head_dim = 128, tokens = 0;
+    uint64_t seq_len = 2048, layers = 4, kv_heads = 8, head_dim = 128, tokens = 0, drafts = 1;
     std::vector<double> reserves;
     std::vector<std::string> reserve_text;
     kvrt_type type = KVRT_TYPE_F16;
@@ -63,6 +70,11 @@ bool parse(const Env& env, const Args& args, Options* o) {
         ok = false;
     }
     if (ok) ok = args.u64("tokens", 4 * (o->seq_len - 1), &o->tokens, &error);
+    if (ok) ok = args.u64("drafts", 1, &o->drafts, &error);
+    if (ok && (o->drafts == 0 || o->drafts > std::min<uint64_t>(kDistinctTokens, o->seq_len - 1))) {
+        error = "--drafts must be 1..min(64, seq-len - 1)";
+        ok = false;
+    }
     std::stringstream list(args.str("reserve", "2"));
     for (std::string item; ok && std::getline(list, item, ',');) {
         char* end = nullptr;
@@ -149,7 +161,8 @@ kvrt_result append_run(const Env& env, const Options& o, const Input& in, kvrt_s
                        uint64_t tokens, bool timed, const std::string& what) {
     kvrt_result r = kvrt_cache_seq_rm(sub->cache, 0, -1, -1);
     const uint64_t row = o.kv_heads * o.head_dim * 2;  // f16 input
-    const uint64_t distinct = std::min<uint64_t>(tokens, kDistinctTokens);
+    const uint64_t distinct = std::min<uint64_t>(std::max(tokens, o.drafts), kDistinctTokens);
+    const uint32_t d = static_cast<uint32_t>(o.drafts);  // tokens per store
     kvrt_tensor_ref k = buffer_tensor(in.k, 0, KVRT_TYPE_F16, 0, distinct * row);
     kvrt_tensor_ref v = k;
     v.buffer = in.v;
@@ -159,30 +172,31 @@ kvrt_result append_run(const Env& env, const Options& o, const Input& in, kvrt_s
     }
     std::vector<uint16_t> host_k, host_v;
     if (o.host_input) {
-        host_k.resize(o.layers * row / 2);
+        host_k.resize(o.layers * d * row / 2);
         host_v.resize(host_k.size());
     }
-    const int32_t seq = 0;
+    const std::vector<int32_t> seqs(d, 0);
+    std::vector<int32_t> pos(d);
     uint64_t gpu_ns = 0;
     std::vector<kvrt_timing> timings;
     const Clock::time_point t0 = Clock::now();
     double last_note = 0;
     for (uint64_t t = 0; t < tokens && r == KVRT_SUCCESS; ++t) {
-        const uint64_t slot = t % distinct;
+        const uint64_t slot = t % (distinct - d + 1);
         if (o.host_input) {
-            // One token's rows of every layer, from the distinct set (layer-major, as kvrt reads host data).
+            // The step's rows of every layer, from the distinct set (layer-major, as kvrt reads host data).
             for (uint64_t l = 0; l < o.layers; ++l) {
-                const size_t src = (l * distinct + slot) * row / 2, dst = l * row / 2;
-                std::copy_n(in.host_k.data() + src, row / 2, host_k.data() + dst);
-                std::copy_n(in.host_v.data() + src, row / 2, host_v.data() + dst);
+                const size_t src = (l * distinct + slot) * row / 2, dst = l * d * row / 2;
+                std::copy_n(in.host_k.data() + src, d * row / 2, host_k.data() + dst);
+                std::copy_n(in.host_v.data() + src, d * row / 2, host_v.data() + dst);
             }
             k.host = host_k.data();
             v.host = host_v.data();
         } else {
             k.offset = v.offset = slot * row;
         }
-        const int32_t pos = static_cast<int32_t>(t);
-        const kvrt_batch b = make_batch(1, &pos, &seq);
+        for (uint32_t i = 0; i < d; ++i) pos[i] = static_cast<int32_t>(t + i);
+        const kvrt_batch b = make_batch(d, pos.data(), seqs.data());
         r = kvrt_stream_begin(stream);
         if (r == KVRT_SUCCESS) {
             r = kvrt_cache_store(sub->cache, stream, &b, -1, &k, &v, nullptr);
@@ -194,6 +208,8 @@ kvrt_result append_run(const Env& env, const Options& o, const Input& in, kvrt_s
                 if (r == KVRT_SUCCESS) r = w;
             }
         }
+        // The drafts but the first are rejected.
+        if (r == KVRT_SUCCESS && d > 1) r = kvrt_cache_seq_rm(sub->cache, 0, pos[1], -1);
         if (r == KVRT_SUCCESS && timed) {
             uint32_t n = 0;
             r = kvrt_stream_get_timings(stream, nullptr, &n);
@@ -292,8 +308,10 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
             if (r != KVRT_SUCCESS) break;
             const Expected e = expected(o.seq_len, s->reserve, o.tokens);
             const uint64_t row_bytes = o.layers * o.kv_heads * 2 * o.head_dim * eb;  // one row of every region
-            if (s->stats.rows_appended != o.tokens || s->stats.rows_moved != e.rows_moved ||
-                s->stats.slides != e.slides || s->stats.bytes_moved != e.rows_moved * row_bytes) {
+            const bool single = o.drafts == 1;  // the closed form counts single appends
+            if (s->stats.rows_appended != o.tokens * o.drafts ||
+                (single && (s->stats.rows_moved != e.rows_moved || s->stats.slides != e.slides)) ||
+                s->stats.bytes_moved != s->stats.rows_moved * row_bytes) {
                 std::fprintf(stderr,
                              "error: bench static-append: R=%s: kvrt_cache_get_static_stats says %llu rows appended, "
                              "%llu slides, %llu rows and %llu bytes moved; expected %llu, %llu, %llu and %llu\n",
@@ -301,9 +319,10 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
                              static_cast<unsigned long long>(s->stats.slides),
                              static_cast<unsigned long long>(s->stats.rows_moved),
                              static_cast<unsigned long long>(s->stats.bytes_moved),
-                             static_cast<unsigned long long>(o.tokens), static_cast<unsigned long long>(e.slides),
-                             static_cast<unsigned long long>(e.rows_moved),
-                             static_cast<unsigned long long>(e.rows_moved * row_bytes));
+                             static_cast<unsigned long long>(o.tokens * o.drafts),
+                             static_cast<unsigned long long>(single ? e.slides : s->stats.slides),
+                             static_cast<unsigned long long>(single ? e.rows_moved : s->stats.rows_moved),
+                             static_cast<unsigned long long>(s->stats.rows_moved * row_bytes));
                 counters_ok = false;
             }
             if (!env.quiet)
@@ -318,7 +337,7 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
     for (size_t i = 0; i < subs.size(); ++i) {
         const Subject& s = *subs[i];
         const Expected e = expected(o.seq_len, s.reserve, o.tokens);
-        const double moved_per_token = static_cast<double>(s.stats.bytes_moved) / static_cast<double>(s.stats.rows_appended);
+        const double moved_per_token = static_cast<double>(s.stats.bytes_moved) / n;  // per position advanced
         Row row;
         row.name = "static-append";
         row.params = {{"type", o.type_name},
@@ -328,17 +347,19 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
                       {"kv_heads", std::to_string(o.kv_heads)},
                       {"head_dim", std::to_string(o.head_dim)},
                       {"tokens", std::to_string(o.tokens)},
+                      {"drafts", std::to_string(o.drafts)},
                       {"input", o.host_input ? "host" : "device"}};
         row.m = s.gpu;
         // Bytes the device moves per run: the slides' copies and the appended rows.
-        const double appended = n * static_cast<double>(o.layers * o.kv_heads * 2 * o.head_dim * eb);
+        const double appended =
+            n * static_cast<double>(o.drafts * o.layers * o.kv_heads * 2 * o.head_dim * eb);
         row.bytes = static_cast<double>(s.stats.bytes_moved) + appended;
         row.extra = {{"us_per_token", s.gpu.median() * 1000.0 / n},
                      {"wall_us_per_token", s.wall.median() * 1000.0 / n},
                      {"moved_bytes_per_token", moved_per_token},
                      {"slides", static_cast<double>(s.stats.slides)},
                      {"rows_moved", static_cast<double>(s.stats.rows_moved)},
-                     {"expected_rows_moved", static_cast<double>(e.rows_moved)}};
+                     {"expected_rows_moved", o.drafts == 1 ? static_cast<double>(e.rows_moved) : -1.0}};
         if (i > 0) {
             const Subject& f = *subs[0];
             const double f_moved = static_cast<double>(f.stats.bytes_moved);
@@ -354,10 +375,11 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
             const Subject& s = *subs[i];
             std::fprintf(stderr,
                          "bench static-append: R=%s: %.2f us GPU, %.1f us wall per token; %.0f bytes moved per token "
-                         "(%llu slides, %llu rows per region, as the closed form expects)\n",
+                         "(%llu slides, %llu rows per region%s)\n",
                          s.reserve_text.c_str(), s.gpu.median() * 1000.0 / n, s.wall.median() * 1000.0 / n,
                          static_cast<double>(s.stats.bytes_moved) / n, static_cast<unsigned long long>(s.stats.slides),
-                         static_cast<unsigned long long>(s.stats.rows_moved));
+                         static_cast<unsigned long long>(s.stats.rows_moved),
+                         o.drafts == 1 ? ", as the closed form expects" : ", removals' copies included");
         }
         for (size_t i = 1; i < subs.size(); ++i)
             std::fprintf(stderr, "bench static-append: R=%s over R=%s: %.2fx the GPU time, %.2fx the wall time per token\n",
@@ -377,7 +399,8 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
 const bool registered = register_case(
     {"static-append",
      "[--seq-len S] [--reserve R[,R2...]] [--layers L] [--kv-heads H] [--head-dim D]\n"
-     "                 [--type f16|f32|u8_static|u16_static] [--tokens N] [--input device|host]:\n"
+     "                 [--type f16|f32|u8_static|u16_static] [--tokens N] [--input device|host]\n"
+     "                 [--drafts D]:\n"
      "                 appending to the static padded layout (SPEC 5), one sequence. Each run\n"
      "                 empties the sequence, then appends N tokens one at a time: one\n"
      "                 kvrt_cache_store of all L layers (f16 K and V, from a device buffer or\n"
@@ -393,10 +416,14 @@ const bool registered = register_case(
      "                 device input, --runs 3 --warmup 1 (a warm-up appends until the first\n"
      "                 slide). Static-scale types get one scale, 4/127 (zero point 128) or\n"
      "                 4/32767 (32768), for the N(0, 1) data. R = 1 slides the whole window\n"
-     "                 at every token: slow on CPU drivers (try --seq-len 512). Fails when\n"
-     "                 the counters differ from the closed form or under validation errors",
+     "                 at every token: slow on CPU drivers (try --seq-len 512). --drafts D > 1:\n"
+     "                 speculative decoding, each step stores D tokens and removes the newest\n"
+     "                 D-1 again (kvrt_cache_seq_rm, in the wall time only); the counters\n"
+     "                 include the removals' copies and the closed form is not checked.\n"
+     "                 Fails when the counters differ from the closed form or under\n"
+     "                 validation errors",
      run_static_append,
-     {{"--seq-len", "256", "--reserve", "2,1"}}});
+     {{"--seq-len", "256", "--reserve", "2,1"}, {"--seq-len", "256", "--reserve", "2", "--drafts", "4"}}});
 
 }  // namespace
 
