@@ -717,10 +717,9 @@ TEST_CASE("paged layout: a call that fails at any point leaves every sequence as
             const std::vector<uint8_t> rows_before = seen_rows(c, sh, n_seqs);
             Stream s(ctx);
             if (op.stream) KVRT_REQUIRE_OK(kvrt_stream_begin(s));
-            kvrt::fault::arm(n);
-            const kvrt_result r = op.call(op.stream ? static_cast<kvrt_stream>(s) : nullptr);
-            const uint64_t passed = kvrt::fault::points_passed();
-            kvrt::fault::arm(0);
+            uint64_t passed = 0;
+            const kvrt_result r = with_fault_point(
+                n, &passed, [&] { return op.call(op.stream ? static_cast<kvrt_stream>(s) : nullptr); });
             INFO("result " << r << ": " << kvrt_last_error_message());
             if (op.stream) {
                 const kvrt_result submitted = kvrt_stream_submit(s);

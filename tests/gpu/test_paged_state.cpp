@@ -283,10 +283,8 @@ TEST_CASE("paged layout: a load, swap or transfer that fails at any point change
             op.setup();
             const State before = state_of(p, n_seqs);
             const std::vector<uint8_t> rows_before = seen_rows(p, sh, n_seqs);
-            kvrt::fault::arm(k);
-            const kvrt_result r = op.call();
-            const uint64_t passed = kvrt::fault::points_passed();
-            kvrt::fault::arm(0);
+            uint64_t passed = 0;
+            const kvrt_result r = with_fault_point(k, &passed, [&] { return op.call(); });
             INFO("result " << r << ": " << kvrt_last_error_message());
             // A synchronous wait that times out keeps the call (its work
             // completes later): the last point of such a call.

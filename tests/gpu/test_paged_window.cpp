@@ -483,10 +483,8 @@ TEST_CASE("paged window group: a failure at any point changes nothing", "[paged]
         uint32_t failures = 0;
         for (uint64_t n = 1;; ++n) {
             const auto before = snapshot();
-            kvrt::fault::arm(n);
-            const kvrt_result r = op.run();
-            const uint64_t passed = kvrt::fault::points_passed();
-            kvrt::fault::arm(0);
+            uint64_t passed = 0;
+            const kvrt_result r = with_fault_point(n, &passed, [&] { return op.run(); });
             if (r == KVRT_SUCCESS) {
                 CHECK(passed < n);
                 break;

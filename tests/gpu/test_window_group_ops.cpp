@@ -279,10 +279,9 @@ TEST_CASE("window group: a failed store changes neither group", "[window]") {
     uint32_t failures = 0;
     for (uint64_t n = 1;; ++n) {
         const auto before = snapshot(impl.table()), group_before = snapshot(impl.window_group()->table());
-        kvrt::fault::arm(n);
-        const kvrt_result r = kvrt_cache_store(c, nullptr, &b, -1, &kt2, &vt2, nullptr);
-        const uint64_t passed = kvrt::fault::points_passed();
-        kvrt::fault::arm(0);
+        uint64_t passed = 0;
+        const kvrt_result r =
+            with_fault_point(n, &passed, [&] { return kvrt_cache_store(c, nullptr, &b, -1, &kt2, &vt2, nullptr); });
         if (r == KVRT_SUCCESS) {
             CHECK(passed < n);
             break;
