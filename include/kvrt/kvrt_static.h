@@ -99,10 +99,10 @@ typedef struct kvrt_static_window {
 /* Describes the current window of `seq` for (`layer`, `kv_head`, `array`).
  * The offset moves with every append (one row per token), slide (back near
  * the region's start) and removal: ask again after each store and removal,
- * or bind per step. Fails with
- * KVRT_ERROR_INVALID_HANDLE for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for
- * a NULL, mistyped or badly chained `out`, a cache of another layout, an
- * unknown sequence, a layer or head out of range, or an undefined array.
+ * or bind per step. Fails with KVRT_ERROR_INVALID_HANDLE for a bad cache;
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL, mistyped or badly chained `out`, a
+ * cache of another layout, an unknown sequence, a layer or head out of range,
+ * or an undefined array.
  * Thread-safety: Unsafe (on the cache). */
 KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
                                                   kvrt_kv_array array, kvrt_static_window* out);
@@ -133,11 +133,11 @@ typedef struct kvrt_static_stats {
 #define KVRT_STATIC_STATS_INIT { KVRT_STRUCT_TYPE_STATIC_STATS, NULL, 0, 0, 0, 0 }
 
 /* Reads the counters of `seq`, or of every sequence together when seq < 0.
- * They count since creation (or since all of the sequence's tokens were
- * last removed) and include
- * appends still recorded in a stream. Fails with KVRT_ERROR_INVALID_HANDLE
- * for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for a NULL, mistyped or badly
- * chained `out`, a cache of another layout or an unknown sequence.
+ * They count since creation (or since all of the sequence's tokens were last
+ * removed) and include appends still recorded in a stream. Fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for
+ * a NULL, mistyped or badly chained `out`, a cache of another layout or an
+ * unknown sequence.
  * Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_get_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out);
 
