@@ -181,7 +181,7 @@ int cmd_bench(int argc, char** argv) {
     const std::string name = argv[0];
     Args args;
     std::string error;
-    if (!args.parse(argc - 1, argv + 1, {"json", "help", "quiet", "portable"}, &error)) {
+    if (!args.parse(argc - 1, argv + 1, {"json", "help", "quiet", "portable", "deferred"}, &error)) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 2;
     }

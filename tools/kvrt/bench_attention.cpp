@@ -13,20 +13,22 @@ namespace {
 
 int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     std::string error;
-    uint64_t cells, heads, kv_heads, dim, queries, seqs, interleave;
+    uint64_t cells, heads, kv_heads, dim, queries, seqs, interleave, first_pos;
     if (!args.u64("cells", 4096, &cells, &error) || !args.u64("heads", 32, &heads, &error) ||
         !args.u64("kv-heads", 8, &kv_heads, &error) || !args.u64("head-dim", 128, &dim, &error) ||
         !args.u64("queries", 1, &queries, &error) || !args.u64("seqs", 1, &seqs, &error) ||
-        !args.u64("interleave", 0, &interleave, &error)) {
+        !args.u64("interleave", 0, &interleave, &error) || !args.u64("first-pos", 0, &first_pos, &error)) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 2;
     }
     if (cells == 0 || seqs == 0 || seqs > 256 || cells * seqs > (1u << 24) || kv_heads == 0 || heads % kv_heads ||
         heads > 256 || dim == 0 || dim > 1024 || queries == 0 || queries > cells || queries * seqs > 65536 ||
-        interleave > cells || (interleave > 0 && cells / interleave * seqs > 65536)) {
+        interleave > cells || (interleave > 0 && cells / interleave * seqs > 65536) ||
+        first_pos + cells > 0x7FFFFFFFu) {
         std::fprintf(stderr,
                      "error: sizes out of range (heads a multiple of kv-heads, 0 < queries <= cells, at most 256 "
-                     "sequences, 2^24 cells and 65536 queries in all, interleave <= cells and at most 65536 turns)\n");
+                     "sequences, 2^24 cells and 65536 queries in all, interleave <= cells and at most 65536 turns, "
+                     "first-pos + cells < 2^31)\n");
         return 2;
     }
     std::string tname;
@@ -41,6 +43,8 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     d.capacity = static_cast<uint32_t>(cells * seqs);
     d.max_seqs = static_cast<uint32_t>(std::max<uint64_t>(seqs, 1));
     d.type_k = d.type_v = type;
+    const bool deferred = args.has("deferred");
+    if (deferred) d.flags |= KVRT_CACHE_DEFERRED_ROPE;
     kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
     d.next = bench_scales(type, type, &scales);
     kvrt_cache cache = nullptr;
@@ -68,7 +72,7 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
             for (uint64_t p = turn * per_turn; p < end && r == KVRT_SUCCESS; p += chunk) {
                 const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(chunk, end - p));
                 std::vector<int32_t> pos(n), seq(n, static_cast<int32_t>(sq));
-                for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(p + i);
+                for (uint32_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(first_pos + p + i);
                 kvrt_batch b = make_batch(n, pos.data(), seq.data());
                 const kvrt_tensor_ref t = host_tensor(kv[(p / chunk + sq) % kv.size()].data());
                 r = kvrt_cache_store(cache, nullptr, &b, 0, &t, &t, nullptr);
@@ -92,7 +96,7 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
     if (r == KVRT_SUCCESS) r = kvrt_buffer_upload(qbuf, 0, q.data(), bd.size);
     std::vector<int32_t> qpos(nq), qseq(nq);
     for (uint64_t i = 0; i < nq; ++i) {
-        qpos[i] = static_cast<int32_t>(cells - queries + i % queries);
+        qpos[i] = static_cast<int32_t>(first_pos + cells - queries + i % queries);
         qseq[i] = static_cast<int32_t>(i / queries);
     }
     TimedStream s(env.ctx);
@@ -103,6 +107,8 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
                   {"kv_heads", std::to_string(kv_heads)}, {"head_dim", std::to_string(dim)},
                   {"queries", std::to_string(queries)}};
     if (seqs > 1) out.params.push_back({"seqs", std::to_string(seqs)});
+    if (deferred) out.params.push_back({"deferred", "1"});
+    if (first_pos > 0) out.params.push_back({"first_pos", std::to_string(first_pos)});
     if (interleave > 0) out.params.push_back({"interleave", std::to_string(interleave)});
     const kvrt_tensor_ref qr = buffer_tensor(qbuf, 0);
     const kvrt_output_ref orf = buffer_output(obuf, 0);
@@ -141,11 +147,12 @@ int run_attn(Env& env, const Args& args, std::vector<Row>* rows) {
 const bool registered = register_case(
     {"attn",
      "[--cells N] [--heads N] [--kv-heads N] [--head-dim N] [--type f16|q8_0|q4_0|f32|u8_static|u16_static] "
-     "[--queries N] [--seqs S] [--interleave T]: "
+     "[--queries N] [--seqs S] [--interleave T] [--deferred] [--first-pos P]: "
      "GPU time of one attention call over S sequences of N filled cells each, with the last --queries positions "
      "of each sequence as queries (GB/s = K/V bytes / time); each sequence's cells lie together, or with "
      "--interleave the sequences were stored in turns of T tokens (lists_ms: the GPU time of rebuilding their lists "
-     "of cells after a change of the cache, which the first call of a step adds)",
+     "of cells after a change of the cache, which the first call of a step adds); --deferred: a cache with "
+     "deferred RoPE (K rotated inside the kernel); --first-pos: positions start at P instead of 0",
      run_attn,
      {{"--type", "f16", "--cells", "4096"}, {"--type", "q8_0", "--cells", "4096"}, {"--type", "q4_0", "--cells", "4096"},
       {"--type", "f16", "--cells", "512"}, {"--type", "f16", "--cells", "4096", "--queries", "512"}}});
