@@ -44,6 +44,7 @@
 #endif
 #include "common.glsl"
 #include "kv_load.glsl"
+#include "rope.glsl"
 
 layout(constant_id = 1) const uint D_K = 128;
 layout(constant_id = 2) const uint D_V = 128;
@@ -51,7 +52,8 @@ layout(constant_id = 3) const uint R = 4;   // rows per tile
 layout(constant_id = 4) const uint LG = 8;  // lanes per group (1 without SHUFFLE)
 // Deferred RoPE: K is stored unrotated; rotate it to each cell's position.
 // Rather than rotating K, each row's query is rotated by the opposite angle
-// (q . R(p) k = R(-p) q . k), from the pair frequencies in meta_words.
+// (q . R(p) k = R(-p) q . k), with each cell's (cos, sin) composed from the
+// cache's position table (rope.glsl): exact at any position.
 layout(constant_id = 5) const uint DEFERRED = 0;
 layout(constant_id = 6) const uint N_ROT = 0;
 layout(constant_id = 7) const uint NEOX = 0;
@@ -104,6 +106,9 @@ layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[
 // (cell_lists.comp): a tile whose rows are all of one sequence with a list
 // walks the listed cells instead of its run (LISTS).
 layout(std430, set = 0, binding = 6) readonly buffer CellLists { uint cell_lists[]; };
+// Deferred RoPE: the cache's position table (rope.glsl).
+layout(std430, set = 0, binding = 7) readonly buffer RopeTable { vec2 rope_table[]; };
+KVRT_DEFINE_ROPE_TURN(rope_turn, rope_table)
 
 layout(push_constant) uniform Push {
     uint n_cells;        // cells of this dispatch
@@ -132,7 +137,6 @@ layout(push_constant) uniform Push {
     uint causal;
     uint n_kv_heads;
     uint partials_offset;  // float offset of row 0's first partial
-    uint theta_offset;     // deferred RoPE: word offset of the N_ROT/2 pair frequencies
     float rope_mscale;     // deferred RoPE: magnitude (YaRN)
     uint params_offset;    // word offset in meta_words of (K scale, K zero point, V scale, V zero point,
                            // ALiBi m0, m1, n_log2: slopes when max_bias > 0, else m0 = 0)
@@ -496,19 +500,24 @@ void main() {
                     load_k(kb[b], o, kv);
                 }
                 if (DEFERRED != 0u) {
+                    // The (cos, sin) of each dim's pair at the cell's position;
+                    // in normal pairing dims 2i and 2i + 1 share pair i.
+                    vec2 cs[8];
                     [[unroll]] for (uint j = 0u; j < 8u; ++j) {
                         const uint d = o * 8u + j;
-                        float cs = 1.0, sn = 0.0;
-                        if (d < N_ROT) {
+                        if (NEOX == 0u && (j & 1u) != 0u) {
+                            cs[j] = cs[j - 1u];
+                        } else if (d < N_ROT) {
                             const uint pair = NEOX != 0u ? d % (N_ROT / 2u) : d >> 1;
-                            const float angle = float(cpos[b]) * uintBitsToFloat(meta_words[pc.theta_offset + pair]);
                             // The magnitude scales rotated dims only, as in GGML.
-                            cs = cos(angle) * pc.rope_mscale;
-                            sn = sin(angle) * pc.rope_mscale;
+                            cs[j] = rope_turn(uint(cpos[b]), pair, N_ROT / 2u) * pc.rope_mscale;
+                        } else {
+                            cs[j] = vec2(1.0, 0.0);
                         }
-                        [[unroll]] for (uint r = 0u; r < R; ++r)
-                            s[b][r] += (q[r][i * 8u + j] * cs + qp[r][i * 8u + j] * sn) * kv[j];
                     }
+                    [[unroll]] for (uint j = 0u; j < 8u; ++j)
+                        [[unroll]] for (uint r = 0u; r < R; ++r)
+                            s[b][r] += (q[r][i * 8u + j] * cs[j].x + qp[r][i * 8u + j] * cs[j].y) * kv[j];
                 } else {
                     [[unroll]] for (uint r = 0u; r < R; ++r)
                         [[unroll]] for (uint j = 0u; j < 8u; ++j) s[b][r] += q[r][i * 8u + j] * kv[j];

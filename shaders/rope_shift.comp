@@ -19,6 +19,7 @@
 #include "common.glsl"
 #include "kv_load.glsl"
 #include "quant.glsl"
+#include "rope.glsl"
 
 layout(constant_id = 1) const uint D_K = 128;
 layout(constant_id = 2) const uint N_ROT = 128;
@@ -77,10 +78,7 @@ void main() {
             for (uint i = 0u; i < N_ROT / 2u; ++i) {
                 const uint a = NEOX != 0u ? i : 2u * i;
                 const uint b = NEOX != 0u ? i + N_ROT / 2u : 2u * i + 1u;
-                const vec2 cs = tables[table + i];
-                const float x0 = x[a], x1 = x[b];
-                x[a] = x0 * cs.x - x1 * cs.y;
-                x[b] = x0 * cs.y + x1 * cs.x;
+                kvrt_rope_rotate(x[a], x[b], tables[table + i]);
             }
 #if K_FMT == 5
             // Pairs of codes as 16-bit halves: a U8 head starts at an even byte

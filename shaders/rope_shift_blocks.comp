@@ -25,6 +25,7 @@
 #include "common.glsl"
 #include "kv_load.glsl"
 #include "quant.glsl"
+#include "rope.glsl"
 
 layout(constant_id = 1) const uint D_K = 128;
 layout(constant_id = 2) const uint N_ROT = 128;
@@ -89,12 +90,6 @@ void store_values(uint byte, float x[32]) {
     }
 }
 
-void rotate(inout float a, inout float b, vec2 cs) {
-    const float x0 = a, x1 = b;
-    a = x0 * cs.x - x1 * cs.y;
-    b = x0 * cs.y + x1 * cs.x;
-}
-
 void main() {
     const uint total = pc.n_cells * pc.n_kv_heads * NB;
     for (uint id = gl_GlobalInvocationID.x; id < total; id += kvrt_grid_stride()) {
@@ -111,17 +106,17 @@ void main() {
             const uint byte2 = byte + PAIRED * BYTES;
             float y[32];
             load_values(byte2, y);
-            [[unroll]] for (uint i = 0u; i < 32u; ++i) rotate(x[i], y[i], tables[table + blk * 32u + i]);
+            [[unroll]] for (uint i = 0u; i < 32u; ++i) kvrt_rope_rotate(x[i], y[i], tables[table + blk * 32u + i]);
             store_values(byte2, y);
         } else if (NEOX != 0u) {
             // N_ROT <= 32: every pair (i, i + N_ROT / 2) is in block 0.
             if (blk == 0u)
                 [[unroll]] for (uint i = 0u; i < 16u; ++i)
-                    if (i < N_ROT / 2u) rotate(x[i], x[i + N_ROT / 2u], tables[table + i]);
+                    if (i < N_ROT / 2u) kvrt_rope_rotate(x[i], x[i + N_ROT / 2u], tables[table + i]);
         } else {
             [[unroll]] for (uint i = 0u; i < 16u; ++i) {
                 const uint d = blk * 32u + 2u * i;
-                if (d < N_ROT) rotate(x[2u * i], x[2u * i + 1u], tables[table + d / 2u]);
+                if (d < N_ROT) kvrt_rope_rotate(x[2u * i], x[2u * i + 1u], tables[table + d / 2u]);
             }
         }
         store_values(byte, x);

@@ -20,6 +20,7 @@
 #include "common.glsl"
 #include "kv_load.glsl"
 #include "quant.glsl"
+#include "rope.glsl"
 
 layout(constant_id = 1) const uint D_K = 128;
 layout(constant_id = 2) const uint N_ROT = 128;
@@ -99,12 +100,6 @@ uint pack(float v[4], uint at, uint old, bvec4 keep) {
     return floatBitsToUint(v[at]);
 #endif
 }
-
-void rotate(inout float a, inout float b, vec2 cs) {
-    const float x0 = a, x1 = b;
-    a = x0 * cs.x - x1 * cs.y;
-    b = x0 * cs.y + x1 * cs.x;
-}
 #endif
 
 void main() {
@@ -143,16 +138,19 @@ void main() {
             uvec4 v = k_vecs[row + w0];
             for (uint j = 0u; j < 4u; ++j) {
                 const vec2 x = kvrt_unpack_half2x16(v[j]);
-                v[j] = kvrt_f32_to_f16(x.x * cs[j].x - x.y * cs[j].y) | (kvrt_f32_to_f16(x.x * cs[j].y + x.y * cs[j].x) << 16);
+                float x0 = x.x, x1 = x.y;
+                kvrt_rope_rotate(x0, x1, cs[j]);
+                v[j] = kvrt_f32_to_f16(x0) | (kvrt_f32_to_f16(x1) << 16);
             }
             k_vecs[row + w0] = v;
         } else {
             uvec4 va = k_vecs[row + w0], vb = k_vecs[row + w1];
             for (uint j = 0u; j < 4u; ++j) {
-                const vec2 a = kvrt_unpack_half2x16(va[j]), b = kvrt_unpack_half2x16(vb[j]);
-                const vec2 c0 = cs[2u * j], c1 = cs[2u * j + 1u];
-                va[j] = kvrt_f32_to_f16(a.x * c0.x - b.x * c0.y) | (kvrt_f32_to_f16(a.y * c1.x - b.y * c1.y) << 16);
-                vb[j] = kvrt_f32_to_f16(a.x * c0.y + b.x * c0.x) | (kvrt_f32_to_f16(a.y * c1.y + b.y * c1.x) << 16);
+                vec2 a = kvrt_unpack_half2x16(va[j]), b = kvrt_unpack_half2x16(vb[j]);
+                kvrt_rope_rotate(a.x, b.x, cs[2u * j]);
+                kvrt_rope_rotate(a.y, b.y, cs[2u * j + 1u]);
+                va[j] = kvrt_f32_to_f16(a.x) | (kvrt_f32_to_f16(a.y) << 16);
+                vb[j] = kvrt_f32_to_f16(b.x) | (kvrt_f32_to_f16(b.y) << 16);
             }
             k_vecs[row + w0] = va;
             k_vecs[row + w1] = vb;
@@ -175,11 +173,11 @@ void main() {
         }
         if (NEOX == 0u) {
             for (uint j = 0u; j < PAIRS; ++j)
-                if (!keep[2u * j]) rotate(a[2u * j], a[2u * j + 1u], cs[j]);
+                if (!keep[2u * j]) kvrt_rope_rotate(a[2u * j], a[2u * j + 1u], cs[j]);
         } else {
             const uint partner = k_words[row + w1];
             unpack(partner, b, 0u);
-            for (uint j = 0u; j < P; ++j) rotate(a[j], b[j], cs[j]);
+            for (uint j = 0u; j < P; ++j) kvrt_rope_rotate(a[j], b[j], cs[j]);
             k_words[row + w1] = pack(b, 0u, partner, bvec4(false));
         }
         for (uint i = 0u; i < W; ++i) k_words[row + w0 + i] = pack(a, i * P, old[i], keep);

@@ -254,13 +254,10 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     shape.v_head_bytes = arena_->head_stride(Array::V);
     shape.seq_words = geo_.meta_words - 1;
     const ops::Tuning tuning = ops::Tuning::of(ctx_);
-    std::vector<float> thetas;
     if (deferred_) {
         shape.deferred = true;
         shape.n_rot = static_cast<uint32_t>(rope_math_.n_rot);
         shape.neox = rope_math_.neox;
-        for (int i = 0; i < rope_math_.n_rot / 2; ++i) thetas.push_back(static_cast<float>(rope_math_.theta(i)));
-        shape.thetas = &thetas;
         shape.mscale = static_cast<float>(rope_math_.mscale());
     }
 
@@ -384,6 +381,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     io.out = out_use;
     // The lists, when the plan's kernel reads them and a query has one.
     if (any_list) io.lists = vk::BufferUse{lists_.buffer.get(), 0, 0, 0, false};
+    if (deferred_) io.rope = vk::BufferUse{rope_table_.get(), 0, 0, 0, false};
     io.out_stride_words = in_words(out_stride, n_queries);
     io.out_head_words = in_words(out_head_stride, geo_.n_heads);
     const uint32_t q_words_per_query = io.q_stride_words;

@@ -80,6 +80,13 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
     KVRT_TRY(vk::Buffer::create(ctx, uint64_t{c->geo_.capacity} * c->geo_.meta_words * 4, c->geo_.meta_piece_bytes,
                                 meta_label.c_str(), &c->meta_));
     KVRT_TRY(c->create_lists(desc.label));
+    if (c->deferred_) {
+        std::vector<float> table;
+        c->rope_math_.position_table(&table);
+        const std::string label = std::string(desc.label && *desc.label ? desc.label : "kvrt cache") + " rope table";
+        KVRT_TRY(vk::Buffer::create(ctx, c->geo_.rope_table_bytes, 0, label.c_str(), &c->rope_table_));
+        KVRT_TRY(c->rope_table_->upload(0, table.data(), c->geo_.rope_table_bytes));
+    }
     uint32_t lo = 0, hi = 0;
     (void)c->table_.take_changes(&lo, &hi);
     if (c->geo_.window_cells) KVRT_TRY(c->create_window_group(desc));

@@ -441,6 +441,9 @@ private:
     std::vector<uint32_t> windows_;
     kv::Rope rope_math_;
     bool deferred_ = false;
+    // Deferred RoPE: the kernels' position table (kv::Rope::position_table),
+    // written once at creation; null without deferred RoPE.
+    std::unique_ptr<vk::Buffer> rope_table_;
     vk::PrivateStream own_;  // for synchronous calls
     // Static layout: the arena (also arena_) and each sequence's window.
     const StaticArena* static_arena_ = nullptr;

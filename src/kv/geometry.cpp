@@ -1,4 +1,5 @@
 #include "kv/geometry.hpp"
+#include "kv/rope.hpp"
 
 #include <algorithm>
 #include <cfloat>
@@ -339,6 +340,11 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     if (!is_static && g.max_seqs > 1 && meta_pieces == 1 && align_up(uint64_t{g.capacity} * 4, 16) <= max_binding)
         g.list_bytes = align_up(uint64_t{g.capacity} * 4, 16);
 
+    if (g.flags & KVRT_CACHE_DEFERRED_ROPE) {
+        const Rope rope = Rope::from_params(g.rope, static_cast<int>(g.k.head_dim));
+        g.rope_table_bytes = rope.position_table_bytes();
+    }
+
     // The window group: its layers' rows are not the cache's.
     uint32_t own_layers = d.n_layers;
     CacheGeometry group;
@@ -375,7 +381,7 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     uint64_t per_layer_token = g.k.row_bytes + g.v.row_bytes, t = 0;
     if (!checked_mul(per_layer_token, d.n_layers, &g.bytes_per_token) ||
         !checked_add(g.k.layer_bytes, g.v.layer_bytes, &t) || !checked_mul(t, own_layers, &g.device_bytes) ||
-        !checked_add(g.device_bytes, g.meta_bytes + g.list_bytes, &g.device_bytes) ||
+        !checked_add(g.device_bytes, g.meta_bytes + g.list_bytes + g.rope_table_bytes, &g.device_bytes) ||
         !checked_add(g.device_bytes, group.device_bytes, &g.device_bytes))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "the cache's size overflows 64 bits");
     if (window_desc) {

@@ -119,7 +119,10 @@ struct CacheGeometry {
     // piece padded to 16 bytes): a cell or paged layout of several sequences
     // whose mirror is one piece and whose lists fit one binding; 0: none.
     uint64_t list_bytes = 0;
-    uint64_t device_bytes = 0;     // what the cache allocates: K, V, the mirror and the lists
+    // Deferred RoPE: the kernels' position table (kv::Rope::position_table,
+    // 4,096 bytes per rotated dim); 0 without.
+    uint64_t rope_table_bytes = 0;
+    uint64_t device_bytes = 0;     // what the cache allocates: K, V, the mirror, the lists, the RoPE table
     uint64_t max_binding = 0;
     kvrt_layout layout = KVRT_LAYOUT_CELLS;
     uint32_t block_size = 0;       // paged layout: tokens per block (else 0)

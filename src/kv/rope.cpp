@@ -67,4 +67,35 @@ void Rope::shift_table(int delta, std::vector<float>* out) const {
     }
 }
 
+double Rope::reduced_angle(uint32_t n, int i) const {
+    const double t = theta(i), x = static_cast<double>(n);
+    const double hi = x * t;
+    const double lo = std::fma(x, t, -hi);  // n * theta = hi + lo exactly
+    // 2 pi = kTwoPiHi + kTwoPiLo (the double nearest 2 pi, and the rest).
+    // hi - k * kTwoPiHi is exact in one fma: both lie within 2^-50 of each
+    // other's multiples (hi's ulp is at least kTwoPiHi's), and the difference
+    // is below 8 with no bit under kTwoPiHi's ulp.
+    constexpr double kTwoPiHi = 6.283185307179586232;
+    constexpr double kTwoPiLo = 2.4492935982947064e-16;
+    const double k = std::nearbyint(hi / kTwoPiHi);
+    return std::fma(-k, kTwoPiHi, hi) - k * kTwoPiLo + lo;
+}
+
+void Rope::position_table(std::vector<float>* out) const {
+    const int pairs = n_rot / 2;
+    out->assign(size_t{2} * kPositionDigits * kPositionDigitValues * static_cast<size_t>(pairs), 0.0f);
+    float* at = out->data();
+    for (int k = 0; k < kPositionDigits; ++k)
+        for (uint32_t e = 0; e < kPositionDigitValues; ++e)
+            for (int i = 0; i < pairs; ++i) {
+                const double a = reduced_angle(e << (kPositionDigitBits * k), i);
+                *at++ = static_cast<float>(std::cos(a));
+                *at++ = static_cast<float>(std::sin(a));
+            }
+}
+
+uint64_t Rope::position_table_bytes() const {
+    return uint64_t{8} * kPositionDigits * kPositionDigitValues * static_cast<uint64_t>(n_rot / 2);
+}
+
 }  // namespace kvrt::kv

@@ -3,6 +3,7 @@
 // shift kernel applies. Pure CPU.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "kvrt/kvrt.h"
@@ -39,6 +40,28 @@ struct Rope {
     // (cos, sin) of delta * theta_i for every pair, interleaved, as floats
     // computed in double: the table of one shift.
     void shift_table(int delta, std::vector<float>* out) const;
+
+    // The angle n * theta_i reduced to [-pi, pi] to within a few units of
+    // double rounding for any n < 2^32: the product is split exactly (fma)
+    // and 2 pi is subtracted in two parts, so no bit of the angle is lost to
+    // the size of n (a plain double product loses 2^-21 rad at n = 2^32).
+    double reduced_angle(uint32_t n, int i) const;
+
+    // The kernels' position table (shaders/include/rope.glsl): a position p
+    // (32 bits) is kPositionDigits digits of kPositionDigitBits bits, p =
+    // sum_k e_k * 2^(8k), and the rotation of pair i at p is the product of
+    // the rotations of e_k * 2^(8k) * theta_i, one entry per digit: angle
+    // addition, multiplications and additions only, exact to a few f32
+    // roundings at any position whatever the device's sin and cos. Entry
+    // (digit k, value e, pair i) is at (k * 256 + e) * n_rot / 2 + i: cos
+    // then sin, each in f32 from reduced_angle. Every 32-bit value has its
+    // entries, so no position reads outside the table.
+    static constexpr int kPositionDigitBits = 8;
+    static constexpr int kPositionDigits = 4;
+    static constexpr int kPositionDigitValues = 1 << kPositionDigitBits;
+    void position_table(std::vector<float>* out) const;
+    // Its size in bytes.
+    uint64_t position_table_bytes() const;
 };
 
 }  // namespace kvrt::kv

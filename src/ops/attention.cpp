@@ -21,20 +21,20 @@ struct AttnPush {
     uint32_t k_base, k_row, v_base, v_row;
     float scale, softcap;
     int32_t window, n_keep;
-    uint32_t causal, n_kv_heads, partials_offset, theta_offset;
+    uint32_t causal, n_kv_heads, partials_offset;
     float rope_mscale;
     uint32_t params_offset;
     uint32_t q_head_stride;
     uint32_t cell_first;
 };
 // 128 bytes is the most push-constant space every device guarantees.
-static_assert(sizeof(AttnPush) == 124 && sizeof(AttnPush) <= 128, "AttnPush layout");
+static_assert(sizeof(AttnPush) == 120 && sizeof(AttnPush) <= 128, "AttnPush layout");
 static_assert(offsetof(AttnPush, n_splits) == 32 && offsetof(AttnPush, k_base) == 60 &&
                   offsetof(AttnPush, scale) == 76 && offsetof(AttnPush, window) == 84 &&
                   offsetof(AttnPush, causal) == 92 && offsetof(AttnPush, n_kv_heads) == 96 &&
-                  offsetof(AttnPush, partials_offset) == 100 && offsetof(AttnPush, theta_offset) == 104 &&
-                  offsetof(AttnPush, rope_mscale) == 108 && offsetof(AttnPush, params_offset) == 112 &&
-                  offsetof(AttnPush, q_head_stride) == 116 && offsetof(AttnPush, cell_first) == 120,
+                  offsetof(AttnPush, partials_offset) == 100 && offsetof(AttnPush, rope_mscale) == 104 &&
+                  offsetof(AttnPush, params_offset) == 108 && offsetof(AttnPush, q_head_stride) == 112 &&
+                  offsetof(AttnPush, cell_first) == 116,
               "AttnPush offsets");
 
 // Mirrors `Push` in shaders/attention_merge.comp.
@@ -106,17 +106,12 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     for (const AttnSegment& s : segments) splits_total += s.splits;
     if (splits_total == 0) splits_total = 1;  // no cells: one empty partial per row
 
-    // Per call words: query pairs, RoPE frequencies, parameters, sinks.
+    if (shape.deferred && io.rope.buffer == nullptr)
+        return fail(KVRT_ERROR_INTERNAL, "deferred RoPE attention without the cache's position table");
+    // Per call words: query pairs, parameters, sinks.
     vk::BufferUse words_use{};
     std::vector<uint32_t> words(queries);
     const uint32_t query_offset = 0;
-    const uint32_t theta_offset = static_cast<uint32_t>(words.size());
-    if (shape.deferred)
-        for (float t : *shape.thetas) {
-            uint32_t bits;
-            std::memcpy(&bits, &t, 4);
-            words.push_back(bits);
-        }
     // Parameters: the static-scale quantization of K and V ((scale, zero
     // point) each), then the ALiBi slopes' bases and head split.
     const uint32_t params_offset = static_cast<uint32_t>(words.size());
@@ -210,7 +205,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     const vk::Pipeline* attn = nullptr;
     const vk::Pipeline* merge = nullptr;
     KVRT_TRY(stream.context().pipelines().get(
-        {variant, 7, uint32_t{sizeof(AttnPush)},
+        {variant, 8, uint32_t{sizeof(AttnPush)},
          {wg, shape.head_dim_k, shape.head_dim_v, plan.tiled ? plan.tile_cells : plan.rows, lg, shape.deferred ? 1u : 0u,
           shape.deferred ? shape.n_rot : 0u,
           shape.deferred && shape.neox ? 1u : 0u, vec4,
@@ -229,7 +224,6 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     p.seq_words = shape.seq_words;
     p.query_offset = words_base + query_offset;
     p.partials_offset = partials_base;
-    p.theta_offset = words_base + theta_offset;
     p.rope_mscale = shape.mscale;
     p.params_offset = words_base + params_offset;
     p.n_queries = shape.n_queries;
@@ -275,15 +269,17 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         p.split_base = split_base;
         split_base += p.n_splits;
         const uint64_t lane_groups = uint64_t{tiles_per_kv} * shape.n_kv_heads * p.n_splits;
-        // Without lists, binding 6 is any valid binding the kernel never reads.
-        const vk::BufferUse uses[7] = {{s.k, s.k_piece, 0, 0, false},
+        // Without lists (or deferred RoPE), binding 6 (7) is any valid
+        // binding the kernel never reads.
+        const vk::BufferUse uses[8] = {{s.k, s.k_piece, 0, 0, false},
                                        {s.v, s.v_piece, 0, 0, false},
                                        io.q,
                                        {s.meta, s.meta_piece, 0, 0, false},
                                        words_use,
                                        partials,
-                                       lists ? io.lists : words_use};
-        r = stream.dispatch(*attn, uses, 7, &p,
+                                       lists ? io.lists : words_use,
+                                       shape.deferred ? io.rope : words_use};
+        r = stream.dispatch(*attn, uses, 8, &p,
                             static_cast<uint32_t>((lane_groups + groups_per_wg - 1) / groups_per_wg));
     }
     if (r == KVRT_SUCCESS) {

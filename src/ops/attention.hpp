@@ -41,11 +41,11 @@ struct AttnShape {
     uint32_t n_queries;
     uint64_t k_head_bytes, v_head_bytes;  // bytes between heads inside a row
     uint32_t seq_words;                   // 32-bit words of sequence bits per cell in the mirror
-    // Deferred RoPE (K stored unrotated): pair frequencies and magnitude.
+    // Deferred RoPE (K stored unrotated): rotated dims, pairing and
+    // magnitude; the angles come from AttnIo::rope.
     bool deferred = false;
     uint32_t n_rot = 0;
     bool neox = false;
-    const std::vector<float>* thetas = nullptr;
     float mscale = 1.0f;
     // The layer's quantization of static-scale K / V types; ignored for others.
     kv::StaticScale k_scale, v_scale;
@@ -114,6 +114,9 @@ struct AttnIo {
     // The lists of cells (ops/cell_lists.hpp) the queries' list words point
     // into, in increasing cell order per list; buffer null: none.
     vk::BufferUse lists{};
+    // Deferred RoPE: the whole binding of the cache's position table
+    // (kv::Rope::position_table, from its start).
+    vk::BufferUse rope{};
 };
 
 Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOptions& opt,
