@@ -44,7 +44,6 @@
 #endif
 #include "common.glsl"
 #include "kv_load.glsl"
-#include "rope.glsl"
 
 layout(constant_id = 1) const uint D_K = 128;
 layout(constant_id = 2) const uint D_V = 128;
@@ -52,8 +51,8 @@ layout(constant_id = 3) const uint R = 4;   // rows per tile
 layout(constant_id = 4) const uint LG = 8;  // lanes per group (1 without SHUFFLE)
 // Deferred RoPE: K is stored unrotated; rotate it to each cell's position.
 // Rather than rotating K, each row's query is rotated by the opposite angle
-// (q . R(p) k = R(-p) q . k), with each cell's (cos, sin) composed from the
-// cache's position table (rope.glsl): exact at any position.
+// (q . R(p) k = R(-p) q . k), with each cell's (cos, sin) as rope_cells.comp
+// composed them from the cache's position table: exact at any position.
 layout(constant_id = 5) const uint DEFERRED = 0;
 layout(constant_id = 6) const uint N_ROT = 0;
 layout(constant_id = 7) const uint NEOX = 0;
@@ -106,9 +105,9 @@ layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[
 // (cell_lists.comp): a tile whose rows are all of one sequence with a list
 // walks the listed cells instead of its run (LISTS).
 layout(std430, set = 0, binding = 6) readonly buffer CellLists { uint cell_lists[]; };
-// Deferred RoPE: the cache's position table (rope.glsl).
-layout(std430, set = 0, binding = 7) readonly buffer RopeTable { vec2 rope_table[]; };
-KVRT_DEFINE_ROPE_TURN(rope_turn, rope_table)
+// Deferred RoPE: per cell of the dispatch, N_ROT / 2 (cos, sin) pairs, from
+// rope_offset on (rope_cells.comp), the magnitude included.
+layout(std430, set = 0, binding = 7) readonly buffer RopeCells { vec2 rope_cs[]; };
 
 layout(push_constant) uniform Push {
     uint n_cells;        // cells of this dispatch
@@ -137,7 +136,8 @@ layout(push_constant) uniform Push {
     uint causal;
     uint n_kv_heads;
     uint partials_offset;  // float offset of row 0's first partial
-    float rope_mscale;     // deferred RoPE: magnitude (YaRN)
+    uint rope_offset;      // deferred RoPE: index in rope_cs of the dispatch's first cell's pairs
+    float rope_mscale;     // deferred RoPE: magnitude (YaRN), in rope_cs already
     uint params_offset;    // word offset in meta_words of (K scale, K zero point, V scale, V zero point,
                            // ALiBi m0, m1, n_log2: slopes when max_bias > 0, else m0 = 0)
     uint q_head_stride;    // words between the heads of one query (D_K values when packed)
@@ -451,7 +451,7 @@ void main() {
         // cell of the batch's token tree, an ancestor of the row's query.
         int cpos[CELLS];
         bool vis[CELLS][R];
-        uint kb[CELLS], vb[CELLS];
+        uint kb[CELLS], vb[CELLS], cell[CELLS];
         bool any = false;
         [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
             const bool inside = c + b < c1;
@@ -471,6 +471,7 @@ void main() {
                 vis[b][r] = v;
                 any = any || v;
             }
+            cell[b] = cc;
             kb[b] = pc.k_base + cc * pc.k_row + kvh * pc.k_head_bytes;
             vb[b] = pc.v_base + cc * pc.v_row + kvh * pc.v_head_bytes;
         }
@@ -509,8 +510,7 @@ void main() {
                             cs[j] = cs[j - 1u];
                         } else if (d < N_ROT) {
                             const uint pair = NEOX != 0u ? d % (N_ROT / 2u) : d >> 1;
-                            // The magnitude scales rotated dims only, as in GGML.
-                            cs[j] = rope_turn(uint(cpos[b]), pair, N_ROT / 2u) * pc.rope_mscale;
+                            cs[j] = rope_cs[pc.rope_offset + cell[b] * (N_ROT / 2u) + pair];
                         } else {
                             cs[j] = vec2(1.0, 0.0);
                         }

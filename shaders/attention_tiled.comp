@@ -50,9 +50,9 @@ layout(std430, set = 0, binding = 4) readonly buffer MetaWords { uint meta_words
 const uint QUERY_WORDS = 6u;
 layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[]; };
 layout(std430, set = 0, binding = 6) readonly buffer CellLists { uint cell_lists[]; };
-// Deferred RoPE: the cache's position table (rope.glsl).
-layout(std430, set = 0, binding = 7) readonly buffer RopeTable { vec2 rope_table[]; };
-KVRT_DEFINE_ROPE_TURN(rope_turn, rope_table)
+// Deferred RoPE: per cell of the dispatch, N_ROT / 2 (cos, sin) pairs
+// (rope_cells.comp, as in attention.comp).
+layout(std430, set = 0, binding = 7) readonly buffer RopeCells { vec2 rope_cs[]; };
 
 // What the call uses, as attention.comp's OPTS, so that the kernel leaves out
 // the rest: bit 0 a token tree, bit 1 a softcap, bit 2 one 32-bit word of
@@ -92,6 +92,7 @@ layout(push_constant) uniform Push {
     uint causal;
     uint n_kv_heads;
     uint partials_offset;
+    uint rope_offset;
     float rope_mscale;
     uint params_offset;
     uint q_head_stride;
@@ -238,15 +239,13 @@ void main() {
         if (DEFERRED != 0u) {
             // Rotate K to each cell's position: pair (a, b) by angle pos * theta,
             // both scaled by the magnitude (rotated dims only, as in GGML).
-            // An entry past the split (position -1) rotates by what the
-            // table holds for 0xFFFFFFFF, and is masked.
             const uint half_rot = N_ROT / 2u;
             for (uint i = lid; i < T * half_rot; i += wg) {
                 const uint t = i / half_rot, pair = i - t * half_rot;
                 const uint a = NEOX != 0u ? pair : 2u * pair;
                 const uint b = NEOX != 0u ? pair + half_rot : 2u * pair + 1u;
                 float ka = tile_k[a * T + t], kb = tile_k[b * T + t];
-                kvrt_rope_rotate(ka, kb, rope_turn(uint(tile_pos[t]), pair, half_rot) * pc.rope_mscale);
+                kvrt_rope_rotate(ka, kb, rope_cs[pc.rope_offset + tile_cell[t] * half_rot + pair]);
                 tile_k[a * T + t] = ka;
                 tile_k[b * T + t] = kb;
             }

@@ -85,6 +85,7 @@ kvrt_add_shader(NAME rope_shift_fast_f16 SOURCE shaders/rope_shift_fast.comp DEF
 kvrt_add_shader(NAME rope_shift_fast_f16_vec4 SOURCE shaders/rope_shift_fast.comp DEFINES K_F16 VEC4)
 kvrt_add_shader(NAME rope_shift_fast_u8_static SOURCE shaders/rope_shift_fast.comp DEFINES K_U8)
 kvrt_add_shader(NAME rope_shift_fast_u16_static SOURCE shaders/rope_shift_fast.comp DEFINES K_U16)
+kvrt_add_shader(NAME rope_cells SOURCE shaders/rope_cells.comp)
 
 # Per-sequence lists of cells for attention over sequences stored in turns:
 # count, prefix and write passes of one kernel.

@@ -62,7 +62,9 @@ void Cache::attention_segments(uint32_t layer, uint32_t first, uint32_t end,
         const RowRun k = arena_->run(Array::K, layer, c, end - c);
         const RowRun v = arena_->run(Array::V, layer, c, k.slots);
         const uint32_t meta_in = c % geo_.meta_cells_per_piece;
-        const uint32_t n = std::min(v.slots, geo_.meta_cells_per_piece - meta_in);
+        uint32_t n = std::min(v.slots, geo_.meta_cells_per_piece - meta_in);
+        // Deferred RoPE: the run's rotations (ops::record_attention) fit one binding.
+        if (deferred_) n = std::min<uint32_t>(n, static_cast<uint32_t>(geo_.max_binding / (uint64_t{4} * rope_math_.n_rot)));
         ops::AttnSegment seg;
         seg.k = k.buffer;
         seg.k_piece = k.piece;

@@ -21,21 +21,28 @@ struct AttnPush {
     uint32_t k_base, k_row, v_base, v_row;
     float scale, softcap;
     int32_t window, n_keep;
-    uint32_t causal, n_kv_heads, partials_offset;
+    uint32_t causal, n_kv_heads, partials_offset, rope_offset;
     float rope_mscale;
     uint32_t params_offset;
     uint32_t q_head_stride;
     uint32_t cell_first;
 };
 // 128 bytes is the most push-constant space every device guarantees.
-static_assert(sizeof(AttnPush) == 120 && sizeof(AttnPush) <= 128, "AttnPush layout");
+static_assert(sizeof(AttnPush) == 124 && sizeof(AttnPush) <= 128, "AttnPush layout");
 static_assert(offsetof(AttnPush, n_splits) == 32 && offsetof(AttnPush, k_base) == 60 &&
                   offsetof(AttnPush, scale) == 76 && offsetof(AttnPush, window) == 84 &&
                   offsetof(AttnPush, causal) == 92 && offsetof(AttnPush, n_kv_heads) == 96 &&
-                  offsetof(AttnPush, partials_offset) == 100 && offsetof(AttnPush, rope_mscale) == 104 &&
-                  offsetof(AttnPush, params_offset) == 108 && offsetof(AttnPush, q_head_stride) == 112 &&
-                  offsetof(AttnPush, cell_first) == 116,
+                  offsetof(AttnPush, partials_offset) == 100 && offsetof(AttnPush, rope_offset) == 104 &&
+                  offsetof(AttnPush, rope_mscale) == 108 && offsetof(AttnPush, params_offset) == 112 &&
+                  offsetof(AttnPush, q_head_stride) == 116 && offsetof(AttnPush, cell_first) == 120,
               "AttnPush offsets");
+
+// Mirrors `Push` in shaders/rope_cells.comp.
+struct RopeCellsPush {
+    uint32_t n_cells, meta_first, meta_stride, out_offset;
+    float mscale;
+};
+static_assert(sizeof(RopeCellsPush) == 20, "RopeCellsPush layout");
 
 // Mirrors `Push` in shaders/attention_merge.comp.
 struct MergePush {
@@ -243,6 +250,12 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     p.causal = opt.causal ? 1u : 0u;
     p.n_kv_heads = shape.n_kv_heads;
 
+    const vk::Pipeline* rope_cells = nullptr;
+    if (shape.deferred)
+        KVRT_TRY(stream.context().pipelines().get(
+            {"rope_cells", 3, uint32_t{sizeof(RopeCellsPush)}, {tuning.attn_merge_workgroup, shape.n_rot / 2}},
+            &rope_cells));
+
     const uint32_t groups_per_wg = plan.tiled ? 1 : wg / lg;
     stream.begin_op("attention");
     Result r = KVRT_SUCCESS;
@@ -268,6 +281,23 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
         p.n_splits = std::max<uint32_t>(1, s.splits);
         p.split_base = split_base;
         split_base += p.n_splits;
+        // Deferred RoPE: the segment's cells' rotations, composed once.
+        vk::BufferUse rope{};
+        if (shape.deferred && s.count > 0) {
+            const uint64_t entries = uint64_t{s.count} * (shape.n_rot / 2);
+            r = stream.scratch(entries * 8, &rope);
+            if (r != KVRT_SUCCESS) break;
+            rope.write = true;
+            const RopeCellsPush rp{s.count, s.meta_first, shape.seq_words + 1, static_cast<uint32_t>(rope.offset / 8),
+                                   shape.mscale};
+            const vk::BufferUse rope_uses[3] = {{s.meta, s.meta_piece, 0, 0, false}, io.rope, rope};
+            const uint32_t wgs = tuning.attn_merge_workgroup;
+            r = stream.dispatch(*rope_cells, rope_uses, 3, &rp,
+                                static_cast<uint32_t>(std::min<uint64_t>(65535, (entries + wgs - 1) / wgs)));
+            if (r != KVRT_SUCCESS) break;
+            rope.write = false;
+            p.rope_offset = rp.out_offset;
+        }
         const uint64_t lane_groups = uint64_t{tiles_per_kv} * shape.n_kv_heads * p.n_splits;
         // Without lists (or deferred RoPE), binding 6 (7) is any valid
         // binding the kernel never reads.
@@ -278,7 +308,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
                                        words_use,
                                        partials,
                                        lists ? io.lists : words_use,
-                                       shape.deferred ? io.rope : words_use};
+                                       rope.buffer ? rope : words_use};
         r = stream.dispatch(*attn, uses, 8, &p,
                             static_cast<uint32_t>((lane_groups + groups_per_wg - 1) / groups_per_wg));
     }
