@@ -393,9 +393,12 @@ typedef struct kvrt_device_info {
 typedef enum kvrt_context_flag_bits {
     /* Enable the Khronos validation layer (core and synchronization checks) and
      * route its messages to the log callback. Also enabled when the environment
-     * variable KVRT_VALIDATION is set to 1. Creation fails with
-     * KVRT_ERROR_UNSUPPORTED if the layer is not installed. Ignored by
-     * kvrt_context_import (the application owns the instance). */
+     * variable KVRT_VALIDATION is set to 1; KVRT_VALIDATION=gpu enables the
+     * layer's GPU-assisted mode instead of synchronization validation (every
+     * kernel instrumented to report accesses outside its bindings; much
+     * slower). Creation fails with KVRT_ERROR_UNSUPPORTED if the layer is not
+     * installed. Ignored by kvrt_context_import (the application owns the
+     * instance). */
     KVRT_CONTEXT_VALIDATION = 0x00000001,
     /* Never map device memory: all uploads and downloads go through staging
      * buffers, as on GPUs whose device-local memory is not host-visible. Meant

@@ -37,9 +37,9 @@ bool has_instance_extension(const GlobalFns& g, const char* layer, const char* n
 }
 
 // Creates an instance; with `validation`, enables the Khronos layer with
-// synchronization validation and chains `messenger` so that instance creation
-// itself is checked.
-Result create_instance(const Loader& loader, bool validation,
+// synchronization validation, or GPU-assisted validation (`gpu_assisted`),
+// and chains `messenger` so that instance creation itself is checked.
+Result create_instance(const Loader& loader, bool validation, bool gpu_assisted,
                        const VkDebugUtilsMessengerCreateInfoEXT* messenger, InstanceSetup* out) {
     const GlobalFns& g = loader.global();
     uint32_t loader_api = VK_API_VERSION_1_0;
@@ -82,12 +82,17 @@ Result create_instance(const Loader& loader, bool validation,
     app.engineVersion = KVRT_VERSION;
     app.apiVersion = out->api_version;
 
-    const VkValidationFeatureEnableEXT enables[] = {
-        VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+    // GPU-assisted validation instruments every shader to check each
+    // descriptor access against its binding's range (the layer's
+    // gpuav_buffer_oob, on by default) and reserves the last descriptor set
+    // slot for itself; synchronization validation checks the barriers.
+    const VkValidationFeatureEnableEXT sync_enables[] = {VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+    const VkValidationFeatureEnableEXT gpu_enables[] = {VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_EXT,
+                                                        VK_VALIDATION_FEATURE_ENABLE_GPU_ASSISTED_RESERVE_BINDING_SLOT_EXT};
     VkValidationFeaturesEXT vfeatures{};
     vfeatures.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT;
-    vfeatures.enabledValidationFeatureCount = 1;
-    vfeatures.pEnabledValidationFeatures = enables;
+    vfeatures.enabledValidationFeatureCount = gpu_assisted ? 2 : 1;
+    vfeatures.pEnabledValidationFeatures = gpu_assisted ? gpu_enables : sync_enables;
 
     VkInstanceCreateInfo ci{};
     ci.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
@@ -105,6 +110,9 @@ Result create_instance(const Loader& loader, bool validation,
         *tail = &mci;
         tail = &mci.pNext;
     }
+    if (gpu_assisted && !validation_features)
+        return fail(KVRT_ERROR_UNSUPPORTED, "GPU-assisted validation needs %s with %s", kValidationLayer,
+                    VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
     if (validation_features) {
         *tail = &vfeatures;
         tail = &vfeatures.pNext;
@@ -167,6 +175,7 @@ Result ContextOptions::from_desc(const kvrt_context_desc* desc, ContextOptions* 
                         static_cast<unsigned long long>(o.max_binding_bytes));
     }
     if (env_flag("KVRT_VALIDATION")) o.validation = true;
+    if (const char* v = std::getenv("KVRT_VALIDATION"); v && std::strcmp(v, "gpu") == 0) o.gpu_assisted = true;
     if (const char* dev = std::getenv("KVRT_DEVICE"); dev && *dev) o.device_selector = dev;
     if (const char* k = std::getenv("KVRT_KERNELS"); k && *k) {
         if (std::strcmp(k, "auto") == 0) o.kernels = KernelChoice::Auto;
@@ -185,7 +194,7 @@ Result enumerate_devices(std::vector<PhysicalDeviceInfo>* out) {
     Loader loader;
     KVRT_TRY(loader.open());
     InstanceSetup setup;
-    KVRT_TRY(create_instance(loader, false, nullptr, &setup));
+    KVRT_TRY(create_instance(loader, false, false, nullptr, &setup));
     InstanceFns ifn;
     Result r = load_instance_functions(loader.global().vkGetInstanceProcAddr, setup.instance, false, &ifn);
     if (r == KVRT_SUCCESS) r = list_physical_devices(ifn, setup.instance, setup.api_version, out);
@@ -243,7 +252,8 @@ Result Context::create(const ContextOptions& options, std::unique_ptr<Context>* 
     mci.pUserData = ctx.get();
 
     InstanceSetup setup;
-    KVRT_TRY(create_instance(ctx->loader_, options.validation, options.validation ? &mci : nullptr, &setup));
+    KVRT_TRY(create_instance(ctx->loader_, options.validation, options.validation && options.gpu_assisted,
+                             options.validation ? &mci : nullptr, &setup));
     ctx->instance_ = setup.instance;
     ctx->debug_utils_ = setup.debug_utils;
     KVRT_TRY(load_instance_functions(ctx->loader_.global().vkGetInstanceProcAddr, ctx->instance_,
@@ -258,7 +268,7 @@ Result Context::create(const ContextOptions& options, std::unique_ptr<Context>* 
     KVRT_TRY(ctx->create_device(index, devices));
     KVRT_TRY(ctx->init_common(pipeline_cache));
     ctx->log().log(KVRT_LOG_LEVEL_INFO, "context on %s (validation %s)", ctx->info_.props.deviceName,
-                   options.validation ? "on" : "off");
+                   !options.validation ? "off" : options.gpu_assisted ? "on, GPU-assisted" : "on");
     *out = std::move(ctx);
     return KVRT_SUCCESS;
 }

@@ -64,6 +64,10 @@ enum class KernelChoice { Auto, Portable, Shuffle, Tiled };
 // and the environment.
 struct ContextOptions {
     bool validation = false;
+    // With validation: the layer's GPU-assisted mode (shaders instrumented to
+    // report out-of-bounds accesses) instead of synchronization validation
+    // (KVRT_VALIDATION=gpu).
+    bool gpu_assisted = false;
     bool force_staging = false;
     KernelChoice kernels = KernelChoice::Auto;
     std::string device_selector;

@@ -6,7 +6,9 @@
 #
 # Each patch breaks a kernel or allocator on purpose (its `# what:` line says how) and
 # names the tests that cover it (`# tests:`, a ctest regular expression over
-# the GPU and unit tests). For each one, the script applies it to a copy of the source
+# the GPU and unit tests), and may name environment settings for that run
+# (`# env:`, e.g. KVRT_VALIDATION=gpu for an out-of-bounds access that only
+# the validation layer's GPU-assisted mode sees). For each one, the script applies it to a copy of the source
 # tree, builds the copy, runs those tests, and records which failed; then it
 # takes the patch out again. A mutation that no test catches fails the run,
 # as does a test that fails without any mutation (checked first, over the
@@ -95,13 +97,16 @@ build() {
     cmake --build "$BUILD" -j "$JOBS" --target kvrt_gpu_tests kvrt_unit_tests >>"$log" 2>&1
 }
 
-# Runs the GPU and unit tests matching $1 (output in log $2); prints the names of those
+# Runs the GPU and unit tests matching $1 (output in log $2; $3: VAR=value settings for
+# their environment); prints the names of those
 # that failed, "(timed out)" after the name of one that only ran out of time
 # (ctest's limit, or a wait of kvrt's), which says nothing of the mutation.
 run_tests() {
-    local regex=$1 log=$2
+    local regex=$1 log=$2 settings=()
+    [[ -n ${3:-} ]] && read -r -a settings <<<"$3"
     rm -f "$BUILD/Testing/Temporary/LastTestsFailed.log"
-    (cd "$BUILD" && ctest -L 'gpu|unit' -R "$regex" -j "$JOBS" --timeout 1800 --output-on-failure >"$log" 2>&1) || true
+    (cd "$BUILD" && env "${settings[@]}" ctest -L 'gpu|unit' -R "$regex" -j "$JOBS" --timeout 1800 \
+        --output-on-failure >"$log" 2>&1) || true
     if ! grep -q "tests passed" "$log"; then
         echo "ctest did not run (see $log)" >&2
         return 2
@@ -169,7 +174,7 @@ main() {
             echo "  the mutated build failed: $LOGS/build-$name.log" >&2
             exit 1
         fi
-        failed=$(run_tests "$(field tests "$p")" "$LOGS/test-$name.log") || exit 1
+        failed=$(run_tests "$(field tests "$p")" "$LOGS/test-$name.log" "$(field env "$p")") || exit 1
         take_out
         [[ -n $failed ]] && echo "$failed" | sed 's/^/  failed: /'
         if [[ -z $(echo "$failed" | grep -v ' (timed out)$' || true) ]]; then
