@@ -3,8 +3,9 @@
 #   make demo    set up, build, download the model once, and run SmolLM2
 #                through the engine (examples/llm) with its KV cache in kvrt
 #   make test    set up, build, run every test (GPU tests with validation on;
-#                test-main), then the unit and GPU tests again under ASan+UBSan
-#                (test-asan),
+#                test-main), the attention, tree and cell-list tests with
+#                subgroups of 4 and 16 lanes (test-subgroups), then the unit
+#                and GPU tests again under ASan+UBSan (test-asan),
 #                and the threaded GPU test under ThreadSanitizer (test-tsan),
 #                and the Rust binding's tests, clippy and rustfmt (test-rust)
 #                and the Go binding's gofmt, vet and tests (test-go)
@@ -19,6 +20,13 @@
 #   make fuzz    build the state parser's libFuzzer target with clang in
 #                build-fuzz/ and run it on tests/fuzz/corpus for FUZZ_SECONDS
 #                (60; also part of make test)
+#   make test-subgroups
+#                the attention, tree and cell-list GPU tests with subgroups
+#                of 4 and 16 lanes (part of make test); test-subgroups-all:
+#                every GPU test
+#   make test-gpu-av
+#                the GPU tests under the validation layer's GPU-assisted
+#                mode (out-of-bounds accesses); GPU_AV_TESTS picks a subset
 #   make abi-baseline
 #                after an intended ABI change: rebuild the library, then
 #                rewrite tests/abi/kvrt.symbols (from the headers' KVRT_API
@@ -33,7 +41,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 
-.PHONY: all setup build test test-main test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations fuzz abi-baseline clean
+.PHONY: all setup build test test-main test-subgroups test-subgroups-all test-gpu-av test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations fuzz abi-baseline clean
 
 all: build
 
@@ -161,7 +169,7 @@ test-llm: llm
 test-main: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 2400 -j $(JOBS)
 
-test: build test-main test-asan test-tsan test-rust test-go test-llm fuzz
+test: build test-main test-subgroups test-asan test-tsan test-rust test-go test-llm fuzz
 
 # SmolLM2 answering a chat prompt with its KV cache in kvrt, checked step by
 # step against the reference engine; prints the text, tokens/s, the time
@@ -212,6 +220,40 @@ fuzz: setup $(FUZZ_BUILD)/build.ninja
 	@UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(FUZZ_BUILD)/bin/kvrt_fuzz_state \
 	  -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
 	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus tests/fuzz/corpus
+
+# The GPU tests again with lavapipe's subgroups of 4 and of 16 lanes
+# (LP_NATIVE_VECTOR_WIDTH 128 and 512; the other runs have its default, 8
+# lanes): real devices have 8 to 128, and a kernel must be right at each
+# size or refuse the device. SUBGROUP_TESTS (a ctest regular expression)
+# picks the tests: by default those of the kernels that split work by
+# subgroups (attention in every variant, token trees, lists of cells);
+# test-subgroups-all runs every GPU test at both sizes. Each run first
+# checks that the device has the size asked for (other drivers ignore the
+# variable).
+SUBGROUP_TESTS ?= attention|tree|list|tile|prefill|GQA|queries
+test-subgroups: build
+	@for w in 128 512; do \
+	  lanes=$$((w / 32)); \
+	  LP_NATIVE_VECTOR_WIDTH=$$w $(BUILD)/bin/kvrt info | grep -q "subgroups *size $$lanes:" || \
+	    { echo "test-subgroups: LP_NATIVE_VECTOR_WIDTH=$$w did not give subgroups of $$lanes lanes"; exit 1; }; \
+	  echo "GPU tests with subgroups of $$lanes lanes (LP_NATIVE_VECTOR_WIDTH=$$w)"; \
+	  (cd $(BUILD) && LP_NATIVE_VECTOR_WIDTH=$$w ctest -L gpu -R '$(SUBGROUP_TESTS)' --output-on-failure \
+	    --timeout 2400 -j $(JOBS)) || exit 1; \
+	done
+
+test-subgroups-all:
+	@$(MAKE) --no-print-directory test-subgroups SUBGROUP_TESTS=.
+
+# The GPU tests under the validation layer's GPU-assisted mode
+# (KVRT_VALIDATION=gpu): every kernel is instrumented and any access outside
+# its bindings fails its test. GPU_AV_TESTS picks tests (a ctest regular
+# expression; all GPU tests by default). On lavapipe the instrumented
+# attention kernels take minutes each to compile (lavapipe's own shader
+# passes, not LLVM), so the whole suite takes hours there; the kernels of
+# the store, compaction and memory tests take seconds.
+GPU_AV_TESTS ?= .
+test-gpu-av: build
+	@cd $(BUILD) && KVRT_VALIDATION=gpu ctest -L gpu -R '$(GPU_AV_TESTS)' --output-on-failure --timeout 14400 -j $(JOBS)
 
 abi-baseline: setup $(BUILD)/build.ninja
 	@cmake --build $(BUILD) --target abi-baseline
