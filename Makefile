@@ -24,6 +24,9 @@
 #                the attention, tree and cell-list GPU tests with subgroups
 #                of 4 and 16 lanes (part of make test); test-subgroups-all:
 #                every GPU test
+#   make test-spec-min
+#                the GPU tests against kernels built with the worst
+#                precision the Vulkan spec allows (build-spec-min/)
 #   make test-gpu-av
 #                the GPU tests under the validation layer's GPU-assisted
 #                mode (out-of-bounds accesses); GPU_AV_TESTS picks a subset
@@ -41,7 +44,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 
-.PHONY: all setup build test test-main test-subgroups test-subgroups-all test-gpu-av test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations fuzz abi-baseline clean
+.PHONY: all setup build test test-main test-subgroups test-subgroups-all test-spec-min test-gpu-av test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations fuzz abi-baseline clean
 
 all: build
 
@@ -243,6 +246,21 @@ test-subgroups: build
 
 test-subgroups-all:
 	@$(MAKE) --no-print-directory test-subgroups SUBGROUP_TESTS=.
+
+# The GPU tests against a build whose kernels get the worst precision the
+# Vulkan spec allows for every transcendental (exp, exp2, log, log2, pow,
+# tanh, sin, cos, inversesqrt, sqrt), for division where it matters, and fma
+# as a separate multiply and add (KVRT_SPEC_MIN_PRECISION, in $(SPECMIN_BUILD);
+# shaders/include/common.glsl): lavapipe computes them almost exactly, most
+# GPUs need not. The accuracy bounds are those of the normal build.
+SPECMIN_BUILD ?= build-spec-min
+$(SPECMIN_BUILD)/build.ninja: Makefile | setup
+	@cmake -S . -B $(SPECMIN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVRT_TESTS_ONLY=ON \
+	  -DKVRT_BUILD_TOOLS=OFF -DKVRT_BUILD_EXAMPLES=OFF -DKVRT_SPEC_MIN_PRECISION=ON >/dev/null
+
+test-spec-min: setup $(SPECMIN_BUILD)/build.ninja
+	@cmake --build $(SPECMIN_BUILD) -j $(JOBS)
+	@cd $(SPECMIN_BUILD) && ctest -L gpu --output-on-failure --timeout 2400 -j $(JOBS)
 
 # The GPU tests under the validation layer's GPU-assisted mode
 # (KVRT_VALIDATION=gpu): every kernel is instrumented and any access outside

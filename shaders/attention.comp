@@ -531,7 +531,7 @@ void main() {
             float m_new = m[r];
             [[unroll]] for (uint b = 0u; b < CELLS; ++b) {
                 x[b] = group_sum(s[b][r]);
-                if (HAS_SOFTCAP) x[b] = pc.softcap * tanh(x[b] / pc.softcap);
+                if (HAS_SOFTCAP) x[b] = pc.softcap * tanh(KVRT_FDIV(x[b], pc.softcap));
                 x[b] -= slope[r] * abs(float(r_pos[r] - cpos[b]));  // ALiBi, as GGML fills its mask
                 if (vis[b][r]) m_new = max(m_new, x[b]);
             }

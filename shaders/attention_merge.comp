@@ -57,7 +57,7 @@ void main() {
                         const float ms = partials[p];
                         if (ms > -1.0 / 0.0) a += partials[p + 2u + d] * exp(ms - big);
                     }
-                    a /= sum;
+                    a = KVRT_FDIV(a, sum);
                 }
                 o[k] = a;
             }
@@ -72,7 +72,7 @@ void main() {
                     const float ms = partials[p];
                     if (ms > -1.0 / 0.0) a += partials[p + 2u + d] * exp(ms - big);
                 }
-                a /= sum;
+                a = KVRT_FDIV(a, sum);
             }
             out_words[out_row + head * pc.out_head_stride + d] = floatBitsToUint(a);
         }

@@ -270,7 +270,7 @@ void main() {
             if (!v) continue;
             float x = 0.0;
             [[unroll]] for (uint d = 0u; d < D_K; ++d) x += q[d] * tile_k[d * T + t];
-            if (HAS_SOFTCAP) x = pc.softcap * tanh(x / pc.softcap);
+            if (HAS_SOFTCAP) x = pc.softcap * tanh(KVRT_FDIV(x, pc.softcap));
             x -= slope * abs(float(qpos - cpos));  // ALiBi, as GGML fills its mask
             if (x > m) {
                 const float corr = exp(m - x);

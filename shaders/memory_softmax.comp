@@ -67,7 +67,7 @@ void main() {
         barrier();
     }
     const float gmax = s_max[0];
-    const float inv = 1.0 / s_sum[0];
+    const float inv = KVRT_FDIV(1.0, s_sum[0]);
     for (uint k = lane; k < pc.m8; k += wg) {
         vec4 lo, hi;
         load_scores(rs, k, sc, lo, hi);

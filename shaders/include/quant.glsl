@@ -33,13 +33,32 @@ uint kvrt_f32_to_f16(float f) {
     return sign | h;
 }
 
-// a / b correctly rounded in practice: Vulkan allows 2.5 ulp for division, so
-// refine the quotient with one fused Newton step.
+// a / b correctly rounded in practice, on any conformant device. Vulkan
+// allows division 2.5 ulp, so the quotient q of a * (1 / b) gets one Newton
+// step, q + (a - q b) / b, whose remainder a - q b is exact. That takes no
+// fma (the spec lets fma round twice): both factors are scaled to [0.5, 1)
+// (frexp, ldexp: exact), their product split exactly into p + e with
+// correctly rounded multiplications and additions only (Dekker: each factor
+// cut into halves of 12 bits), and a - p is exact as p is within a few ulps
+// of a.
 float kvrt_div(float a, float b) {
-    precise float r = 1.0 / b;
+    precise float r = KVRT_FDIV(1.0, b);
     precise float q = a * r;
-    precise float e = fma(-q, b, a);
-    return fma(e, r, q);
+    if (q == 0.0 || isinf(q) || isnan(q)) return q;
+    int qe, be;
+    const float qm = frexp(q, qe), bm = frexp(b, be);
+    precise float am = ldexp(a, -(qe + be));
+    precise float p = qm * bm;
+    precise float cq = 4097.0 * qm;
+    precise float qh = cq - (cq - qm);
+    precise float ql = qm - qh;
+    precise float cb = 4097.0 * bm;
+    precise float bh = cb - (cb - bm);
+    precise float bl = bm - bh;
+    precise float e = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl;
+    precise float rem = (am - p) - e;
+    precise float fix = ldexp(rem, qe + be) * r;
+    return q + fix;
 }
 
 // C's roundf: halves away from zero. (round() may round halves either way, and

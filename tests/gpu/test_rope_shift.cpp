@@ -180,9 +180,13 @@ TEST_CASE("attention after a context shift equals attention over the cache rebui
             // Deferred RoPE never touches K: identical to the fresh cache
             // (measured). In place: the rotation's rounding (F32, F16) or a
             // second quantization's noise, measured F32 3.4e-14 to 4.1e-14,
-            // F16 6.9e-8, Q8_0 6.6e-5, Q4_0 1.27e-2.
+            // F16 6.9e-8, Q8_0 6.6e-5, Q4_0 1.27e-2. F32's bound leaves room
+            // for the softmax's exp at the worst precision Vulkan allows
+            // (3 + 2|x| ulp; make test-spec-min measured 2.3e-13 to 2.8e-13):
+            // the two caches' scores differ in their last bits, and so do the
+            // errors of their exponentials.
             const double bound = deferred                    ? 1e-12
-                                 : t == KVRT_TYPE_F32  ? 1.5e-13
+                                 : t == KVRT_TYPE_F32  ? 1e-12
                                  : t == KVRT_TYPE_F16  ? 2e-7
                                                        : format_bound(t);
             CHECK(vs_fresh <= bound);
