@@ -766,7 +766,9 @@ typedef enum kvrt_cache_flag_bits {
      * rotates each cell's K by its current position. Shifts (seq_add,
      * seq_div, context shifts) then change metadata only and never touch K,
      * so repeated shifts add no error. Queries are rotated by the engine as
-     * usual. */
+     * usual. The rotation is exact to a few f32 roundings at any position
+     * (composed from a table of angles the cache computes once in double,
+     * 4,096 bytes per rotated dimension; never the device's sin and cos). */
     KVRT_CACHE_DEFERRED_ROPE = 0x00000001,
     KVRT_CACHE_FLAG_MAX_ENUM = 0x7FFFFFFF
 } kvrt_cache_flag_bits;
@@ -922,7 +924,8 @@ typedef struct kvrt_cache_estimate {
      * cell, in pieces padded the same way, and, for the cell and paged layouts
      * with max_seqs > 1 whose metadata fits one binding, 4 bytes per cell for
      * the per-sequence lists of cells that attention reads (see
-     * kvrt_cache_attention). Equals the growth of
+     * kvrt_cache_attention), and, with KVRT_CACHE_DEFERRED_ROPE, 4,096 bytes
+     * per rotated dimension for its table of angles. Equals the growth of
      * kvrt_context_stats.device_bytes on creation, up to the driver's own
      * allocation rounding. */
     KVRT_ALIGN8 uint64_t device_bytes;

@@ -82,6 +82,23 @@ TEST_CASE("the metadata mirror grows with max_seqs and splits into binding-sized
     CHECK(kv::CacheGeometry::from_desc(&d, 4096, &g) == KVRT_ERROR_INVALID_ARGUMENT);
 }
 
+TEST_CASE("deferred RoPE adds its table of angles, 4,096 bytes per rotated dim", "[geometry]") {
+    kv::CacheGeometry plain, deferred;
+    kvrt_cache_desc d = desc(2, 4, 128, KVRT_TYPE_F16, 1000);
+    REQUIRE(kv::CacheGeometry::from_desc(&d, 128 << 20, &plain) == KVRT_SUCCESS);
+    CHECK(plain.rope_table_bytes == 0);
+    d.flags = KVRT_CACHE_DEFERRED_ROPE;
+    REQUIRE(kv::CacheGeometry::from_desc(&d, 128 << 20, &deferred) == KVRT_SUCCESS);
+    // 4 digits x 256 values x 64 pairs x (cos, sin) in f32.
+    CHECK(deferred.rope_table_bytes == 4u * 256 * 64 * 8);
+    CHECK(deferred.device_bytes == plain.device_bytes + 4096u * 128);
+    kvrt_rope_desc r = KVRT_ROPE_DESC_INIT;
+    r.n_rot = 32;
+    d.next = &r;
+    REQUIRE(kv::CacheGeometry::from_desc(&d, 128 << 20, &deferred) == KVRT_SUCCESS);
+    CHECK(deferred.rope_table_bytes == 4096u * 32);
+}
+
 TEST_CASE("layers split into binding-sized pieces without splitting rows", "[geometry]") {
     kv::CacheGeometry g;
     // 8 heads x 128 x f16 = 2 KiB rows; 1 MiB binding -> 512 cells per piece.
