@@ -54,6 +54,15 @@ const std::vector<KernelVariant>& kernel_variants() {
     return variants;
 }
 
+std::vector<KernelVariant> pick_and_forced_variants() {
+    std::vector<KernelVariant> variants{{0, "kvrt's pick"}};
+    if (std::getenv("KVRT_KERNELS")) return variants;
+    variants.push_back({KVRT_CONTEXT_PORTABLE_KERNELS, "portable"});
+    variants.push_back({KVRT_CONTEXT_TILED_KERNELS, "tiled"});
+    if (kernel_variants().size() > 1) variants.push_back(kernel_variants()[1]);
+    return variants;
+}
+
 uint64_t GpuContext::validation_errors() const {
     kvrt_context_stats stats = KVRT_CONTEXT_STATS_INIT;
     if (kvrt_context_get_stats(ctx_, &stats) != KVRT_SUCCESS) return UINT64_MAX;

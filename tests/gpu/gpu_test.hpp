@@ -50,6 +50,10 @@ struct KernelVariant {
 // for every context, so the list is that one choice.
 const std::vector<KernelVariant>& kernel_variants();
 
+// kvrt's own pick of kernels, then each kernel forced: portable, tiled and
+// shuffle where the device has it. KVRT_KERNELS, when set, decides alone.
+std::vector<KernelVariant> pick_and_forced_variants();
+
 // Runs the enclosing test case once per kernel variant of kernel_variants()
 // (Catch's GENERATE) and names the variant in every failure: declares
 // `variant`, whose flags go to the test's GpuContext. Use it once, at the top

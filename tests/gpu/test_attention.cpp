@@ -6,7 +6,6 @@
 #include "attention_check.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 #include "api/handles.hpp"
@@ -16,17 +15,6 @@
 using namespace kvrt_test;
 
 namespace {
-
-// kvrt's own pick of kernels, then each kernel forced: portable, tiled and
-// shuffle where the device has it. KVRT_KERNELS, when set, decides alone.
-std::vector<KernelVariant> pick_and_forced() {
-    std::vector<KernelVariant> variants{{0, "kvrt's pick"}};
-    if (std::getenv("KVRT_KERNELS")) return variants;
-    variants.push_back({KVRT_CONTEXT_PORTABLE_KERNELS, "portable"});
-    variants.push_back({KVRT_CONTEXT_TILED_KERNELS, "tiled"});
-    if (kernel_variants().size() > 1) variants.push_back(kernel_variants()[1]);
-    return variants;
-}
 
 // Whether `ctx` built an attention pipeline for K of type `k` that reads
 // lists of cells (attention.comp OPTS bit 3, specialization constant 9).
@@ -157,7 +145,7 @@ TEST_CASE("over many sequences, each tile reads its queries' runs of cells and m
     // a sequence that empties and starts again elsewhere, one that shares
     // another's cells far from its own (seq_cp), cells moved by compaction,
     // and tokens placed after it.
-    for (const KernelVariant& variant : pick_and_forced()) {
+    for (const KernelVariant& variant : pick_and_forced_variants()) {
         INFO("kernels: " << variant.name);
         GpuContext ctx(variant.flags);
         AttnCase c;
@@ -197,7 +185,7 @@ TEST_CASE("sequences stored in turns read their own cells from lists that follow
     // (shared prefix cells included) and be rebuilt after anything changes:
     // here attention runs between the edits, and the last edit's lists are
     // first recorded into a stream that is dropped unsubmitted.
-    for (const KernelVariant& variant : pick_and_forced()) {
+    for (const KernelVariant& variant : pick_and_forced_variants()) {
         INFO("kernels: " << variant.name);
         GpuContext ctx(variant.flags);
         AttnCase c;

@@ -155,19 +155,10 @@ bool print_table() {
     return e && *e == '1';
 }
 
-std::vector<KernelVariant> every_kernel() {
-    std::vector<KernelVariant> v{{0, "kvrt's pick"}};
-    if (std::getenv("KVRT_KERNELS")) return v;
-    v.push_back({KVRT_CONTEXT_PORTABLE_KERNELS, "portable"});
-    v.push_back({KVRT_CONTEXT_TILED_KERNELS, "tiled"});
-    if (kernel_variants().size() > 1) v.push_back(kernel_variants()[1]);
-    return v;
-}
-
 }  // namespace
 
 TEST_CASE("deferred RoPE attention is exact at any position up to 2^24 and beyond", "[shift][rope-far]") {
-    const KernelVariant variant = GENERATE(from_range(every_kernel()));
+    const KernelVariant variant = GENERATE(from_range(pick_and_forced_variants()));
     INFO("kernels: " << variant.name);
     GpuContext ctx(variant.flags);
     const std::vector<float> raw_k = random_values(size_t{kTokens} * kKvHeads * kDim, 11);
