@@ -406,3 +406,28 @@ func (c *Context) PipelineCache() ([]byte, error) {
 		return buf[:int(n)], nil
 	}
 }
+
+// Tuning returns what kvrt picked for the context's device: one "name value"
+// line per choice (attention kernel variant, workgroups, lane groups, tiles,
+// splits, the device profile in force), as kvrt_context_get_tuning gives it.
+// Safe for concurrent use.
+func (c *Context) Tuning() (string, error) {
+	const op = "kvrt_context_get_tuning"
+	g, err := c.lock(op)
+	if err != nil {
+		return "", err
+	}
+	defer g.unlock()
+	defer runtime.KeepAlive(c)
+	var size C.uint64_t
+	if err := call(op, func() C.kvrt_result { return C.kvrt_context_get_tuning(c.handle(), nil, &size) }); err != nil {
+		return "", err
+	}
+	buf := make([]byte, int(size))
+	if err := call(op, func() C.kvrt_result {
+		return C.kvrt_context_get_tuning(c.handle(), (*C.char)(unsafe.Pointer(&buf[0])), &size)
+	}); err != nil {
+		return "", err
+	}
+	return string(buf[:len(buf)-1]), nil
+}

@@ -3,6 +3,7 @@ package kvrt_test
 import (
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -177,6 +178,11 @@ func TestDevicesAndInfo(t *testing.T) {
 	}
 	if _, err := ctx.PipelineCache(); err != nil {
 		t.Fatal(err)
+	}
+	tuning, err := ctx.Tuning()
+	must(t, err)
+	if !strings.Contains(tuning, "device "+info.Name+"\n") || !strings.Contains(tuning, "\nattention.kernel ") {
+		t.Fatalf("tuning text %q", tuning)
 	}
 }
 

@@ -72,7 +72,8 @@
  *   it are Safe, with one another and with calls on its objects:
  *   kvrt_buffer_create, kvrt_buffer_import_vulkan, kvrt_stream_create,
  *   kvrt_cache_create, kvrt_memory_create, kvrt_context_get_device_info,
- *   kvrt_context_get_stats, kvrt_context_get_pipeline_cache and the
+ *   kvrt_context_get_stats, kvrt_context_get_pipeline_cache,
+ *   kvrt_context_get_tuning and the
  *   *_estimate_size functions. kvrt_context_destroy needs every other call
  *   on the context and on its objects to have returned.
  * - A destroy function needs only the object it destroys; other objects of
@@ -338,7 +339,9 @@ typedef enum kvrt_device_feature_bits {
     KVRT_DEVICE_FEATURE_STORAGE_16BIT = 0x00000008,  /* 16-bit storage buffer access */
     KVRT_DEVICE_FEATURE_STORAGE_8BIT = 0x00000010,   /* 8-bit storage buffer access */
     KVRT_DEVICE_FEATURE_TIMESTAMPS = 0x00000020,     /* compute queue timestamps */
-    KVRT_DEVICE_FEATURE_UNIFIED_MEMORY = 0x00000040, /* device-local memory is host-visible */
+    /* the largest device-local heap is host-visible: kvrt maps its buffers
+     * instead of staging (not a discrete GPU's small BAR heap) */
+    KVRT_DEVICE_FEATURE_UNIFIED_MEMORY = 0x00000040,
     KVRT_DEVICE_FEATURE_SHADER_INT64 = 0x00000080,   /* 64-bit integer arithmetic */
     KVRT_DEVICE_FEATURE_MAX_ENUM = 0x7FFFFFFF
 } kvrt_device_feature_bits;
@@ -476,7 +479,11 @@ typedef struct kvrt_context_stats {
     const void* next;
     KVRT_ALIGN8 uint64_t validation_errors;   /* validation-layer errors seen so far */
     KVRT_ALIGN8 uint64_t validation_warnings;
-    KVRT_ALIGN8 uint64_t device_bytes;        /* device memory held by kvrt now */
+    /* device memory held by kvrt now: buffers, arenas and staging buffers
+     * kept for reuse; memory freed while the device still used it (after a
+     * call that failed, or timed out, with work in flight) counts until the
+     * device has finished with it */
+    KVRT_ALIGN8 uint64_t device_bytes;
     KVRT_ALIGN8 uint64_t peak_device_bytes;   /* most device memory held at once */
     KVRT_ALIGN8 uint64_t submissions;         /* queue submissions made so far */
 } kvrt_context_stats;
@@ -488,6 +495,16 @@ typedef struct kvrt_context_stats {
  * writes the number filled to *count, and returns KVRT_ERROR_INVALID_ARGUMENT
  * with the detail "array too small" if there were more. Fails with
  * KVRT_ERROR_UNSUPPORTED when no Vulkan loader or no device is present.
+ *
+ * For tests: the environment variable KVRT_DEVICE_PROFILE=<name> shows every
+ * device, here and to the contexts created on it, as a real GPU's published
+ * properties make it (nvidia-rtx-5080, amd-rx-9070-xt, intel-arc-a770,
+ * apple-m1, adreno-740, mali-g710, vulkan-minimum): the smaller of each limit,
+ * only the features and subgroup operations both have, the GPU's device
+ * type; vendor and device IDs, subgroup size and timestamp period stay the
+ * device's. A name
+ * that is not a profile fails here and in kvrt_context_create with
+ * KVRT_ERROR_INVALID_ARGUMENT (docs/device-profiles.md).
  * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* count);
 
@@ -496,7 +513,7 @@ KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* c
  * all defaults; it accepts a kvrt_pipeline_cache_desc on its chain. Fails
  * with KVRT_ERROR_INVALID_ARGUMENT for a NULL `out_context`, a wrong
  * desc->type, a bad chain, unknown or conflicting flags, or a bad
- * KVRT_KERNELS; KVRT_ERROR_UNSUPPORTED when there is no Vulkan loader, no
+ * KVRT_KERNELS or KVRT_DEVICE_PROFILE; KVRT_ERROR_UNSUPPORTED when there is no Vulkan loader, no
  * matching device, a requested layer is missing, or the device cannot run
  * the kernels forced by KVRT_CONTEXT_SHUFFLE_KERNELS or KVRT_KERNELS;
  * KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY when Vulkan runs out;
@@ -532,6 +549,19 @@ KVRT_API kvrt_result kvrt_context_get_stats(kvrt_context context, kvrt_context_s
  * or KVRT_ERROR_OUT_OF_HOST_MEMORY. Thread-safety: Safe (kernels that other
  * threads compile meanwhile may or may not be included). */
 KVRT_API kvrt_result kvrt_context_get_pipeline_cache(kvrt_context context, void* data, uint64_t* size);
+
+/* What kvrt picked for the context's device, as text: one "name value" line
+ * per choice (the attention kernel variant, workgroup sizes, lane groups and
+ * tile sizes for heads of 64 and 128 values, split limits, the fixed-capacity
+ * memory's kernels, whether buffers are mapped, the device profile in force;
+ * `kvrt info --tuning` prints it). The names are stable; the values follow
+ * the device and kvrt's version. With `text` NULL, writes the size needed
+ * (with the terminating NUL) to *size. Otherwise writes the NUL-terminated
+ * text if *size holds it, and the size needed to *size in any case; fails
+ * with KVRT_ERROR_INVALID_ARGUMENT ("buffer too small", nothing written) when
+ * it does not. Fails with KVRT_ERROR_INVALID_HANDLE, or
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL `size`. Thread-safety: Safe. */
+KVRT_API kvrt_result kvrt_context_get_tuning(kvrt_context context, char* text, uint64_t* size);
 
 /* ========================================================================== */
 /* Buffers                                                                    */

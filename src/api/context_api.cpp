@@ -119,6 +119,8 @@ KVRT_API kvrt_result kvrt_context_get_stats(kvrt_context context, kvrt_context_s
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(context, Kind::Context, "context"));
         KVRT_TRY(check_struct("stats", stats, KVRT_STRUCT_TYPE_CONTEXT_STATS));
+        // Memory whose last use the device has finished counts as freed.
+        context->ctx->retire();
         context->ctx->fill_stats(stats);
         return KVRT_SUCCESS;
     });

@@ -148,11 +148,14 @@ Result Memory::run(vk::Stream* stream, MemoryOp op, const MemoryBatch& b) {
     if (op != MemoryOp::Read) undo_to_now(tx);
     KVRT_TRY(record(tx.stream(), op, b, runs));
     KVRT_TRY(tx.submit());
-    // Host outputs are part of the call: a failed download undoes it too.
+    // Host outputs are part of the call: a failed download undoes it too,
+    // and leaves the caller's output as it was (the layers come down into a
+    // copy first: a staged download can fail after some of them).
     if (!stream && reads && b.out.host_out) {
-        auto* dst = static_cast<uint8_t*>(b.out.host_out);
+        std::vector<uint8_t> host(static_cast<size_t>(n_layers) * out_layer_bytes);
         for (uint32_t l = 0; l < n_layers; ++l)
-            KVRT_TRY(host_out_->download(l * host_out_stride_, dst + l * out_layer_bytes, out_layer_bytes));
+            KVRT_TRY(host_out_->download(l * host_out_stride_, host.data() + l * out_layer_bytes, out_layer_bytes));
+        std::memcpy(b.out.host_out, host.data(), host.size());
     }
     tx.commit();
     return KVRT_SUCCESS;

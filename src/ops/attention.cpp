@@ -217,7 +217,9 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
           shape.deferred ? shape.n_rot : 0u,
           shape.deferred && shape.neox ? 1u : 0u, vec4,
           opts},
-         lanes.required_subgroup, lanes.full_subgroups},
+         lanes.required_subgroup, lanes.full_subgroups,
+         // attention_tiled.comp: a tile of f32 K and V rows, their positions and cells.
+         plan.tiled ? (shape.head_dim_k + shape.head_dim_v + 2) * plan.tile_cells * 4 : 0u},
         &attn));
     KVRT_TRY(stream.context().pipelines().get(
         {shape.out_type == KVRT_TYPE_F16 ? "attn_merge_f16" : "attn_merge_f32", 3, uint32_t{sizeof(MergePush)},

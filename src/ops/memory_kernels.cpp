@@ -12,8 +12,10 @@ namespace {
 
 template <class Push>
 Result get(vk::Context& ctx, const std::string& name, uint32_t n_bindings, uint32_t workgroup,
-           const vk::Pipeline** out) {
-    return ctx.pipelines().get({name, n_bindings, uint32_t{sizeof(Push)}, {workgroup}}, out);
+           const vk::Pipeline** out, uint32_t shared_bytes = 0) {
+    vk::PipelineKey key{name, n_bindings, uint32_t{sizeof(Push)}, {workgroup}};
+    key.shared_bytes = shared_bytes;
+    return ctx.pipelines().get(key, out);
 }
 
 }  // namespace
@@ -31,7 +33,8 @@ Result get_pipelines(vk::Context& ctx, bool state_f16, Pipelines* out) {
     p.max_groups = t.memory_max_groups;
     KVRT_TRY(get<PackPush>(ctx, "memory_pack", 3, wg, &p.pack));
     KVRT_TRY(get<ScoresPush>(ctx, "memory_scores" + v, 2, wg, &p.scores));
-    KVRT_TRY(get<SoftmaxPush>(ctx, "memory_softmax" + v, 1, softmax_wg, &p.softmax));
+    // memory_softmax.comp: a float maximum and a float sum per invocation.
+    KVRT_TRY(get<SoftmaxPush>(ctx, "memory_softmax" + v, 1, softmax_wg, &p.softmax, softmax_wg * 8));
     KVRT_TRY(get<UpdatePush>(ctx, std::string("memory_update") + (state_f16 ? "_f16" : "") + v, 3, wg, &p.update));
     KVRT_TRY(get<IntraPush>(ctx, "memory_intra" + v, 1, wg, &p.intra));
     KVRT_TRY(get<ReadPush>(ctx, "memory_read" + v, 2, wg, &p.read));

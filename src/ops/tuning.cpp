@@ -1,6 +1,7 @@
 #include "ops/tuning.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "vk/context.hpp"
 #include "vk/device.hpp"
@@ -42,8 +43,9 @@ Tuning Tuning::of(const vk::Context& ctx) {
 }
 
 uint32_t Tuning::attn_tile_cells(uint32_t dk, uint32_t dv) const {
-    // K and V values and one position per cell.
-    const uint64_t per_cell = (uint64_t{dk} + dv) * 4 + 4;
+    // f32 K and V values, a position and a cell index per cell
+    // (attention_tiled.comp's tile).
+    const uint64_t per_cell = (uint64_t{dk} + dv) * 4 + 8;
     return static_cast<uint32_t>(std::min<uint64_t>(attn_tiled_max_cells, shared_memory_bytes / per_cell));
 }
 
@@ -72,6 +74,55 @@ Tuning::Lanes Tuning::attn_lanes(uint32_t octets) const {
     if (subgroup_require && subgroup_max_per_workgroup > 0)
         l.workgroup = std::min(l.workgroup, subgroup * subgroup_max_per_workgroup);
     return l;
+}
+
+std::string Tuning::describe(const vk::Context& ctx) const {
+    const vk::PhysicalDeviceInfo& dev = ctx.info();
+    std::string out;
+    const auto line = [&out](const char* name, const char* fmt, auto... values) {
+        char value[320];
+        std::snprintf(value, sizeof value, fmt, values...);
+        out += name;
+        out += ' ';
+        out += value;
+        out += '\n';
+    };
+    line("device", "%s", dev.props.deviceName);
+    line("profile", "%s", dev.profile.empty() ? "none" : dev.profile.c_str());
+    if (dev.profile_subgroup_size)
+        line("profile.subgroup_size", "%u (runs with %u)", dev.profile_subgroup_size, dev.subgroup_size);
+    line("cpu", "%s", cpu ? "yes" : "no");
+    line("subgroup.size", "%u", subgroup_size);
+    line("subgroup.range", "%u-%u", subgroup_min, subgroup_max);
+    line("subgroup.require", "%s", subgroup_require ? "yes" : "no");
+    line("subgroup.full", "%s", subgroup_full ? "yes" : "no");
+    const char* kernel = attn_tiled_forced ? "tiled" : attn_wide ? "wide" : attn_portable ? "portable" : "shuffle";
+    line("attention.kernel", "%s", kernel);
+    line("attention.workgroup", "%u", attn_workgroup);
+    for (const uint32_t d : {64u, 128u}) {
+        const Lanes l = attn_lanes(d / 8);
+        char name[48];
+        std::snprintf(name, sizeof name, "attention.lanes.d%u", d);
+        line(name, "%u (workgroup %u, required subgroup %u, full %s)", l.lanes, l.workgroup, l.required_subgroup,
+             l.full_subgroups ? "yes" : "no");
+        std::snprintf(name, sizeof name, "attention.tile_cells.d%u", d);
+        line(name, "%u", attn_tile_cells(d, d));
+    }
+    line("attention.target_groups", "%u", attn_target_groups);
+    line("attention.split_cells", "%u-%u", attn_min_split_cells, attn_max_split_cells);
+    line("attention.tiled.min_rows", "%s",
+         attn_tiled_min_rows == UINT32_MAX ? "never" : std::to_string(attn_tiled_min_rows).c_str());
+    line("attention.tiled.target_groups", "%u", attn_tiled_target_groups);
+    line("memory.kernel", "%s", memory_wide ? "wide" : "portable");
+    line("memory.softmax_workgroup", "%u", memory_softmax_workgroup);
+    line("rows.workgroup", "%u", rows_workgroup);
+    line("shift.cells_per_group", "%u", shift_cells_per_group);
+    line("transfer.workgroup", "%u", transfer_workgroup);
+    line("shared_memory", "%u", shared_memory_bytes);
+    line("max_binding", "%llu", static_cast<unsigned long long>(ctx.max_binding_bytes()));
+    line("mapped_memory", "%s", !ctx.options().force_staging && dev.unified_memory ? "yes" : "no");
+    line("timestamps", "%u bits", dev.timestamp_valid_bits);
+    return out;
 }
 
 }  // namespace kvrt::ops

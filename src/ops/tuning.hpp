@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace kvrt::vk {
 class Context;
@@ -145,6 +146,10 @@ struct Tuning {
         uint32_t workgroup = 64;
     };
     Lanes attn_lanes(uint32_t octets) const;
+    // The choices as text, one "name value" line each (kvrt_context_get_tuning,
+    // kvrt info): the kernel variants, workgroups, splits, tiles and lane
+    // groups for heads of 64 and 128 values, and the device they are for.
+    std::string describe(const vk::Context& ctx) const;
     // Cells per tile of the tiled kernel for heads of dk and dv values: the
     // most (up to attn_tiled_max_cells) whose f32 K and V fit the shared
     // memory; 0 when not even one does.

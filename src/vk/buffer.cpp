@@ -148,9 +148,19 @@ Result Buffer::zero() {
         }
         return KVRT_SUCCESS;
     }
-    return ctx_.run_now([this](VkCommandBuffer cb) {
+    // Not waited for on kvrt's own device: every later command buffer of its
+    // queue begins with a barrier on all work submitted before it, so the
+    // fill comes first, and the host never maps this memory. (A call that
+    // creates a buffer does not wait, or time out, before its own work.) On
+    // an application's device, whose other queues may run kvrt's recordings,
+    // the fill is waited for. Either way the buffer's release waits for it.
+    const auto fill = [this](VkCommandBuffer cb) {
         for (const Piece& p : pieces_) ctx_.fn().vkCmdFillBuffer(cb, p.buffer, 0, VK_WHOLE_SIZE, 0);
-    });
+    };
+    Serial serial = 0;
+    const Result r = ctx_.imported() ? ctx_.run_now(fill, &serial) : ctx_.run_async(fill, &serial);
+    if (serial) mark_used(serial, false);
+    return r;
 }
 
 Result Buffer::flush_mapped() {
@@ -319,12 +329,18 @@ Result Buffer::staged_copy(uint64_t offset, uint64_t size, bool to_device, void*
             regions.emplace_back(pi, c);
             done += n;
         }
-        r = ctx_.run_now([&](VkCommandBuffer cb) {
-            for (const auto& [pi, c] : regions) {
-                if (to_device) ctx_.fn().vkCmdCopyBuffer(cb, staging.buffer, pieces_[pi].buffer, 1, &c);
-                else ctx_.fn().vkCmdCopyBuffer(cb, pieces_[pi].buffer, staging.buffer, 1, &c);
-            }
-        });
+        Serial serial = 0;
+        r = ctx_.run_now(
+            [&](VkCommandBuffer cb) {
+                for (const auto& [pi, c] : regions) {
+                    if (to_device) ctx_.fn().vkCmdCopyBuffer(cb, staging.buffer, pieces_[pi].buffer, 1, &c);
+                    else ctx_.fn().vkCmdCopyBuffer(cb, pieces_[pi].buffer, staging.buffer, 1, &c);
+                }
+            },
+            &serial);
+        // The copy names this buffer until it completes, also when the wait
+        // fails: its release waits for it.
+        if (serial) mark_used(serial, false);
         if (r != KVRT_SUCCESS) {
             idle = false;  // the copy may have been submitted and still run
             break;

@@ -8,6 +8,7 @@
 #include "core/fault.hpp"
 #include "kvrt/kvrt_vulkan.h"
 #include "vk/pipeline.hpp"
+#include "vk/profile.hpp"
 
 namespace kvrt::vk {
 
@@ -128,9 +129,12 @@ Result list_physical_devices(const InstanceFns& ifn, VkInstance instance, uint32
     std::vector<VkPhysicalDevice> pds(n);
     KVRT_VK_CHECK(ifn.vkEnumeratePhysicalDevices(instance, &n, pds.data()));
     out->clear();
+    const DeviceProfile* profile = nullptr;
+    KVRT_TRY(device_profile_from_env(&profile));
     for (uint32_t i = 0; i < n; ++i) {
         PhysicalDeviceInfo info;
         KVRT_TRY(query_physical_device(ifn, pds[i], i, api, &info));
+        if (profile) apply_device_profile(*profile, &info);
         out->push_back(std::move(info));
     }
     return KVRT_SUCCESS;
@@ -375,6 +379,9 @@ Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_d
                     d.queue_family_index);
     ctx->info_.compute_family = d.queue_family_index;
     ctx->info_.timestamp_valid_bits = fams[d.queue_family_index].timestampValidBits;
+    const DeviceProfile* profile = nullptr;
+    KVRT_TRY(device_profile_from_env(&profile));
+    if (profile) apply_device_profile(*profile, &ctx->info_);
 
     // Only what the app says it enabled may be used.
     FeatureSet en;
@@ -427,6 +434,17 @@ Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_d
             }
         }
     }
+    // Under a device profile, only what it has too.
+    const FeatureSet& sup = ctx->info_.supported;
+    en.shader_float16 = en.shader_float16 && sup.shader_float16;
+    en.shader_int8 = en.shader_int8 && sup.shader_int8;
+    en.shader_int16 = en.shader_int16 && sup.shader_int16;
+    en.shader_int64 = en.shader_int64 && sup.shader_int64;
+    en.storage_16bit = en.storage_16bit && sup.storage_16bit;
+    en.storage_8bit = en.storage_8bit && sup.storage_8bit;
+    en.timeline_semaphore = en.timeline_semaphore && sup.timeline_semaphore;
+    en.subgroup_size_control = en.subgroup_size_control && sup.subgroup_size_control;
+    en.compute_full_subgroups = en.compute_full_subgroups && sup.compute_full_subgroups;
     ctx->enabled_ = en;
     ctx->device_ = d.device;
     ctx->queue_ = d.queue;
@@ -567,21 +585,27 @@ bool Context::wait_idle_for_destruction() {
 Result Context::device_memory_type(uint32_t type_bits, uint32_t* out_index, bool* out_mappable,
                                    bool* out_coherent) const {
     // Preference: device-local and host-visible (mapped, no staging) unless
-    // staging is forced; then device-local; then anything.
+    // staging is forced or the device (or its profile) has no such type;
+    // then device-local; then anything.
+    const bool map_device = !options_.force_staging && info_.unified_memory;
     int best = -1, best_score = -1;
     for (uint32_t t = 0; t < memory_.memoryTypeCount; ++t) {
         if (!(type_bits & (1u << t))) continue;
         const VkMemoryPropertyFlags f = memory_.memoryTypes[t].propertyFlags;
         int score = 0;
         if (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) score += 4;
-        if (!options_.force_staging && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) score += 2;
-        if (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) score += 1;
+        if (map_device) {
+            if (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) score += 2;
+            if (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) score += 1;
+        } else if (!(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) {
+            score += 1;  // plain device memory, not a small BAR heap
+        }
         if (score > best_score) { best = static_cast<int>(t); best_score = score; }
     }
     if (best < 0) return fail(KVRT_ERROR_UNSUPPORTED, "no memory type for a storage buffer");
     const VkMemoryPropertyFlags f = memory_.memoryTypes[best].propertyFlags;
     *out_index = static_cast<uint32_t>(best);
-    *out_mappable = !options_.force_staging && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
+    *out_mappable = map_device && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
     *out_coherent = f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     return KVRT_SUCCESS;
 }

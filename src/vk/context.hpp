@@ -152,7 +152,7 @@ public:
     // aborts compiling the conversion (shaders/include/common.glsl).
     bool soft_f16() const {
 #if defined(__aarch64__) || defined(__arm__)
-        return info_.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+        return info_.cpu_driver;
 #else
         return false;
 #endif
@@ -187,6 +187,9 @@ public:
     // Non-blocking: has submission `serial` completed? Also retires finished
     // submissions.
     bool is_done(Serial serial);
+    // Non-blocking: retires the submissions that finished, running the
+    // releases that waited for them.
+    void retire();
     // Waits for every submission (used before destruction).
     Result wait_all(uint64_t timeout_ns);
     // The newest serial given out so far.
@@ -199,7 +202,13 @@ public:
     void release_after(Serial serial, std::function<void()> release);
 
     // Records a one-off command buffer with `record`, submits it and waits.
-    Result run_now(const std::function<void(VkCommandBuffer)>& record);
+    // `submitted` (may be NULL) gets its serial once it is submitted, also
+    // when the wait then fails: the buffers it names must outlive it.
+    Result run_now(const std::function<void(VkCommandBuffer)>& record, Serial* submitted = nullptr);
+    // The same without the wait: `submitted` gets the serial. Later command
+    // buffers of kvrt's queue begin with a barrier on everything submitted
+    // before, so they see its writes.
+    Result run_async(const std::function<void(VkCommandBuffer)>& record, Serial* submitted);
 
     // --- Shared services --------------------------------------------------
     PipelineCache& pipelines() { return *pipelines_; }

@@ -17,6 +17,7 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     info.index = index;
     ifn.vkGetPhysicalDeviceProperties(pd, &info.props);
     info.api_version = std::min(info.props.apiVersion, instance_api);
+    info.cpu_driver = info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 
     uint32_t n_ext = 0;
     KVRT_VK_CHECK(ifn.vkEnumerateDeviceExtensionProperties(pd, nullptr, &n_ext, nullptr));
@@ -103,9 +104,14 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
         if (mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
             info.device_local_bytes = std::max<uint64_t>(info.device_local_bytes, mem.memoryHeaps[h].size);
     }
+    // Mapped device memory only where it is the device's memory: a
+    // device-local, host-visible type in the largest device-local heap (a
+    // discrete GPU without resizable BAR has such a type too, in a heap of
+    // about 256 MiB, too small for caches).
     for (uint32_t t = 0; t < mem.memoryTypeCount; ++t) {
         const VkMemoryPropertyFlags f = mem.memoryTypes[t].propertyFlags;
-        if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
+        if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
+            mem.memoryHeaps[mem.memoryTypes[t].heapIndex].size >= info.device_local_bytes)
             info.unified_memory = true;
     }
 

@@ -50,6 +50,13 @@ struct PhysicalDeviceInfo {
     uint32_t compute_family = UINT32_MAX;
     uint32_t timestamp_valid_bits = 0;
     std::vector<std::string> extensions;
+    // The driver runs on the CPU (lavapipe, SwiftShader), whatever a device
+    // profile makes props.deviceType say.
+    bool cpu_driver = false;
+    // With a device profile (vk/profile.hpp): its name, and the subgroup size
+    // the profiled GPU has (subgroup_size stays what this device runs).
+    std::string profile;
+    uint32_t profile_subgroup_size = 0;
 
     bool has_extension(const char* name) const;
 };

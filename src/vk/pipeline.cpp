@@ -158,6 +158,14 @@ Result PipelineCache::create(const PipelineKey& key, Pipeline* out) {
         (key.full_subgroups && !enabled.compute_full_subgroups))
         return fail(KVRT_ERROR_INTERNAL, "'%s' needs subgroup size control the device does not offer",
                     key.shader.c_str());
+    if (key.n_bindings > limits.maxPerStageDescriptorStorageBuffers ||
+        key.n_bindings > limits.maxDescriptorSetStorageBuffers)
+        return fail(KVRT_ERROR_UNSUPPORTED, "'%s' binds %u storage buffers, the device allows %u per stage and %u per set",
+                    key.shader.c_str(), key.n_bindings, limits.maxPerStageDescriptorStorageBuffers,
+                    limits.maxDescriptorSetStorageBuffers);
+    if (key.shared_bytes > limits.maxComputeSharedMemorySize)
+        return fail(KVRT_ERROR_UNSUPPORTED, "'%s' needs %u bytes of shared memory, the device has %u",
+                    key.shader.c_str(), key.shared_bytes, limits.maxComputeSharedMemorySize);
     if (key.push_bytes > limits.maxPushConstantsSize)
         return fail(KVRT_ERROR_UNSUPPORTED, "'%s' needs %u bytes of push constants, the device has %u",
                     key.shader.c_str(), key.push_bytes, limits.maxPushConstantsSize);

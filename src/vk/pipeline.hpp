@@ -33,6 +33,10 @@ struct PipelineKey {
     // it requires full subgroups (needs computeFullSubgroups).
     uint32_t required_subgroup = 0;
     bool full_subgroups = false;
+    // Bytes of workgroup-shared memory the kernel declares with these
+    // constants (checked against maxComputeSharedMemorySize; it follows from
+    // the shader and spec, so it is not part of the key's order).
+    uint32_t shared_bytes = 0;
 
     bool operator<(const PipelineKey& o) const;
 };

@@ -204,6 +204,15 @@ bool Context::is_done(Serial serial) {
     return done;
 }
 
+void Context::retire() {
+    Releases ready;
+    {
+        std::lock_guard<std::mutex> lock(timeline_mutex_);
+        retire_locked(&ready);
+    }
+    run_all(ready);
+}
+
 Result Context::wait_external_locked(std::unique_lock<std::mutex>& lock, Serial serial, uint64_t timeout_ns,
                                      bool owner, Releases* ready) {
     using clock = std::chrono::steady_clock;
@@ -347,7 +356,14 @@ void Context::release_after(Serial serial, std::function<void()> release) {
     release();
 }
 
-Result Context::run_now(const std::function<void(VkCommandBuffer)>& record) {
+Result Context::run_now(const std::function<void(VkCommandBuffer)>& record, Serial* submitted) {
+    Serial serial = 0;
+    KVRT_TRY(run_async(record, &serial));
+    if (submitted) *submitted = serial;
+    return wait(serial);
+}
+
+Result Context::run_async(const std::function<void(VkCommandBuffer)>& record, Serial* submitted) {
     VkCommandBuffer cb = VK_NULL_HANDLE;
     auto free_cb = [this, &cb]() {
         std::lock_guard<std::mutex> lock(oneoff_mutex_);
@@ -381,12 +397,12 @@ Result Context::run_now(const std::function<void(VkCommandBuffer)>& record) {
         free_cb();
         return r;
     }
-    r = wait(serial);
+    *submitted = serial;
     release_after(serial, [this, cb]() {
         std::lock_guard<std::mutex> lock(oneoff_mutex_);
         dfn_.vkFreeCommandBuffers(device_, oneoff_pool_, 1, &cb);
     });
-    return r;
+    return KVRT_SUCCESS;
 }
 
 void Context::destroy_staging(const Staging& s) {

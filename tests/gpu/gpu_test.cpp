@@ -1,12 +1,28 @@
 #include "gpu_test.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 
 #include "reference/metrics.hpp"
 
 namespace kvrt_test {
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+        had_ = true;
+        old_ = old;
+    }
+    setenv(name, value, 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+}
+
 
 GpuContext::GpuContext(kvrt_flags flags, uint64_t max_binding_bytes) {
     kvrt_context_desc desc = KVRT_CONTEXT_DESC_INIT;
@@ -100,6 +116,15 @@ uint64_t device_bytes(kvrt_context ctx) {
     kvrt_context_stats s = KVRT_CONTEXT_STATS_INIT;
     KVRT_REQUIRE_OK(kvrt_context_get_stats(ctx, &s));
     return s.device_bytes;
+}
+
+uint64_t settled_device_bytes(kvrt_context ctx, uint64_t at_most) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+        const uint64_t bytes = device_bytes(ctx);
+        if (bytes <= at_most || std::chrono::steady_clock::now() > give_up) return bytes;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
 }
 
 uint32_t same_attention(kvrt_cache a, kvrt_cache b, const AttentionGrid& grid) {

@@ -36,6 +36,20 @@ private:
     std::vector<std::string> errors_;
 };
 
+// Sets an environment variable for its scope, then restores the old value.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value);
+    ~ScopedEnv();
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    const char* name_;
+    bool had_ = false;
+    std::string old_;
+};
+
 // A kernel variant the tests run: the context flag that forces it, and its
 // name for messages.
 struct KernelVariant {
@@ -177,6 +191,10 @@ private:
 
 // Device memory the context holds now (kvrt_context_stats.device_bytes).
 uint64_t device_bytes(kvrt_context ctx);
+// The context's device bytes once they are at most `at_most`, or after 10 s
+// whatever they are: memory freed while the device still used it (a call that
+// timed out with work in flight) counts until the device finished with it.
+uint64_t settled_device_bytes(kvrt_context ctx, uint64_t at_most);
 
 // A grid of single-token queries for comparing two caches that hold the same
 // tokens in different cells: each sequence in [0, seqs) at positions 0, step,

@@ -443,6 +443,10 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
             uint64_t size = 0;
             return out(kvrt_context_get_pipeline_cache(ctx, nullptr, &size));
         }));
+        r.push_back(err("kvrt_context_get_tuning", what, hnd, N, [ctx] {
+            uint64_t size = 0;
+            return out(kvrt_context_get_tuning(ctx, nullptr, &size));
+        }));
         r.push_back(err("kvrt_buffer_create", what, hnd, N, [ctx] {
             kvrt_buffer_desc d = KVRT_BUFFER_DESC_INIT;
             d.size = 256;
@@ -485,6 +489,17 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
             uint8_t data[4] = {};
             uint64_t size = room;
             return out(kvrt_context_get_pipeline_cache(w.a, data, &size));
+        }));
+    r.push_back(err("kvrt_context_get_tuning", "size NULL", inv, N,
+                    [&w] { return out(kvrt_context_get_tuning(w.a, nullptr, nullptr)); }));
+    for (uint64_t room : {uint64_t{0}, uint64_t{1}})
+        r.push_back(err("kvrt_context_get_tuning", "room for " + std::to_string(room) + " bytes", inv, N, [&w, room] {
+            // Nothing written when the text does not fit.
+            char text[4] = {'x', 'x', 'x', 'x'};
+            uint64_t size = room;
+            Outcome o = out(kvrt_context_get_tuning(w.a, text, &size));
+            if (text[0] != 'x' || size < 2) o.r = KVRT_ERROR_INTERNAL;
+            return o;
         }));
 
     // Buffers.

@@ -30,29 +30,6 @@ kvrt_result create_with(kvrt_flags flags, kvrt_context* out) {
     return kvrt_context_create(&desc, out);
 }
 
-// Sets an environment variable for its scope, then restores the old value.
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) {
-            had_ = true;
-            old_ = old;
-        }
-        setenv(name, value, 1);
-    }
-    ~ScopedEnv() {
-        if (had_) setenv(name_, old_.c_str(), 1);
-        else unsetenv(name_);
-    }
-    ScopedEnv(const ScopedEnv&) = delete;
-    ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-private:
-    const char* name_;
-    bool had_ = false;
-    std::string old_;
-};
-
 bool pow2(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 // The lane groups of `t` for heads of 1..64 octets (8..512 dims) are sound:

@@ -59,13 +59,34 @@ std::string version(uint32_t v) {
 int cmd_info(int argc, char** argv) {
     Args args;
     std::string error;
-    if (!args.parse(argc, argv, {"json", "help"}, &error)) {
+    if (!args.parse(argc, argv, {"json", "tuning", "help"}, &error)) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 2;
     }
     if (args.has("help")) {
-        std::printf("usage: kvrt info [--json]\n  Lists the Vulkan devices and the features kvrt uses.\n");
+        std::printf(
+            "usage: kvrt info [--json] [--tuning]\n"
+            "  Lists the Vulkan devices and the features kvrt uses. --tuning also creates a\n"
+            "  context (on KVRT_DEVICE's device, or the one kvrt picks) and prints what kvrt\n"
+            "  chose for it: kernel variants, workgroups, lane groups, tiles, splits.\n"
+            "  KVRT_DEVICE_PROFILE=<name> shows a device as the named real GPU's limits and\n"
+            "  features make it (docs/device-profiles.md).\n");
         return 0;
+    }
+    std::string tuning;
+    if (args.has("tuning")) {
+        kvrt_context ctx = nullptr;
+        kvrt_result r = kvrt_context_create(nullptr, &ctx);
+        if (r != KVRT_SUCCESS) return report("creating a context", r);
+        uint64_t size = 0;
+        r = kvrt_context_get_tuning(ctx, nullptr, &size);
+        if (r == KVRT_SUCCESS) {
+            tuning.resize(size);
+            r = kvrt_context_get_tuning(ctx, tuning.data(), &size);
+            tuning.resize(size - 1);
+        }
+        kvrt_context_destroy(ctx);
+        if (r != KVRT_SUCCESS) return report("reading the context's tuning", r);
     }
     uint32_t n = 0;
     kvrt_result r = kvrt_enumerate_devices(nullptr, &n);
@@ -108,7 +129,29 @@ int cmd_info(int argc, char** argv) {
         std::printf("    push constants    %u bytes\n", d.max_push_constants_bytes);
         std::printf("    timestamp period  %g ns\n", static_cast<double>(d.timestamp_period_ns));
     }
-    if (json) std::printf("\n]}\n");
+    if (json) std::printf("\n]");
+    if (args.has("tuning")) {
+        // "name value" lines: a JSON object of strings, or an indented block.
+        std::printf(json ? ", \"tuning\": {" : "\ntuning\n");
+        size_t at = 0;
+        bool first = true;
+        while (at < tuning.size()) {
+            size_t end = tuning.find('\n', at);
+            if (end == std::string::npos) end = tuning.size();
+            const std::string row = tuning.substr(at, end - at);
+            at = end + 1;
+            const size_t space = row.find(' ');
+            const std::string name = row.substr(0, space), value = space == std::string::npos ? "" : row.substr(space + 1);
+            if (json)
+                std::printf("%s\n  \"%s\": \"%s\"", first ? "" : ",", json_escape(name).c_str(),
+                            json_escape(value).c_str());
+            else
+                std::printf("    %-30s %s\n", name.c_str(), value.c_str());
+            first = false;
+        }
+        if (json) std::printf("\n}");
+    }
+    if (json) std::printf("}\n");
     return 0;
 }
 

@@ -404,6 +404,13 @@ unsafe extern "C" {
         size: *mut u64,
     ) -> kvrt_result;
 }
+unsafe extern "C" {
+    pub fn kvrt_context_get_tuning(
+        context: kvrt_context,
+        text: *mut ::core::ffi::c_char,
+        size: *mut u64,
+    ) -> kvrt_result;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvrt_buffer_desc {

@@ -457,4 +457,19 @@ impl Context {
             return Ok(data);
         }
     }
+
+    /// What kvrt picked for this device: one `name value` line per choice
+    /// (attention kernel variant, workgroups, lane groups, tiles, splits,
+    /// the device profile in force), as `kvrt_context_get_tuning` gives it.
+    pub fn tuning(&self) -> Result<String> {
+        let mut size = 0u64;
+        // SAFETY: Safe; NULL text queries the size.
+        check(unsafe { sys::kvrt_context_get_tuning(self.inner.raw, ptr::null_mut(), &mut size) })?;
+        let len = usize::try_from(size).map_err(|_| Error::invalid("tuning text too large"))?;
+        let mut text = vec![0u8; len];
+        // SAFETY: `text` holds `size` bytes.
+        check(unsafe { sys::kvrt_context_get_tuning(self.inner.raw, text.as_mut_ptr().cast(), &mut size) })?;
+        text.truncate(len.saturating_sub(1)); // the NUL
+        String::from_utf8(text).map_err(|_| Error::invalid("tuning text is not UTF-8"))
+    }
 }

@@ -335,6 +335,9 @@ fn devices_and_pipeline_cache() {
     let ctx = context();
     let info = ctx.device_info().unwrap();
     assert!(!info.name.is_empty());
+    let tuning = ctx.tuning().unwrap();
+    assert!(tuning.starts_with(&format!("device {}\n", info.name)), "{tuning}");
+    assert!(tuning.contains("\nattention.kernel "), "{tuning}");
     let data = ctx.pipeline_cache().unwrap();
     let again = kvrt::Context::builder().pipeline_cache(data).build().unwrap();
     assert_eq!(again.device_info().unwrap().name, info.name);
