@@ -4,7 +4,9 @@
 #                through the engine (examples/llm) with its KV cache in kvrt
 #   make test    set up, build, run every test (GPU tests with validation on;
 #                test-main), the attention, tree and cell-list tests with
-#                subgroups of 4 and 16 lanes (test-subgroups), then the unit
+#                subgroups of 4 and 16 lanes (test-subgroups), GPU tests
+#                of every kernel and layout under six real GPUs' device
+#                profiles (test-profiles), then the unit
 #                and GPU tests again under ASan+UBSan (test-asan),
 #                and the threaded GPU test under ThreadSanitizer (test-tsan),
 #                and the Rust binding's tests, clippy and rustfmt (test-rust)
@@ -24,6 +26,10 @@
 #                the attention, tree and cell-list GPU tests with subgroups
 #                of 4 and 16 lanes (part of make test); test-subgroups-all:
 #                every GPU test
+#   make test-profiles
+#                GPU tests that cover every kernel and layout under the
+#                device profiles of six real GPUs (part of make test);
+#                test-profiles-all: every GPU test
 #   make test-spec-min
 #                the GPU tests against kernels built with the worst
 #                precision the Vulkan spec allows (build-spec-min/)
@@ -44,7 +50,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 
-.PHONY: all setup build test test-main test-subgroups test-subgroups-all test-spec-min test-gpu-av test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations fuzz abi-baseline clean
+.PHONY: all setup build test test-main test-subgroups test-subgroups-all test-profiles test-profiles-all test-spec-min test-gpu-av test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations fuzz abi-baseline clean
 
 all: build
 
@@ -172,7 +178,7 @@ test-llm: llm
 test-main: build
 	@cd $(BUILD) && ctest --output-on-failure --timeout 2400 -j $(JOBS)
 
-test: build test-main test-subgroups test-asan test-tsan test-rust test-go test-llm fuzz
+test: build test-main test-subgroups test-profiles test-asan test-tsan test-rust test-go test-llm fuzz
 
 # SmolLM2 answering a chat prompt with its KV cache in kvrt, checked step by
 # step against the reference engine; prints the text, tokens/s, the time
@@ -246,6 +252,36 @@ test-subgroups: build
 
 test-subgroups-all:
 	@$(MAKE) --no-print-directory test-subgroups SUBGROUP_TESTS=.
+
+# The GPU tests under the device profiles of real GPUs (KVRT_DEVICE_PROFILE;
+# docs/device-profiles.md): kvrt sees each GPU's published limits and
+# features (within lavapipe's) and tunes itself for it: the subgroup-shuffle
+# attention, GPU workgroups and splits, staged transfers where device memory
+# is not mapped, no timestamps on the Mali profile, 128 invocations at most.
+# PROFILE_TESTS (a ctest regular expression) picks tests that cover every
+# kernel and every layout; test-profiles-all runs every GPU test under every
+# profile. The profile tests themselves ([profiles]: the rules, each
+# profile's tuning, the refusals of vulkan-minimum) run in test-main.
+PROFILES ?= nvidia-rtx-5080 amd-rx-9070-xt intel-arc-a770 apple-m1 adreno-740 mali-g710
+DEFAULT_PROFILE_TESTS = attention handles mixed|attention options|tiled attention kernel matches|tree attention matches|\
+  sequences stored in turns|store converts and quantizes|static-scale store gives|compaction keeps every|\
+  fill writes exactly|copy moves exactly|K stored at p and shifted|quantized K: every rotated|\
+  deferred attention equals|memory: 10,000|memory: f16 state|static layout: windows|\
+  static layout: attention equals|paged layout: attention over shared|window group: random schedules|\
+  state: round trips|decode: shift q4_0|decode: static u8_static$$|at every fault point|\
+  memory: a failure at any|through staging
+PROFILE_TESTS ?= $(subst | ,|,$(DEFAULT_PROFILE_TESTS))
+test-profiles: build
+	@for p in $(PROFILES); do \
+	  KVRT_DEVICE_PROFILE=$$p $(BUILD)/bin/kvrt info --tuning | grep -q "^    profile  *$$p$$" || \
+	    { echo "test-profiles: KVRT_DEVICE_PROFILE=$$p is not in effect"; exit 1; }; \
+	  echo "GPU tests under the $$p profile"; \
+	  (cd $(BUILD) && KVRT_DEVICE_PROFILE=$$p ctest -L gpu -R '$(PROFILE_TESTS)' --output-on-failure \
+	    --timeout 2400 -j $(JOBS)) || exit 1; \
+	done
+
+test-profiles-all:
+	@$(MAKE) --no-print-directory test-profiles PROFILE_TESTS=.
 
 # The GPU tests against a build whose kernels get the worst precision the
 # Vulkan spec allows for every transcendental (exp, exp2, log, log2, pow,

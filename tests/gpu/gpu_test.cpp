@@ -159,6 +159,19 @@ std::vector<uint8_t> save_state(kvrt_cache c, int32_t seq) {
     return bytes;
 }
 
+bool timestamps_or_refused(kvrt_context ctx) {
+    kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
+    KVRT_REQUIRE_OK(kvrt_context_get_device_info(ctx, &info));
+    if (info.features & KVRT_DEVICE_FEATURE_TIMESTAMPS) return true;
+    kvrt_stream_desc desc = KVRT_STREAM_DESC_INIT;
+    desc.flags = KVRT_STREAM_TIMESTAMPS;
+    kvrt_stream s = nullptr;
+    CHECK(kvrt_stream_create(ctx, &desc, &s) == KVRT_ERROR_UNSUPPORTED);
+    CHECK(s == nullptr);
+    WARN("the device has no timestamps: only their refusal was checked here");
+    return false;
+}
+
 Stream::Stream(kvrt_context ctx, kvrt_flags flags) {
     kvrt_stream_desc desc = KVRT_STREAM_DESC_INIT;
     desc.flags = flags;

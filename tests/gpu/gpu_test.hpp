@@ -77,6 +77,11 @@ std::vector<KernelVariant> pick_and_forced_variants();
     INFO("kernels: " << variant.name)
 
 // A stream of `ctx` destroyed at scope exit.
+// Whether the context's device has timestamps; where it has none
+// (KVRT_DEVICE_PROFILE=mali-g710), checks that a stream asking for them is
+// refused with KVRT_ERROR_UNSUPPORTED and says so (WARN).
+bool timestamps_or_refused(kvrt_context ctx);
+
 class Stream {
 public:
     explicit Stream(kvrt_context ctx, kvrt_flags flags = 0);

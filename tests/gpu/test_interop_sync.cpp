@@ -298,6 +298,10 @@ TEST_CASE("kvrt records into the application's command buffer, completed by time
     const AppBuffer& in = app.buffer(kInputBytes);
     const AppBuffer& result = app.buffer(kOutBytes);
     kvrt_context ctx = import_context(app, true);
+    if (timestamps && !timestamps_or_refused(ctx)) {
+        kvrt_context_destroy(ctx);
+        return;
+    }
     {
         Scene scene(ctx, in);
         kvrt_stream_desc sdesc = KVRT_STREAM_DESC_INIT;
