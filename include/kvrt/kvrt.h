@@ -499,12 +499,12 @@ typedef struct kvrt_context_stats {
  * For tests: the environment variable KVRT_DEVICE_PROFILE=<name> shows every
  * device, here and to the contexts created on it, as a real GPU's published
  * properties make it (nvidia-rtx-5080, amd-rx-9070-xt, intel-arc-a770,
- * apple-m1, adreno-740, mali-g710, vulkan-minimum): the smaller of each limit,
- * only the features and subgroup operations both have, the GPU's device
- * type; vendor and device IDs, subgroup size and timestamp period stay the
- * device's. A name
- * that is not a profile fails here and in kvrt_context_create with
- * KVRT_ERROR_INVALID_ARGUMENT (docs/device-profiles.md).
+ * apple-m1, adreno-740, mali-g710, vulkan-minimum; unset or empty: none):
+ * the smaller of each limit, only the features and subgroup operations both
+ * have, the GPU's device type; vendor and device IDs, subgroup size and
+ * timestamp period stay the device's. A name that is not a profile fails
+ * here and in kvrt_context_create with KVRT_ERROR_INVALID_ARGUMENT
+ * (docs/device-profiles.md).
  * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* count);
 
@@ -773,7 +773,8 @@ typedef enum kvrt_rope_mode {
 /* The RoPE of the model, chained on kvrt_cache_desc.next; kvrt uses it when
  * it rotates K itself (shifts, deferred RoPE). Without it: normal mode, all
  * of head_dim_k rotated, base 10000, no scaling. Zero fields take the default
- * given in each comment. */
+ * given in each comment. Every float must be finite and >= 0: cache creation
+ * and the estimate fail with KVRT_ERROR_INVALID_ARGUMENT otherwise. */
 typedef struct kvrt_rope_desc {
     kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_ROPE_DESC */
     const void* next;
@@ -1326,7 +1327,9 @@ typedef enum kvrt_attention_flag_bits {
 } kvrt_attention_flag_bits;
 
 /* Options of kvrt_cache_attention. Zero fields are off or default. The
- * cache's sliding window of the layer (kvrt_cache_desc.layer_windows) applies. */
+ * cache's sliding window of the layer (kvrt_cache_desc.layer_windows) applies.
+ * `scale` must be finite, `softcap` and `max_bias` finite and >= 0
+ * (KVRT_ERROR_INVALID_ARGUMENT otherwise). */
 typedef struct kvrt_attention_params {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_ATTENTION_PARAMS */
     const void* next;
@@ -1337,8 +1340,8 @@ typedef struct kvrt_attention_params {
     /* StreamingLLM sinks: cells with position < n_keep are visible whatever
      * the sliding window (still subject to sequence and causal masks). */
     uint32_t n_keep;
-    /* Learned sink logit per query head (n_heads floats), added to the
-     * softmax denominator only; NULL = none. Copied during the call. */
+    /* Learned sink logit per query head (n_heads finite floats), added to
+     * the softmax denominator only; NULL = none. Copied during the call. */
     const float* sinks;
 } kvrt_attention_params;
 

@@ -113,6 +113,10 @@ KVRT_API kvrt_result kvrt_stream_get_timings(kvrt_stream stream, kvrt_timing* ti
         }
         // Filled through a copy: the caller's `type` and `next` stay as they are.
         n = std::min(n, *count);
+        if (n == 0) {  // room for none: nothing to fill (an empty copy is no size query)
+            *count = 0;
+            return KVRT_SUCCESS;
+        }
         std::vector<kvrt_timing> got(n);
         KVRT_TRY(stream->stream->timings(got.data(), &n));
         for (uint32_t i = 0; i < n; ++i) {

@@ -121,8 +121,14 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
         return fail(KVRT_ERROR_UNSUPPORTED, "attention needs head dims that are multiples of 8");
     if (params.flags & ~static_cast<kvrt_flags>(KVRT_ATTENTION_NON_CAUSAL))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown attention flags 0x%x", static_cast<unsigned>(params.flags));
-    if (!(params.softcap >= 0.0f) || !(params.max_bias >= 0.0f) || !std::isfinite(params.scale))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "softcap and max_bias must be >= 0 and scale finite");
+    if (!(params.softcap >= 0.0f) || !(params.max_bias >= 0.0f) || !std::isfinite(params.softcap) ||
+        !std::isfinite(params.max_bias) || !std::isfinite(params.scale))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "softcap and max_bias must be finite and >= 0, and scale finite");
+    if (params.sinks)
+        for (uint32_t h = 0; h < geo_.n_heads; ++h)
+            if (!std::isfinite(params.sinks[h]))
+                return fail(KVRT_ERROR_INVALID_ARGUMENT, "sinks[%u] is %g; sink logits must be finite", h,
+                            static_cast<double>(params.sinks[h]));
     ops::AttnTree tree_in;
     if (tree) {
         if (is_static()) KVRT_TRY(require_cells("a token tree"));

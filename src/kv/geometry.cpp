@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "kv/static_window.hpp"
 
@@ -170,9 +171,15 @@ Result resolve_rope(const kvrt_rope_desc* given, uint32_t head_dim_k, kvrt_rope_
                     r.n_rot, head_dim_k);
     if (r.ext_factor != 0.0f && r.n_ctx_orig == 0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "YaRN (kvrt_rope_desc.ext_factor != 0) needs n_ctx_orig");
-    if (!(r.freq_base >= 0.0f) || !(r.freq_scale >= 0.0f) || !std::isfinite(r.freq_base) ||
-        !std::isfinite(r.freq_scale))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_rope_desc.freq_base and freq_scale must be finite and >= 0");
+    // Every float: finite and >= 0 (0 takes the default), so that no shift
+    // or attention turns K into NaN later.
+    const std::pair<const char*, float> floats[] = {{"freq_base", r.freq_base},     {"freq_scale", r.freq_scale},
+                                                    {"ext_factor", r.ext_factor},   {"attn_factor", r.attn_factor},
+                                                    {"beta_fast", r.beta_fast},     {"beta_slow", r.beta_slow}};
+    for (const auto& [name, value] : floats)
+        if (!(value >= 0.0f) || !std::isfinite(value))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_rope_desc.%s is %g; it must be finite and >= 0", name,
+                        static_cast<double>(value));
     *out = r;
     return KVRT_SUCCESS;
 }

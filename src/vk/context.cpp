@@ -181,7 +181,7 @@ Result ContextOptions::from_desc(const kvrt_context_desc* desc, ContextOptions* 
     if (env_flag("KVRT_VALIDATION")) o.validation = true;
     if (const char* v = std::getenv("KVRT_VALIDATION"); v && std::strcmp(v, "gpu") == 0) o.gpu_assisted = true;
     if (const char* dev = std::getenv("KVRT_DEVICE"); dev && *dev) o.device_selector = dev;
-    if (const char* k = std::getenv("KVRT_KERNELS"); k && *k) {
+    if (const char* k = std::getenv("KVRT_KERNELS")) {  // set, even to "": one of the four names
         if (std::strcmp(k, "auto") == 0) o.kernels = KernelChoice::Auto;
         else if (std::strcmp(k, "portable") == 0) o.kernels = KernelChoice::Portable;
         else if (std::strcmp(k, "shuffle") == 0) o.kernels = KernelChoice::Shuffle;

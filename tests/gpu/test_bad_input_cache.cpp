@@ -107,6 +107,35 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
              rope.freq_base = NAN;
              d->next = &rope;
          }},
+        // YaRN's floats: a NaN or Inf here once passed creation and turned
+        // every shifted K value into NaN.
+        {"rope ext_factor NaN", [](kvrt_cache_desc* d) {
+             rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+             rope.ext_factor = NAN;
+             rope.n_ctx_orig = 4096;
+             d->next = &rope;
+         }},
+        {"rope ext_factor -1", [](kvrt_cache_desc* d) {
+             rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+             rope.ext_factor = -1.0f;
+             rope.n_ctx_orig = 4096;
+             d->next = &rope;
+         }},
+        {"rope attn_factor Inf", [](kvrt_cache_desc* d) {
+             rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+             rope.attn_factor = INFINITY;
+             d->next = &rope;
+         }},
+        {"rope beta_fast NaN", [](kvrt_cache_desc* d) {
+             rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+             rope.beta_fast = NAN;
+             d->next = &rope;
+         }},
+        {"rope beta_slow -Inf", [](kvrt_cache_desc* d) {
+             rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+             rope.beta_slow = -INFINITY;
+             d->next = &rope;
+         }},
         {"flags 0x80000000", [](kvrt_cache_desc* d) { d->flags = 0x80000000u; }},
         {"n_layers 0", [](kvrt_cache_desc* d) { d->n_layers = 0; }},
         {"n_kv_heads 0", [](kvrt_cache_desc* d) { d->n_kv_heads = 0; }},
@@ -757,6 +786,12 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         {"params->flags 0x80", [](World&, Attend& a) { a.params.flags = 0x80; }},
         {"params->scale NaN", [](World&, Attend& a) { a.params.scale = NAN; }},
         {"params->softcap -1", [](World&, Attend& a) { a.params.softcap = -1.0f; }},
+        {"params->softcap Inf", [](World&, Attend& a) { a.params.softcap = INFINITY; }},
+        {"params->max_bias Inf", [](World&, Attend& a) { a.params.max_bias = INFINITY; }},
+        {"params->sinks[1] NaN", [](World&, Attend& a) {
+             static const float sinks[8] = {0.5f, NAN, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+             a.params.sinks = sinks;
+         }},
     };
     for (const auto& [what, tamper] : bad_attention) {
         const auto t = tamper;

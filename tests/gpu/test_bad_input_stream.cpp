@@ -2,6 +2,8 @@
 // test_bad_input.cpp).
 #include "test_bad_input.hpp"
 
+#include <cstring>
+
 #include <string>
 #include <vector>
 
@@ -93,6 +95,33 @@ void add_stream_rows(World& w, std::vector<Row>* rows) {
     r.push_back(err("kvrt_stream_get_timings", "a stream without timestamps", state, N, [&w] {
         uint32_t n = 0;
         return out(kvrt_stream_get_timings(w.stream, nullptr, &n));
+    }));
+    r.push_back(noop("kvrt_stream_get_timings", "room for 0 entries after a timed submission: 0 filled", N, [&w] {
+        // Once read past an empty copy (its NULL data taken for a size query).
+        kvrt_stream_desc d = KVRT_STREAM_DESC_INIT;
+        d.flags = KVRT_STREAM_TIMESTAMPS;
+        kvrt_stream s = nullptr;
+        const kvrt_result created = kvrt_stream_create(w.a, &d, &s);
+        if (created == KVRT_ERROR_UNSUPPORTED) return Outcome{};  // a device without timestamps
+        REQUIRE(created == KVRT_SUCCESS);
+        REQUIRE(kvrt_stream_begin(s) == KVRT_SUCCESS);
+        REQUIRE(kvrt_cmd_fill(s, w.buffer, 0, 64, 1) == KVRT_SUCCESS);
+        REQUIRE(kvrt_cmd_fill(s, w.buffer, 64, 64, 2) == KVRT_SUCCESS);
+        REQUIRE(kvrt_stream_submit(s) == KVRT_SUCCESS);
+        REQUIRE(kvrt_stream_wait(s, kWaitNs) == KVRT_SUCCESS);
+        struct {
+            kvrt_timing t[1];
+            unsigned char guard[64];
+        } g;
+        std::memset(static_cast<void*>(&g), 0x5A, sizeof g);
+        g.t[0].type = KVRT_STRUCT_TYPE_TIMING;
+        g.t[0].next = nullptr;
+        uint32_t n = 0;
+        const kvrt_result res = kvrt_stream_get_timings(s, g.t, &n);
+        bool untouched = true;
+        for (unsigned char c : g.guard) untouched = untouched && c == 0x5A;
+        kvrt_stream_destroy(s);
+        return Outcome{holds(res == KVRT_SUCCESS && n == 0 && untouched), ""};
     }));
     r.push_back(err("kvrt_stream_get_timings", "timings[0].type -7", inv, N, [&w] {
         kvrt_timing t = KVRT_TIMING_INIT;

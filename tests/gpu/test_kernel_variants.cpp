@@ -359,8 +359,9 @@ TEST_CASE("forcing kernels: conflicting flags, a device without subgroup shuffle
     CHECK(plain == KVRT_SUCCESS);
     kvrt_context_destroy(ctx);
 
-    {
-        ScopedEnv env("KVRT_KERNELS", "fast");
+    for (const char* bad : {"fast", ""}) {  // set but empty is no name either
+        INFO("KVRT_KERNELS='" << bad << "'");
+        ScopedEnv env("KVRT_KERNELS", bad);
         CHECK(create_with(0, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
         CHECK(ctx == nullptr);
         CHECK(std::string(kvrt_last_error_message()).find("KVRT_KERNELS") != std::string::npos);
