@@ -818,8 +818,9 @@ typedef struct kvrt_cache_desc {
     uint32_t n_kv_heads;
     uint32_t head_dim_k;
     uint32_t head_dim_v;     /* 0 = head_dim_k */
-    uint32_t capacity;       /* cells (tokens); 0 with KVRT_LAYOUT_STATIC, where it
-                              * is max_seqs * (seq_len - 1) */
+    uint32_t capacity;       /* cells (tokens), at most 2^30; 0 with
+                              * KVRT_LAYOUT_STATIC, where it is
+                              * max_seqs * (seq_len - 1) */
     uint32_t max_seqs;       /* sequence ids are 0..max_seqs-1; 0 = 64 (1 with
                               * KVRT_LAYOUT_STATIC) */
     /* Stored types of K and V (KVRT_CACHE_DESC_INIT: F16). Q8_0 and Q4_0 need
@@ -843,7 +844,8 @@ typedef struct kvrt_cache_desc {
     }
 
 /* Windowed layers in a group of their own, chained on kvrt_cache_desc.next
- * (cell and paged layouts): the layers with a window (layer_windows[l] > 0) keep
+ * (cell and paged layouts; on a static-layout cache it is a struct not
+ * accepted there, KVRT_ERROR_INVALID_ARGUMENT): the layers with a window (layer_windows[l] > 0) keep
  * their rows in a separate, smaller group of `cells` cells instead of one row
  * per cell of the cache, so their memory is about the window per sequence,
  * not the capacity (Gemma- and Mistral-style models that interleave local and
@@ -1106,7 +1108,8 @@ KVRT_API kvrt_result kvrt_cache_estimate_size(kvrt_context context, const kvrt_c
  * KVRT_ERROR_INVALID_HANDLE for a bad context; KVRT_ERROR_INVALID_ARGUMENT for
  * NULL arguments or an invalid descriptor (a wrong type or bad chain, zero
  * sizes, n_heads not a multiple of n_kv_heads, quantized types with head dims
- * not multiples of 32, undefined or unknown types or layouts);
+ * not multiples of 32, undefined or unknown types or layouts, more than 2^30
+ * cells or, in the static layout, more than 2^30 reserved rows in all);
  * KVRT_ERROR_UNSUPPORTED for a static layout whose region exceeds the
  * device's binding limit; KVRT_ERROR_OUT_OF_DEVICE_MEMORY or
  * _OUT_OF_HOST_MEMORY when it does not fit (nothing stays allocated).

@@ -68,7 +68,9 @@ extern "C" {
  *   all KV heads of one layer (n_kv_heads * ceil(R*(S-1)) * row_stride bytes)
  *   exceeds the device's largest storage binding (the kernels bind it whole),
  *   and with KVRT_ERROR_INVALID_ARGUMENT for S < 2, R < 1 (or not finite), a
- *   capacity other than 0, or a row_stride that is not a multiple of 4. */
+ *   capacity other than 0, a row_stride that is not a multiple of 4, or
+ *   more than 2^30 reserved rows in all (max_seqs * ceil(R*(S-1)); checked
+ *   first, so a region that large fails with this code). */
 
 /* Where one window lies (kvrt_cache_get_static_window). */
 typedef struct kvrt_static_window {

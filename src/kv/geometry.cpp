@@ -356,8 +356,8 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     uint32_t own_layers = d.n_layers;
     CacheGeometry group;
     if (window_desc) {
-        if (g.layout == KVRT_LAYOUT_STATIC)
-            return fail(KVRT_ERROR_UNSUPPORTED,
+        if (g.layout == KVRT_LAYOUT_STATIC)  // a struct not accepted there: the chain rule's code
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
                         "a kvrt_window_layout_desc needs the cell or paged layout (a static window already keeps "
                         "a fixed number of rows)");
         uint32_t n_group = 0;
