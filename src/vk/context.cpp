@@ -435,16 +435,7 @@ Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_d
         }
     }
     // Under a device profile, only what it has too.
-    const FeatureSet& sup = ctx->info_.supported;
-    en.shader_float16 = en.shader_float16 && sup.shader_float16;
-    en.shader_int8 = en.shader_int8 && sup.shader_int8;
-    en.shader_int16 = en.shader_int16 && sup.shader_int16;
-    en.shader_int64 = en.shader_int64 && sup.shader_int64;
-    en.storage_16bit = en.storage_16bit && sup.storage_16bit;
-    en.storage_8bit = en.storage_8bit && sup.storage_8bit;
-    en.timeline_semaphore = en.timeline_semaphore && sup.timeline_semaphore;
-    en.subgroup_size_control = en.subgroup_size_control && sup.subgroup_size_control;
-    en.compute_full_subgroups = en.compute_full_subgroups && sup.compute_full_subgroups;
+    en = en.both(ctx->info_.supported);
     ctx->enabled_ = en;
     ctx->device_ = d.device;
     ctx->queue_ = d.queue;

@@ -6,6 +6,20 @@
 
 namespace kvrt::vk {
 
+FeatureSet FeatureSet::both(const FeatureSet& o) const {
+    FeatureSet f;
+    f.shader_float16 = shader_float16 && o.shader_float16;
+    f.shader_int8 = shader_int8 && o.shader_int8;
+    f.shader_int16 = shader_int16 && o.shader_int16;
+    f.shader_int64 = shader_int64 && o.shader_int64;
+    f.storage_16bit = storage_16bit && o.storage_16bit;
+    f.storage_8bit = storage_8bit && o.storage_8bit;
+    f.timeline_semaphore = timeline_semaphore && o.timeline_semaphore;
+    f.subgroup_size_control = subgroup_size_control && o.subgroup_size_control;
+    f.compute_full_subgroups = compute_full_subgroups && o.compute_full_subgroups;
+    return f;
+}
+
 bool PhysicalDeviceInfo::has_extension(const char* name) const {
     return std::find(extensions.begin(), extensions.end(), name) != extensions.end();
 }

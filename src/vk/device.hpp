@@ -25,6 +25,9 @@ struct FeatureSet {
     // (computeFullSubgroups).
     bool subgroup_size_control = false;
     bool compute_full_subgroups = false;
+
+    // The features both sets have.
+    FeatureSet both(const FeatureSet& o) const;
 };
 
 // Everything kvrt reads about a physical device once.

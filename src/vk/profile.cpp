@@ -82,17 +82,7 @@ void apply_device_profile(const DeviceProfile& p, PhysicalDeviceInfo* info) {
         cap(&info->max_compute_workgroup_subgroups, p.max_workgroup_subgroups);
     info->compute_subgroup_size_required = info->compute_subgroup_size_required && p.compute_size_required;
 
-    FeatureSet& f = info->supported;
-    const FeatureSet& g = p.features;
-    f.shader_float16 = f.shader_float16 && g.shader_float16;
-    f.shader_int8 = f.shader_int8 && g.shader_int8;
-    f.shader_int16 = f.shader_int16 && g.shader_int16;
-    f.shader_int64 = f.shader_int64 && g.shader_int64;
-    f.storage_16bit = f.storage_16bit && g.storage_16bit;
-    f.storage_8bit = f.storage_8bit && g.storage_8bit;
-    f.timeline_semaphore = f.timeline_semaphore && g.timeline_semaphore;
-    f.subgroup_size_control = f.subgroup_size_control && g.subgroup_size_control;
-    f.compute_full_subgroups = f.compute_full_subgroups && g.compute_full_subgroups;
+    info->supported = info->supported.both(p.features);
 
     if (p.timestamp_bits == 0) info->timestamp_valid_bits = 0;
     else cap(&info->timestamp_valid_bits, p.timestamp_bits);
