@@ -36,6 +36,8 @@
 #   make test-gpu-av
 #                the GPU tests under the validation layer's GPU-assisted
 #                mode (out-of-bounds accesses); GPU_AV_TESTS picks a subset
+#   make docs    regenerate docs/architecture.svg from docs/architecture.dot
+#                (Graphviz's dot; apt-get install graphviz)
 #   make abi-baseline
 #                after an intended ABI change: rebuild the library, then
 #                rewrite tests/abi/kvrt.symbols (from the headers' KVRT_API
@@ -50,7 +52,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 
-.PHONY: all setup build test test-main test-subgroups test-subgroups-all test-profiles test-profiles-all test-spec-min test-gpu-av test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations fuzz abi-baseline clean
+.PHONY: all setup build test test-main test-subgroups test-subgroups-all test-profiles test-profiles-all test-spec-min test-gpu-av test-asan unit-asan test-tsan test-rust test-go llm test-llm test-android demo bench mutations fuzz docs abi-baseline clean
 
 all: build
 
@@ -209,6 +211,10 @@ test-android:
 # and must make at least one GPU test fail. NAMES=... runs only those.
 mutations: setup
 	@JOBS=$(JOBS) bash tools/mutations/run.sh $(NAMES)
+
+# The architecture diagram of the README, generated from its Graphviz source.
+docs:
+	@dot -Tsvg docs/architecture.dot -o docs/architecture.svg
 
 # The libFuzzer target of the state parser (tests/fuzz/fuzz_state.cpp), built
 # with clang in its own directory (the parser and the rest of the CPU
