@@ -449,10 +449,9 @@ private:
     const StaticArena* static_arena_ = nullptr;
     kv::StaticGeometry static_geo_;
     std::vector<kv::StaticWindow> seq_windows_;
-    // Paged layout: the blocks, a snapshot for exact undo of mutations that
-    // copy blocks, and reusable work lists.
+    // Paged layout: the blocks (their undo record gives a failed call's
+    // changes back), and reusable work lists.
     kv::BlockPool pool_;
-    kv::BlockPool pool_undo_;
     kv::BlockWork work_;
     std::vector<uint32_t> mirror_drop_;
     std::vector<kv::CellSet> mirror_set_;

@@ -158,7 +158,6 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
     const uint32_t B = geo_.block_size;
     // Reserve: each run's view, the table's index nodes, the edit lists.
     size_t n_set = 0, n_drop = 0;
-    bool copies_possible = false;
     std::vector<uint32_t> cells;
     try {
         cells.resize(n);
@@ -166,10 +165,7 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
             KVRT_TRY(paged_view(r.seq, &r.before));
             n_set += r.ids.size() + B;
             n_drop += B;
-            const std::vector<uint32_t>& t = pool_.block_table(r.seq);
-            if (r.before.n_tokens % B && pool_.refcount(t.back()) > 1) copies_possible = true;
         }
-        if (copies_possible) pool_undo_ = pool_;
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for %u tokens", n);
     }
@@ -178,16 +174,13 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
     kv::Placement group;
     if (win_) KVRT_TRY(window_paged_place(runs, n, &group));
 
-    // Undoes the pool mutations of runs[0 .. done), and the group's placement.
-    auto undo_pool = [&](size_t done) {
+    // Undoes the pool's mutations and the group's placement.
+    auto undo_pool = [&]() {
         if (win_) (void)win_->table_.rollback(group);
-        if (copies_possible) {
-            pool_ = pool_undo_;  // same sizes: no allocation
-            return;
-        }
-        for (size_t i = 0; i < done; ++i) (void)pool_.forget_tail(runs[i].seq, runs[i].before.n_tokens);
+        pool_.rewind();
     };
 
+    pool_.mark();
     std::vector<kv::BlockCopy> copies;
     Result r = KVRT_SUCCESS;
     size_t done = 0;
@@ -201,12 +194,11 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
             run.copied = !work_.copies.empty();
         } catch (const std::bad_alloc&) {
             r = fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for block copies");
-            ++done;
             break;
         }
     }
     if (r != KVRT_SUCCESS) {
-        keep_message([&] { undo_pool(done); });
+        keep_message(undo_pool);
         return r;
     }
 
@@ -267,9 +259,10 @@ Result Cache::paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint
     }
     const bool timed_out = r == KVRT_ERROR_TIMEOUT;
     if (r != KVRT_SUCCESS && !timed_out) {
-        keep_message([&] { undo_pool(runs.size()); });
+        keep_message(undo_pool);
         return r;
     }
+    pool_.commit();
 
     // Commit the table: it cannot fail now but for a bug.
     KVRT_TRY(paged_commit(spans, &group_edits));
@@ -374,20 +367,24 @@ Result Cache::paged_admit(int32_t seq, uint32_t n, const int32_t* token_ids, con
         KVRT_TRY(window_admit_blocks(seq, n, token_ids, positions, salt, &max_blocks));
         KVRT_TRY(window_admit_plan(seq, n, positions, max_blocks * geo_.block_size, &group));
     }
-    KVRT_TRY(pool_.admit(seq, n, token_ids, positions, salt, &work_, max_blocks, win_ != nullptr));
+    pool_.mark();
+    Result r = pool_.admit(seq, n, token_ids, positions, salt, &work_, max_blocks, win_ != nullptr);
+    if (r != KVRT_SUCCESS) {
+        pool_.commit();  // a failed admit changed nothing
+        return r;
+    }
     // Admit maps whole blocks and fills new ones: no copies, no device work.
-    // A failure gives the mapped blocks back as they were and forgets the
-    // new ones (their rows were never written).
+    // A failure gives the pool back exactly as it was.
     const uint32_t n_cached = work_.n_cached;
-    Result r = paged_mirror(before, work_.copies);
+    r = paged_mirror(before, work_.copies);
     if (r != KVRT_SUCCESS) {
         keep_message([&] {
             if (win_) (void)win_->table_.rollback(group);
-            (void)pool_.forget_tail(seq, n_cached);
-            (void)pool_.truncate(seq, 0);
+            pool_.rewind();
         });
         return r;
     }
+    pool_.commit();
     if (win_) {
         r = n_cached == max_blocks * geo_.block_size
                 ? window_admit(seq, n, positions, n_cached, group)
@@ -478,17 +475,17 @@ Result Cache::paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
     PagedView before;
     KVRT_TRY(paged_view(seq, &before));
     KVRT_TRY(paged_reserve(n + geo_.block_size, n));
-    try {
-        pool_undo_ = pool_;
-    } catch (const std::bad_alloc&) {
-        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for the shift's undo");
+    pool_.mark();
+    Result r = pool_.shift(seq, delta, from, &work_);
+    if (r != KVRT_SUCCESS) {
+        pool_.commit();  // a failed shift changed nothing
+        return r;
     }
-    KVRT_TRY(pool_.shift(seq, delta, from, &work_));
     mirror_drop_.clear();
     mirror_set_.clear();
     paged_diff(before, work_.copies, &mirror_drop_, &mirror_set_);
     WindowEdits group;
-    Result r = window_paged_edits(seq, mirror_set_.data(), mirror_set_.size(), work_.copies, &group);
+    r = window_paged_edits(seq, mirror_set_.data(), mirror_set_.size(), work_.copies, &group);
     if (r == KVRT_SUCCESS && !work_.copies.empty()) {
         // Copy the shared blocks (synchronously: the call has no stream).
         std::vector<uint32_t> src, dst;
@@ -515,9 +512,10 @@ Result Cache::paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
         if (r == KVRT_SUCCESS) r = tx.finish();
     }
     if (r != KVRT_SUCCESS && r != KVRT_ERROR_TIMEOUT) {
-        keep_message([&] { pool_ = pool_undo_; });
+        keep_message([&] { pool_.rewind(); });
         return r;
     }
+    pool_.commit();
     KVRT_TRY(paged_apply(seq, mirror_drop_, mirror_set_, &group));
     if (win_) window_forget_floors();
     if (r == KVRT_ERROR_TIMEOUT)
@@ -572,7 +570,6 @@ Result Cache::paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32
         }
         all_moves.reserve(n);
         moves.reserve(n);
-        pool_undo_ = pool_;
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for a tree of %u tokens", n);
     }
@@ -603,6 +600,7 @@ Result Cache::paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for a tree of %u tokens", n);
     }
 
+    pool_.mark();
     for (const Part& p : parts) {
         r = pool_.keep_tail(p.seq, p.from, p.kept.data(), uint32_t(p.kept.size()), &moves);
         if (r != KVRT_SUCCESS) break;
@@ -639,9 +637,10 @@ Result Cache::paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32
         if (r == KVRT_SUCCESS) r = tx.finish();
     }
     if (r != KVRT_SUCCESS && r != KVRT_ERROR_TIMEOUT) {
-        keep_message([&] { pool_ = pool_undo_; });
+        keep_message([&] { pool_.rewind(); });
         return r;
     }
+    pool_.commit();
     KVRT_TRY(paged_commit(spans));
     if (r == KVRT_ERROR_TIMEOUT)
         return fail(KVRT_ERROR_TIMEOUT, "the wait for a paged-layout tree's row moves timed out; the accept stays");

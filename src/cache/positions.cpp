@@ -25,7 +25,9 @@ Result Cache::record_shifts(vk::Transaction& tx) {
     std::map<size_t, std::vector<ops::ShiftCell>> by_piece;
     auto saved = std::make_shared<std::vector<std::pair<uint32_t, int32_t>>>();  // the cleared (cell, delta) pairs
     const int32_t* deltas = table_.deltas();
-    for (uint32_t c = 0; c < table_.used_end(); ++c) {
+    uint32_t lo = 0, hi = 0;
+    table_.shifted_range(&lo, &hi);
+    for (uint32_t c = lo; c < hi; ++c) {
         if (deltas[c] == 0 || table_.cell_is_empty(c)) continue;
         auto [it, fresh] = table_of.emplace(deltas[c], static_cast<uint32_t>(tables.size() / 2));
         if (fresh) {

@@ -88,6 +88,20 @@ Result BlockPool::init(uint32_t n_blocks, uint32_t block_size, uint32_t max_seqs
         std::vector<uint32_t> lru_next(n_blocks, kNone);
         std::vector<Seq> seqs(max_seqs);
         for (Seq& s : seqs) touch(s);
+        // The undo record's save areas.
+        std::vector<uint32_t> block_saved_at(n_blocks, 0);
+        std::vector<BlockSave> block_save(n_blocks);
+        std::vector<int32_t> pos_save(static_cast<size_t>(n_slots)), tok_save(static_cast<size_t>(n_slots));
+        std::vector<uint32_t> saved_blocks;
+        saved_blocks.reserve(n_blocks);
+        std::vector<uint32_t> bucket_saved_at(n_buckets, 0), bucket_save(n_buckets);
+        std::vector<uint32_t> saved_buckets;
+        saved_buckets.reserve(n_buckets);
+        std::vector<uint32_t> seq_saved_at(max_seqs, 0);
+        std::vector<Seq> seq_save(max_seqs);
+        std::vector<uint32_t> saved_seqs;
+        saved_seqs.reserve(max_seqs);
+        std::vector<uint32_t> free_save(n_blocks);
         // Nothing below throws.
         pos_.swap(pos);
         tok_.swap(tok);
@@ -108,6 +122,18 @@ Result BlockPool::init(uint32_t n_blocks, uint32_t block_size, uint32_t max_seqs
         lru_prev_.swap(lru_prev);
         lru_next_.swap(lru_next);
         seqs_.swap(seqs);
+        block_saved_at_.swap(block_saved_at);
+        block_save_.swap(block_save);
+        pos_save_.swap(pos_save);
+        tok_save_.swap(tok_save);
+        saved_blocks_.swap(saved_blocks);
+        bucket_saved_at_.swap(bucket_saved_at);
+        bucket_save_.swap(bucket_save);
+        saved_buckets_.swap(saved_buckets);
+        seq_saved_at_.swap(seq_saved_at);
+        seq_save_.swap(seq_save);
+        saved_seqs_.swap(saved_seqs);
+        free_save_.swap(free_save);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "block pool: out of host memory for %u blocks", n_blocks);
     } catch (const std::length_error&) {
@@ -124,6 +150,8 @@ Result BlockPool::init(uint32_t n_blocks, uint32_t block_size, uint32_t max_seqs
     n_registered_ = 0;
     changed_lo_ = 0;
     changed_hi_ = n_blocks;  // whatever a mirror held before
+    recording_ = false;
+    record_epoch_ = 0;
     return KVRT_SUCCESS;
 }
 
@@ -178,6 +206,8 @@ Result BlockPool::reserve_work(const char* op, Seq& s, size_t table_size, size_t
                                BlockWork* out) {
     KVRT_FAULT_POINT("block_pool.reserve", KVRT_ERROR_OUT_OF_HOST_MEMORY);
     try {
+        // The save area first: it must always hold the table (save_seq).
+        seq_save_[size_t(&s - seqs_.data())].table.reserve(table_size);
         s.table.reserve(table_size);
         if (out != nullptr) {
             out->slots.reserve(n_slots);
@@ -188,11 +218,143 @@ Result BlockPool::reserve_work(const char* op, Seq& s, size_t table_size, size_t
     } catch (const std::length_error&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "%s: out of host memory", op);
     }
+    save_seq(s);
     return KVRT_SUCCESS;
+}
+
+// ---- Undo record -----------------------------------------------------------------
+
+void BlockPool::mark() {
+    if (++record_epoch_ == 0) {
+        // After 2^32 records: forget every old epoch.
+        std::fill(block_saved_at_.begin(), block_saved_at_.end(), 0);
+        std::fill(bucket_saved_at_.begin(), bucket_saved_at_.end(), 0);
+        std::fill(seq_saved_at_.begin(), seq_saved_at_.end(), 0);
+        record_epoch_ = 1;
+    }
+    recording_ = true;
+    saved_blocks_.clear();
+    saved_buckets_.clear();
+    saved_seqs_.clear();
+    free_size_at_mark_ = free_low_ = free_.size();
+    mark_lru_head_ = lru_head_;
+    mark_lru_tail_ = lru_tail_;
+    mark_cached_ = n_cached_;
+    mark_used_ = n_used_;
+    mark_registered_ = n_registered_;
+}
+
+void BlockPool::save_block_now(uint32_t block) {
+    block_saved_at_[block] = record_epoch_;
+    block_save_[block] = BlockSave{ref_[block],          fill_[block],         parent_[block],
+                                   first_child_[block],  next_sibling_[block], prev_sibling_[block],
+                                   bucket_next_[block],  lru_prev_[block],     lru_next_[block],
+                                   key_[block],          salt_[block],         shifted_[block],
+                                   reg_[block]};
+    const size_t base = slot_index(block, 0);
+    std::copy_n(pos_.begin() + ptrdiff_t(base), block_size_, pos_save_.begin() + ptrdiff_t(base));
+    std::copy_n(tok_.begin() + ptrdiff_t(base), block_size_, tok_save_.begin() + ptrdiff_t(base));
+    saved_blocks_.push_back(block);  // capacity n_blocks, each block once
+}
+
+void BlockPool::save_bucket(size_t bucket) {
+    if (!recording_ || bucket_saved_at_[bucket] == record_epoch_) return;
+    bucket_saved_at_[bucket] = record_epoch_;
+    bucket_save_[bucket] = buckets_[bucket];
+    saved_buckets_.push_back(uint32_t(bucket));  // capacity: the bucket count
+}
+
+void BlockPool::save_seq(const Seq& s) {
+    const size_t q = size_t(&s - seqs_.data());
+    if (!recording_ || seq_saved_at_[q] == record_epoch_) return;
+    seq_saved_at_[q] = record_epoch_;
+    Seq& save = seq_save_[q];
+    save.table.assign(s.table.begin(), s.table.end());  // reserved: no allocation
+    save.n_tokens = s.n_tokens;
+    save.sharing = s.sharing;
+    save.salt = s.salt;
+    save.revision = s.revision;
+    saved_seqs_.push_back(uint32_t(q));  // capacity max_seqs
+}
+
+uint32_t BlockPool::pop_free() {
+    const size_t top = free_.size() - 1;
+    if (recording_ && top < free_low_) {
+        free_save_[top] = free_[top];
+        free_low_ = top;
+    }
+    const uint32_t b = free_[top];
+    free_.pop_back();
+    return b;
+}
+
+void BlockPool::rewind() {
+    if (!recording_) return;
+    for (const uint32_t b : saved_blocks_) {
+        const BlockSave& v = block_save_[b];
+        ref_[b] = v.ref;
+        fill_[b] = v.fill;
+        parent_[b] = v.parent;
+        first_child_[b] = v.first_child;
+        next_sibling_[b] = v.next_sibling;
+        prev_sibling_[b] = v.prev_sibling;
+        bucket_next_[b] = v.bucket_next;
+        lru_prev_[b] = v.lru_prev;
+        lru_next_[b] = v.lru_next;
+        key_[b] = v.key;
+        salt_[b] = v.salt;
+        shifted_[b] = v.shifted;
+        reg_[b] = v.reg;
+        const size_t base = slot_index(b, 0);
+        std::copy_n(pos_save_.begin() + ptrdiff_t(base), block_size_, pos_.begin() + ptrdiff_t(base));
+        std::copy_n(tok_save_.begin() + ptrdiff_t(base), block_size_, tok_.begin() + ptrdiff_t(base));
+        mark_changed(b);
+    }
+    for (const uint32_t k : saved_buckets_) buckets_[k] = bucket_save_[k];
+    for (const uint32_t q : saved_seqs_) {
+        const Seq& save = seq_save_[q];
+        Seq& s = seqs_[q];
+        s.table.assign(save.table.begin(), save.table.end());  // it held as many: no allocation
+        s.n_tokens = save.n_tokens;
+        s.sharing = save.sharing;
+        s.salt = save.salt;
+        s.revision = save.revision;
+    }
+    // Entries below free_low_ never changed; those above it up to the size
+    // at mark() were saved when first popped.
+    free_.resize(free_size_at_mark_);  // capacity n_blocks: no allocation
+    std::copy(free_save_.begin() + ptrdiff_t(free_low_), free_save_.begin() + ptrdiff_t(free_size_at_mark_),
+              free_.begin() + ptrdiff_t(free_low_));
+    lru_head_ = mark_lru_head_;
+    lru_tail_ = mark_lru_tail_;
+    n_cached_ = mark_cached_;
+    n_used_ = mark_used_;
+    n_registered_ = mark_registered_;
+    recording_ = false;
+}
+
+bool BlockPool::same_state(const BlockPool& o) const {
+    if (n_blocks_ != o.n_blocks_ || block_size_ != o.block_size_ || max_seqs_ != o.max_seqs_ || pos_ != o.pos_ ||
+        tok_ != o.tok_ || ref_ != o.ref_ || fill_ != o.fill_ || shifted_ != o.shifted_ || free_ != o.free_ ||
+        reg_ != o.reg_ || key_ != o.key_ || salt_ != o.salt_ || parent_ != o.parent_ ||
+        first_child_ != o.first_child_ || next_sibling_ != o.next_sibling_ || prev_sibling_ != o.prev_sibling_ ||
+        bucket_next_ != o.bucket_next_ || buckets_ != o.buckets_ || lru_prev_ != o.lru_prev_ ||
+        lru_next_ != o.lru_next_ || lru_head_ != o.lru_head_ || lru_tail_ != o.lru_tail_ ||
+        n_cached_ != o.n_cached_ || n_used_ != o.n_used_ || n_registered_ != o.n_registered_ || hash_ != o.hash_ ||
+        seqs_.size() != o.seqs_.size())
+        return false;
+    for (size_t q = 0; q < seqs_.size(); ++q) {
+        const Seq &a = seqs_[q], &b = o.seqs_[q];
+        if (a.table != b.table || a.n_tokens != b.n_tokens || a.sharing != b.sharing || a.salt != b.salt ||
+            a.revision != b.revision)
+            return false;
+    }
+    return true;
 }
 
 void BlockPool::clear_slots(uint32_t block, uint32_t from) {
     if (from >= fill_[block]) return;
+    save_block(block);
     const size_t base = slot_index(block, 0);
     std::fill(pos_.begin() + ptrdiff_t(base + from), pos_.begin() + ptrdiff_t(base + fill_[block]), -1);
     std::fill(tok_.begin() + ptrdiff_t(base + from), tok_.begin() + ptrdiff_t(base + fill_[block]), -1);
@@ -213,8 +375,8 @@ uint32_t BlockPool::take_block() {
         assert(lru_head_ != kNone);
         unregister_tree(lru_head_);  // frees the victim (and cached descendants)
     }
-    const uint32_t b = free_.back();
-    free_.pop_back();
+    const uint32_t b = pop_free();
+    save_block(b);
     ref_[b] = 1;
     shifted_[b] = 0;
     ++n_used_;
@@ -238,6 +400,7 @@ uint32_t BlockPool::copy_block(uint32_t src, uint32_t n_slots) {
 // (the newest in the eviction order) when registered, else freed.
 void BlockPool::release(uint32_t block) {
     assert(ref_[block] > 0);
+    save_block(block);
     if (--ref_[block] != 0) return;
     --n_used_;
     if (reg_[block]) {
@@ -249,6 +412,8 @@ void BlockPool::release(uint32_t block) {
 }
 
 void BlockPool::lru_push(uint32_t block) {
+    save_block(block);
+    if (lru_tail_ != kNone) save_block(lru_tail_);
     lru_prev_[block] = lru_tail_;
     lru_next_[block] = kNone;
     if (lru_tail_ != kNone) {
@@ -262,6 +427,9 @@ void BlockPool::lru_push(uint32_t block) {
 void BlockPool::lru_remove(uint32_t block) {
     const uint32_t p = lru_prev_[block];
     const uint32_t n = lru_next_[block];
+    save_block(block);
+    if (p != kNone) save_block(p);
+    if (n != kNone) save_block(n);
     if (p != kNone) {
         lru_next_[p] = n;
     } else {
@@ -276,6 +444,7 @@ void BlockPool::lru_remove(uint32_t block) {
 }
 
 void BlockPool::register_block(uint32_t block, uint32_t parent, uint64_t key, uint64_t salt) {
+    save_block(block);
     reg_[block] = 1;
     key_[block] = key;
     salt_[block] = salt;
@@ -285,11 +454,14 @@ void BlockPool::register_block(uint32_t block, uint32_t parent, uint64_t key, ui
     next_sibling_[block] = kNone;
     if (parent != kNone) {
         const uint32_t first = first_child_[parent];
+        save_block(parent);
+        if (first != kNone) save_block(first);
         next_sibling_[block] = first;
         if (first != kNone) prev_sibling_[first] = block;
         first_child_[parent] = block;
     }
     const size_t bucket = size_t(key & (buckets_.size() - 1));
+    save_bucket(bucket);
     bucket_next_[block] = buckets_[bucket];
     buckets_[bucket] = block;
     ++n_registered_;
@@ -299,16 +471,28 @@ void BlockPool::register_block(uint32_t block, uint32_t parent, uint64_t key, ui
 // one becomes free.
 void BlockPool::unregister_one(uint32_t block) {
     assert(reg_[block] && first_child_[block] == kNone);
-    uint32_t* link = &buckets_[size_t(key_[block] & (buckets_.size() - 1))];
+    save_block(block);
+    const size_t bucket = size_t(key_[block] & (buckets_.size() - 1));
+    uint32_t* link = &buckets_[bucket];
+    uint32_t before = kNone;  // the block whose bucket_next_ is `link`
     while (*link != block) {
         assert(*link != kNone);
-        link = &bucket_next_[*link];
+        before = *link;
+        link = &bucket_next_[before];
+    }
+    if (before == kNone) {
+        save_bucket(bucket);
+    } else {
+        save_block(before);
     }
     *link = bucket_next_[block];
     bucket_next_[block] = kNone;
     const uint32_t parent = parent_[block];
     const uint32_t prev = prev_sibling_[block];
     const uint32_t next = next_sibling_[block];
+    if (prev != kNone) save_block(prev);
+    if (next != kNone) save_block(next);
+    if (prev == kNone && parent != kNone) save_block(parent);
     if (prev != kNone) {
         next_sibling_[prev] = next;
     } else if (parent != kNone) {
@@ -393,6 +577,7 @@ void BlockPool::append_tokens(Seq& s, uint32_t n, const int32_t* token_ids, cons
         if (ref_[last] > 1) {
             // Copy-on-write: the others keep the original.
             const uint32_t copy = copy_block(last, view);
+            save_block(last);
             --ref_[last];
             s.table.back() = copy;
             out->copies.push_back(BlockCopy{last, copy});
@@ -408,6 +593,7 @@ void BlockPool::append_tokens(Seq& s, uint32_t n, const int32_t* token_ids, cons
         const uint32_t j = s.n_tokens & (block_size_ - 1);
         if (j == 0) s.table.push_back(take_block());  // reserved: no allocation
         const uint32_t b = s.table.back();
+        save_block(b);
         const size_t slot = slot_index(b, j);
         pos_[slot] = positions[i];
         tok_[slot] = token_ids[i];
@@ -510,6 +696,7 @@ Result BlockPool::admit(int32_t seq, uint32_t n, const int32_t* token_ids, const
     if (replaced != kNone) unregister_tree(replaced);
     s.salt = salt;
     for (const uint32_t b : scratch_) {
+        save_block(b);
         if (ref_[b] == 0) {
             lru_remove(b);
             --n_cached_;
@@ -535,7 +722,10 @@ Result BlockPool::fork(int32_t src, int32_t dst) {
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "fork: destination %d is not empty (%u tokens)", dst, d.n_tokens);
     }
     KVRT_TRY(reserve_work("fork", d, s.table.size(), 0, 0, nullptr));
-    for (const uint32_t b : s.table) ++ref_[b];  // all in use already: no list changes
+    for (const uint32_t b : s.table) {
+        save_block(b);
+        ++ref_[b];  // all in use already: no list changes
+    }
     d.table.assign(s.table.begin(), s.table.end());  // fits the reserved capacity
     d.n_tokens = s.n_tokens;
     d.salt = s.salt;
@@ -547,6 +737,7 @@ Result BlockPool::truncate(int32_t seq, uint32_t keep) {
     KVRT_TRY(check_seq("truncate", seq));
     Seq& s = seqs_[size_t(seq)];
     if (keep >= s.n_tokens) return KVRT_SUCCESS;
+    save_seq(s);
     const uint32_t kept_blocks = blocks_for_tokens(keep);
     const uint32_t view = keep & (block_size_ - 1);
     if (view != 0) {
@@ -608,6 +799,7 @@ Result BlockPool::keep_tail(int32_t seq, uint32_t from, const uint32_t* keep, ui
     for (uint32_t j = 0; j < n_keep; ++j) {
         if (keep[j] == from + j) continue;
         const uint32_t src = slot(seq, keep[j]), dst = slot(seq, from + j);
+        save_block(dst >> block_shift_);
         pos_[dst] = pos_[src];
         tok_[dst] = tok_[src];
         moves->push_back({src, dst});
@@ -682,6 +874,7 @@ Result BlockPool::shift(int32_t seq, int32_t delta, uint32_t from_token, BlockWo
         if (ref_[b] > 1) {
             // Copy-on-shift: the others keep seeing the original.
             const uint32_t copy = copy_block(b, view);
+            save_block(b);
             --ref_[b];
             s.table[i] = copy;
             out->copies.push_back(BlockCopy{b, copy});
@@ -691,6 +884,7 @@ Result BlockPool::shift(int32_t seq, int32_t delta, uint32_t from_token, BlockWo
             if (reg_[b]) unregister_tree(b);
             clear_slots(b, view);
         }
+        save_block(b);
         shifted_[b] = 1;
         const uint32_t j0 = i == first ? from_token & (block_size_ - 1) : 0;
         for (uint32_t j = j0; j < view; ++j) {
@@ -706,11 +900,17 @@ Result BlockPool::shift(int32_t seq, int32_t delta, uint32_t from_token, BlockWo
 
 Result BlockPool::set_sharing(int32_t seq, bool on) {
     KVRT_TRY(check_seq("set_sharing", seq));
+    save_seq(seqs_[size_t(seq)]);
     seqs_[size_t(seq)].sharing = on;
     return KVRT_SUCCESS;
 }
 
 void BlockPool::clear_registry() {
+    if (recording_) {
+        // Every block and bucket may change: saved whole (this is O(pool) anyway).
+        for (uint32_t b = 0; b < n_blocks_; ++b) save_block(b);
+        for (size_t k = 0; k < buckets_.size(); ++k) save_bucket(k);
+    }
     // Cached blocks first, oldest first, then the flags and links of the rest.
     for (uint32_t b = lru_head_; b != kNone;) {
         const uint32_t next = lru_next_[b];

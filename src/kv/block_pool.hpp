@@ -314,6 +314,30 @@ public:
     // call and resets it; false when nothing changed. init() marks every block.
     bool take_changes(uint32_t* lo, uint32_t* hi);
 
+    // ---- Undo ------------------------------------------------------------------
+    //
+    // An undo point, for a caller that changes the pool in several steps and
+    // must give all of them back when a later step (its own, not the pool's)
+    // fails. mark() starts a record: from then on each block, hash bucket,
+    // free-list entry and sequence that a mutation changes has its contents
+    // saved the first time it changes. rewind() puts every saved item back
+    // and ends the record; commit() ends it and keeps the changes. Both cost
+    // what changed since mark(), never the pool's size: the save areas are
+    // allocated by init() (about the pool's own size) and by the reservations
+    // each mutation already makes, so recording allocates nothing and adds no
+    // failure. After rewind() the pool equals what it was at mark() in every
+    // field (eviction order, free-list order and table revisions included),
+    // but for the range of changed blocks, which only widens. mark() while
+    // recording starts a new record at the current state.
+    void mark();
+    void rewind();
+    void commit() { recording_ = false; }
+    bool recording() const { return recording_; }
+
+    // Whether `other` holds the same blocks, slots, registry, lists,
+    // counters and sequences, field by field (tests).
+    bool same_state(const BlockPool& other) const;
+
     // Recomputes reference counts, counters, lists and the registry from the
     // tables and compares; KVRT_ERROR_INTERNAL with the first mismatch, or
     // KVRT_ERROR_OUT_OF_HOST_MEMORY. O(n_blocks * block_size + tables); meant
@@ -366,6 +390,24 @@ private:
     }
     static void touch(Seq& s);
 
+    // The undo record (mark()): each item's contents are saved once, before
+    // its first change while recording.
+    struct BlockSave {
+        uint32_t ref, fill, parent, first_child, next_sibling, prev_sibling, bucket_next, lru_prev, lru_next;
+        uint64_t key, salt;
+        uint8_t shifted, reg;
+    };
+    void save_block(uint32_t block) {
+        if (recording_ && block_saved_at_[block] != record_epoch_) save_block_now(block);
+    }
+    void save_block_now(uint32_t block);
+    void save_bucket(size_t bucket);
+    // The sequence's fields; its save area holds its table without
+    // allocating (reserve_work reserves both).
+    void save_seq(const Seq& s);
+    // Pops the free list's top, saving an entry that was there at mark().
+    uint32_t pop_free();
+
     uint32_t n_blocks_ = 0;
     uint32_t block_size_ = 0;
     uint32_t block_shift_ = 0;           // log2(block_size_)
@@ -400,6 +442,28 @@ private:
     BlockHashFn hash_ = default_block_hash;
     uint32_t changed_lo_ = 0;            // blocks whose slots changed since take_changes()
     uint32_t changed_hi_ = 0;
+
+    // The undo record: per item, the record it was saved in (record_epoch_
+    // when saved in the current one), its saved contents, and the items saved
+    // in order; the free list's size at mark() and the lowest size it has had
+    // since (entries below that one are unchanged); the counters at mark().
+    bool recording_ = false;
+    uint32_t record_epoch_ = 0;
+    std::vector<uint32_t> block_saved_at_;
+    std::vector<BlockSave> block_save_;
+    std::vector<int32_t> pos_save_, tok_save_;  // per slot
+    std::vector<uint32_t> saved_blocks_;        // capacity n_blocks
+    std::vector<uint32_t> bucket_saved_at_;
+    std::vector<uint32_t> bucket_save_;
+    std::vector<uint32_t> saved_buckets_;       // capacity: the bucket count
+    std::vector<uint32_t> seq_saved_at_;
+    std::vector<Seq> seq_save_;
+    std::vector<uint32_t> saved_seqs_;          // capacity max_seqs
+    std::vector<uint32_t> free_save_;           // per free-list index
+    size_t free_size_at_mark_ = 0;
+    size_t free_low_ = 0;
+    uint32_t mark_lru_head_ = none, mark_lru_tail_ = none;
+    uint32_t mark_cached_ = 0, mark_used_ = 0, mark_registered_ = 0;
 };
 
 }  // namespace kvrt::kv

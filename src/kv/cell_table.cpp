@@ -145,6 +145,7 @@ Result CellTable::init(uint32_t capacity, uint32_t max_seqs) {
     used_end_ = 0;
     head_ = 0;
     n_shifted_ = 0;
+    shifted_lo_ = shifted_hi_ = 0;
     changed_lo_ = 0;
     changed_hi_ = capacity;  // whatever a mirror held before
     touch();
@@ -245,6 +246,7 @@ void CellTable::set_delta(uint32_t cell, int32_t delta) {
     const bool was = delta_[cell] != 0;
     const bool now = delta != 0;
     if (was != now) n_shifted_ = now ? n_shifted_ + 1 : n_shifted_ - 1;
+    if (now) widen_shifted(cell);
     delta_[cell] = delta;
 }
 
@@ -815,13 +817,15 @@ void CellTable::clear() {
     used_end_ = 0;
     head_ = 0;
     n_shifted_ = 0;
+    shifted_lo_ = shifted_hi_ = 0;
     touch();
 }
 
 void CellTable::clear_pending_shifts() {
     if (n_shifted_ == 0) return;
-    std::fill(delta_.begin(), delta_.begin() + used_end_, 0);
+    std::fill(delta_.begin() + shifted_lo_, delta_.begin() + shifted_hi_, 0);
     n_shifted_ = 0;
+    shifted_lo_ = shifted_hi_ = 0;
     touch();
 }
 
@@ -848,6 +852,7 @@ Result CellTable::apply_moves(const CellMove* moves, size_t n) {
         const uint32_t dst = moves[i].dst_cell;
         pos_[dst] = pos_[src];
         delta_[dst] = delta_[src];
+        if (delta_[dst] != 0) widen_shifted(dst);
         epoch_[dst] = epoch_[src];
         uint64_t* ws = cell_words(src);
         std::copy(ws, ws + words_per_cell_, cell_words(dst));
@@ -920,7 +925,12 @@ Result CellTable::verify() const {
             }
             ++used;
             used_end = c + 1;
-            if (delta_[c] != 0) ++shifted;
+            if (delta_[c] != 0) {
+                ++shifted;
+                if (c < shifted_lo_ || c >= shifted_hi_)
+                    return fail(KVRT_ERROR_INTERNAL, "cell table: cell %u has a pending shift outside [%u, %u)", c,
+                                shifted_lo_, shifted_hi_);
+            }
             uint32_t outside = max_seqs_;
             for_each_seq(w, words_per_cell_, [&](uint32_t s) {
                 ++index[s][pos_[c]];

@@ -272,6 +272,13 @@ public:
     // Pending shift of every cell (capacity() entries; 0 for empty cells).
     const int32_t* deltas() const { return delta_.data(); }
 
+    // A range of cells [*lo, *hi) that holds every cell with a pending shift
+    // (empty when none has one): a scan for them need not look further.
+    void shifted_range(uint32_t* lo, uint32_t* hi) const {
+        *lo = n_shifted_ ? shifted_lo_ : 0;
+        *hi = n_shifted_ ? shifted_hi_ : 0;
+    }
+
     // Sets every pending shift to 0; call after the device applied them.
     void clear_pending_shifts();
 
@@ -432,6 +439,18 @@ private:
     uint32_t used_end_ = 0;
     uint32_t head_ = 0;
     uint32_t n_shifted_ = 0;
+    // Every cell with a pending shift lies in [shifted_lo_, shifted_hi_);
+    // the range only widens until the shifts are cleared.
+    uint32_t shifted_lo_ = 0, shifted_hi_ = 0;
+    void widen_shifted(uint32_t cell) {
+        if (shifted_lo_ >= shifted_hi_) {
+            shifted_lo_ = cell;
+            shifted_hi_ = cell + 1;
+        } else {
+            shifted_lo_ = std::min(shifted_lo_, cell);
+            shifted_hi_ = std::max(shifted_hi_, cell + 1);
+        }
+    }
     uint64_t revision_ = 0;
     uint32_t changed_lo_ = 0;            // cells changed since take_changes()
     uint32_t changed_hi_ = 0;
