@@ -31,24 +31,7 @@ Result check_cache(kvrt_cache_T* c, const char* arg = "cache") {
 }
 
 // A stream argument: NULL, or a live stream of the cache's context.
-Result resolve_stream(kvrt_cache_T* c, kvrt_stream_T* s, vk::Stream** out) {
-    *out = nullptr;
-    if (!s) return KVRT_SUCCESS;
-    KVRT_TRY(check_handle(s, Kind::Stream, "stream"));
-    if (s->owner != c->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "stream belongs to another context");
-    *out = s->stream.get();
-    return KVRT_SUCCESS;
-}
-
-// A buffer of a tensor or output: live and of the cache's context.
-Result resolve_buffer(kvrt_cache_T* c, const char* what, kvrt_buffer_T* b, const vk::Buffer** out) {
-    *out = nullptr;
-    if (!b) return KVRT_SUCCESS;
-    KVRT_TRY(check_handle(b, Kind::Buffer, what));
-    if (b->owner != c->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s's buffer belongs to another context", what);
-    *out = b->buffer.get();
-    return KVRT_SUCCESS;
-}
+Result resolve_stream(kvrt_cache_T* c, kvrt_stream_T* s, vk::Stream** out) { return api::resolve_stream(c->owner, s, out); }
 
 Result resolve_tensor(kvrt_cache_T* c, const char* what, const kvrt_tensor_ref* ref, cache::Source* out) {
     KVRT_TRY(check_struct(what, ref, KVRT_STRUCT_TYPE_TENSOR_REF));
@@ -57,7 +40,7 @@ Result resolve_tensor(kvrt_cache_T* c, const char* what, const kvrt_tensor_ref* 
     KVRT_TRY(kv::check_type(name, ref->element_type));
     cache::Source s;
     s.type = ref->element_type;
-    KVRT_TRY(resolve_buffer(c, what, ref->buffer, &s.buffer));
+    KVRT_TRY(resolve_buffer(c->owner, what, ref->buffer, &s.buffer));
     s.host = static_cast<const uint8_t*>(ref->host);
     s.offset = ref->offset;
     s.row_stride = ref->row_stride;
@@ -67,14 +50,14 @@ Result resolve_tensor(kvrt_cache_T* c, const char* what, const kvrt_tensor_ref* 
     return KVRT_SUCCESS;
 }
 
-Result resolve_output(kvrt_cache_T* c, const char* what, const kvrt_output_ref* ref, cache::Cache::Output* out) {
+Result resolve_output(kvrt_cache_T* c, const char* what, const kvrt_output_ref* ref, cache::Output* out) {
     KVRT_TRY(check_struct(what, ref, KVRT_STRUCT_TYPE_OUTPUT_REF));
     char name[48];
     std::snprintf(name, sizeof name, "%s->element_type", what);
     KVRT_TRY(kv::check_type(name, ref->element_type, {KVRT_TYPE_F32, KVRT_TYPE_F16}));
-    cache::Cache::Output o;
+    cache::Output o;
     o.type = ref->element_type;
-    KVRT_TRY(resolve_buffer(c, what, ref->buffer, &o.buffer));
+    KVRT_TRY(resolve_buffer(c->owner, what, ref->buffer, &o.buffer));
     o.host = ref->host;
     o.offset = ref->offset;
     o.row_stride = ref->row_stride;
@@ -339,7 +322,7 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
         cache::Source qs;
         KVRT_TRY(resolve_tensor(cache, "q", q, &qs));
         KVRT_TRY(kv::check_type("q->element_type", qs.type, {KVRT_TYPE_F32, KVRT_TYPE_F16}));
-        cache::Cache::Output o;
+        cache::Output o;
         KVRT_TRY(resolve_output(cache, "out", out, &o));
         KVRT_TRY(check_optional_struct("params", params, KVRT_STRUCT_TYPE_ATTENTION_PARAMS));
         kvrt_attention_params p = KVRT_ATTENTION_PARAMS_INIT;

@@ -103,4 +103,22 @@ Result check_context(kvrt_context_T* ctx, const char* arg) {
     return KVRT_SUCCESS;
 }
 
+Result resolve_stream(kvrt_context_T* owner, kvrt_stream_T* s, vk::Stream** out) {
+    *out = nullptr;
+    if (!s) return KVRT_SUCCESS;
+    KVRT_TRY(check_handle(s, Kind::Stream, "stream"));
+    if (s->owner != owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "stream belongs to another context");
+    *out = s->stream.get();
+    return KVRT_SUCCESS;
+}
+
+Result resolve_buffer(kvrt_context_T* owner, const char* what, kvrt_buffer_T* b, const vk::Buffer** out) {
+    *out = nullptr;
+    if (!b) return KVRT_SUCCESS;
+    KVRT_TRY(check_handle(b, Kind::Buffer, what));
+    if (b->owner != owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s's buffer belongs to another context", what);
+    *out = b->buffer.get();
+    return KVRT_SUCCESS;
+}
+
 }  // namespace kvrt::api

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cache/cache.hpp"
+#include "memory/memory.hpp"
 #include "core/chain.hpp"
 #include "core/result.hpp"
 #include "vk/buffer.hpp"
@@ -98,6 +99,12 @@ struct kvrt_cache_T {
     std::vector<kvrt_buffer_T*> window_buffers;
 };
 
+struct kvrt_memory_T {
+    KVRT_HANDLE_STORAGE
+    kvrt_context_T* owner = nullptr;
+    std::unique_ptr<kvrt::memory::Memory> memory;
+};
+
 namespace kvrt::api {
 
 // Checks a handle; on failure records which argument was bad.
@@ -112,6 +119,14 @@ Result check_handle(T* handle, Kind kind, const char* arg) {
 
 // Context handles also fail once the device is lost.
 Result check_context(kvrt_context_T* ctx, const char* arg);
+
+// A stream argument of an object of context `owner`: NULL, or a live stream
+// of that context.
+Result resolve_stream(kvrt_context_T* owner, kvrt_stream_T* s, vk::Stream** out);
+
+// The buffer of a tensor or output argument `what` of an object of context
+// `owner`: NULL, or a live buffer of that context.
+Result resolve_buffer(kvrt_context_T* owner, const char* what, kvrt_buffer_T* b, const vk::Buffer** out);
 
 // Runs an entry point's body: clears the thread's detail message and turns any
 // exception into a result, so none crosses the C boundary.

@@ -12,12 +12,6 @@
 #include "kv/geometry.hpp"
 #include "memory/memory.hpp"
 
-struct kvrt_memory_T {
-    KVRT_HANDLE_STORAGE
-    kvrt_context_T* owner = nullptr;
-    std::unique_ptr<kvrt::memory::Memory> memory;
-};
-
 using namespace kvrt;
 using namespace kvrt::api;
 
@@ -118,25 +112,6 @@ Result check_memory(kvrt_memory_T* m) {
     return check_context(m->owner, "the memory's context");
 }
 
-// NULL, or a live stream of the memory's context.
-Result resolve_stream(kvrt_memory_T* m, kvrt_stream_T* s, vk::Stream** out) {
-    *out = nullptr;
-    if (!s) return KVRT_SUCCESS;
-    KVRT_TRY(check_handle(s, Kind::Stream, "stream"));
-    if (s->owner != m->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "stream belongs to another context");
-    *out = s->stream.get();
-    return KVRT_SUCCESS;
-}
-
-Result resolve_buffer(kvrt_memory_T* m, kvrt_buffer_T* b, const char* name, const vk::Buffer** out) {
-    *out = nullptr;
-    if (!b) return KVRT_SUCCESS;
-    KVRT_TRY(check_handle(b, Kind::Buffer, name));
-    if (b->owner != m->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the buffer belongs to another context", name);
-    *out = b->buffer.get();
-    return KVRT_SUCCESS;
-}
-
 // The strides of a memory's tensor: 0 or exactly the packed ones (heads of
 // `dim` values back to back, tokens back to back, layers back to back).
 Result check_packed(const char* name, uint64_t head_stride, uint64_t row_stride, uint64_t layer_stride,
@@ -167,7 +142,7 @@ Result resolve_input(kvrt_memory_T* m, const kvrt_tensor_ref* ref, const char* n
     KVRT_TRY(read_type(ref->element_type, what, &out->f16));
     KVRT_TRY(check_packed(name, ref->head_stride, ref->row_stride, ref->layer_stride, m->memory->geometry(), n_tokens,
                           dim, out->f16));
-    KVRT_TRY(resolve_buffer(m, ref->buffer, name, &out->buffer));
+    KVRT_TRY(resolve_buffer(m->owner, name, ref->buffer, &out->buffer));
     if (ref->host) {
         // The offset applies to host memory too.
         if (ref->offset > UINTPTR_MAX - reinterpret_cast<uintptr_t>(ref->host))
@@ -185,7 +160,7 @@ Result resolve_output(kvrt_memory_T* m, const kvrt_output_ref* ref, uint32_t n_t
     KVRT_TRY(read_type(ref->element_type, "out->element_type", &out->f16));
     KVRT_TRY(check_packed("out", ref->head_stride, ref->row_stride, ref->layer_stride, m->memory->geometry(), n_tokens,
                           m->memory->geometry().d, out->f16));
-    KVRT_TRY(resolve_buffer(m, ref->buffer, "out", &out->buffer));
+    KVRT_TRY(resolve_buffer(m->owner, "out", ref->buffer, &out->buffer));
     if (ref->host) {
         if (ref->offset > UINTPTR_MAX - reinterpret_cast<uintptr_t>(ref->host))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "out: host + offset overflows");
@@ -219,7 +194,7 @@ kvrt_result run(kvrt_memory memory, kvrt_stream stream, const kvrt_memory_batch*
     return guarded([&]() -> Result {
         KVRT_TRY(check_memory(memory));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(memory, stream, &s));
+        KVRT_TRY(resolve_stream(memory->owner, stream, &s));
         memory::MemoryBatch b;
         KVRT_TRY(resolve_batch(memory, batch, op, &b));
         return memory->memory->run(s, op, b);
@@ -312,7 +287,7 @@ KVRT_API kvrt_result kvrt_memory_seq_rm(kvrt_memory memory, kvrt_stream stream, 
     return guarded([&]() -> Result {
         KVRT_TRY(check_memory(memory));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(memory, stream, &s));
+        KVRT_TRY(resolve_stream(memory->owner, stream, &s));
         KVRT_TRY(check_seq(memory, seq, true, "seq"));
         return memory->memory->seq_rm(s, seq);
     });
@@ -322,7 +297,7 @@ KVRT_API kvrt_result kvrt_memory_seq_cp(kvrt_memory memory, kvrt_stream stream, 
     return guarded([&]() -> Result {
         KVRT_TRY(check_memory(memory));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(memory, stream, &s));
+        KVRT_TRY(resolve_stream(memory->owner, stream, &s));
         KVRT_TRY(check_seq(memory, src, false, "src"));
         KVRT_TRY(check_seq(memory, dst, false, "dst"));
         return memory->memory->seq_cp(s, static_cast<uint32_t>(src), static_cast<uint32_t>(dst));

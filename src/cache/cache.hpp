@@ -21,13 +21,16 @@
 
 namespace kvrt::cache {
 
-// K, V or Q data to read, resolved from a kvrt_tensor_ref: for each token one
-// row per head at offset + layer * layer_stride + token * row_stride +
-// head * head_stride.
-struct Source {
-    kvrt_type type = KVRT_TYPE_F32;         // kvrt_tensor_ref.element_type: F32, F16 or a stored type
-    const vk::Buffer* buffer = nullptr;     // device data, or
-    const uint8_t* host = nullptr;          // host data
+// Rows of a caller's tensor, resolved from a kvrt_tensor_ref (data the cache
+// reads: Source) or a kvrt_output_ref (rows attention writes: Output): for
+// each token one row per head at offset + layer * layer_stride +
+// token * row_stride + head * head_stride.
+template <class Host>
+struct TensorRows {
+    // Source: F32, F16 or a stored type; Output: F32 or F16.
+    kvrt_type type = KVRT_TYPE_F32;
+    const vk::Buffer* buffer = nullptr;  // device rows, or
+    Host* host = nullptr;                // host rows (an output's: synchronous calls only)
     uint64_t offset = 0;
     // Zero strides are resolved as cache/strides.hpp says: head_stride one
     // head row, row_stride n_heads * head_stride (the heads of one token back
@@ -36,6 +39,8 @@ struct Source {
     uint64_t head_stride = 0;
     uint64_t layer_stride = 0;
 };
+using Source = TensorRows<const uint8_t>;
+using Output = TensorRows<void>;
 
 class Cache {
 public:
@@ -139,25 +144,12 @@ public:
     // sequence exactly its block table's tokens (tests).
     Result paged_verify() const;
 
-    // Where attention writes its rows, resolved from a kvrt_output_ref: for
-    // each token one row per head at offset + layer * layer_stride +
-    // token * row_stride + head * head_stride.
-    struct Output {
-        kvrt_type type = KVRT_TYPE_F32;      // kvrt_output_ref.element_type: F32 or F16
-        const vk::Buffer* buffer = nullptr;  // device rows, or
-        void* host = nullptr;                // host rows (synchronous only)
-        uint64_t offset = 0;
-        uint64_t row_stride = 0;             // 0 = packed
-        uint64_t head_stride = 0;            // 0 = packed
-        uint64_t layer_stride = 0;           // 0 = packed
-    };
     // kvrt_cache_apply_shifts.
     Result apply_shifts(vk::Stream* stream);
     // kvrt_cache_context_shift / kvrt_cache_discard_for_reevaluation.
     Result context_shift(int32_t seq, int32_t n_keep, int32_t n_discard, int32_t* out_n_past);
     Result discard_for_reevaluation(int32_t seq, int32_t n_keep, int32_t n_discard, int32_t* src_pos,
                                     int32_t* dst_pos, int32_t* count);
-    bool deferred_rope() const { return deferred_; }
     const kv::Rope& rope() const { return rope_math_; }
 
     // ---- Stored bytes (raw.cpp) ----

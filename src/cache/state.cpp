@@ -23,6 +23,22 @@ namespace kvrt::cache {
 
 namespace {
 
+// Cells for `n` loaded records, in `out`: the first n cells free in `before`
+// (the table as it is), so that rows written there cannot harm it whatever
+// happens on the device; when those are too few, the first n free in
+// `after` (the table the load plans, which frees what it replaces). Returns
+// how many it found (< n: too few either way).
+uint32_t pick_load_cells(const kv::CellTable& before, const kv::CellTable& after, uint32_t n, uint32_t* out) {
+    uint32_t k = 0;
+    for (uint32_t c = 0; c < before.capacity() && k < n; ++c)
+        if (before.cell_is_empty(c)) out[k++] = c;
+    if (k == n) return k;
+    k = 0;
+    for (uint32_t c = 0; c < after.capacity() && k < n; ++c)
+        if (after.cell_is_empty(c)) out[k++] = c;
+    return k;
+}
+
 bool same_scales(const std::vector<kv::StaticScale>& a, const std::vector<kv::StaticScale>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
@@ -257,14 +273,7 @@ Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
         if (saved_cells) {
             for (uint32_t i = 0; i < n; ++i) at[i] = d.cells[i].cell;
         } else {
-            uint32_t k = 0;
-            for (uint32_t c = 0; c < cap && k < n; ++c)
-                if (table_.cell_is_empty(c)) at[k++] = c;
-            if (k < n) {
-                k = 0;
-                for (uint32_t c = 0; c < cap && k < n; ++c)
-                    if (other->cell_is_empty(c)) at[k++] = c;
-            }
+            const uint32_t k = pick_load_cells(table_, *other, n, at.data());
             if (k < n)
                 return fail(KVRT_ERROR_CACHE_FULL, "the state holds %u cells, the cache has %u free for it", n, k);
         }
@@ -309,14 +318,7 @@ Result Cache::plan_group_table(int32_t seq, const std::vector<kv::Token>& tokens
     if (seq < 0) out->table->clear();
     else KVRT_TRY(out->table->seq_rm(seq, -1, -1));
     out->group_cells.resize(m);
-    uint32_t k = 0;
-    for (uint32_t c = 0; c < live.capacity() && k < m; ++c)
-        if (live.cell_is_empty(c)) out->group_cells[k++] = c;
-    if (k < m) {
-        k = 0;
-        for (uint32_t c = 0; c < out->table->capacity() && k < m; ++c)
-            if (out->table->cell_is_empty(c)) out->group_cells[k++] = c;
-    }
+    const uint32_t k = pick_load_cells(live, *out->table, m, out->group_cells.data());
     if (k < m)
         return fail(KVRT_ERROR_CACHE_FULL, "the state's windowed layers hold %u cells, the window group has %u for them",
                     m, k);

@@ -23,8 +23,6 @@ struct StridedRows {
     uint64_t end = 0;         // one past the last byte of any row (offset when there is none)
 
     uint64_t at(uint32_t l, uint32_t t, uint32_t h) const { return offset + l * layer + t * row + h * head; }
-    // Bytes from a token's first head to the end of its last.
-    uint64_t token_extent() const { return (n_heads - 1) * head + head_bytes; }
     bool heads_packed() const { return head == head_bytes; }
 };
 

@@ -936,11 +936,6 @@ uint32_t BlockPool::shared_count() const {
     return n;
 }
 
-uint32_t BlockPool::blocks_needed(int32_t seq, uint32_t n) const {
-    if (seq < 0 || uint32_t(seq) >= max_seqs_) return kNone;
-    return append_need(seqs_[size_t(seq)], n);
-}
-
 const std::vector<uint32_t>& BlockPool::block_table(int32_t seq) const {
     static const std::vector<uint32_t> empty;
     if (seq < 0 || uint32_t(seq) >= max_seqs_) return empty;

@@ -260,10 +260,6 @@ public:
     // Blocks a new allocation can take: free_count() + cached_count().
     uint32_t available_count() const { return uint32_t(free_.size()) + n_cached_; }
 
-    // Blocks that append(seq, n, ...) would take (the copy of a shared last
-    // block included), or none for a bad seq. For admit(), an upper bound.
-    uint32_t blocks_needed(int32_t seq, uint32_t n) const;
-
     // Blocks that `n` tokens fill: ceil(n / block_size()).
     uint32_t blocks_for_tokens(uint32_t n) const {
         return block_size_ == 0 ? 0 : uint32_t((uint64_t(n) + block_size_ - 1) >> block_shift_);

@@ -47,16 +47,6 @@ double Rope::mscale() const {
     return attn_factor * (1.0 + 0.1 * std::log(1.0 / freq_scale));
 }
 
-void Rope::pair_dims(int i, int* a, int* b) const {
-    if (neox) {
-        *a = i;
-        *b = i + n_rot / 2;
-    } else {
-        *a = 2 * i;
-        *b = 2 * i + 1;
-    }
-}
-
 void Rope::shift_table(int delta, std::vector<float>* out) const {
     const int pairs = n_rot / 2;
     out->resize(2 * static_cast<size_t>(pairs));

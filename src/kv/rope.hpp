@@ -34,9 +34,6 @@ struct Rope {
     // 1 + 0.1 ln(1 / freq_scale) with YaRN.
     double mscale() const;
 
-    // The dims of pair i: (2i, 2i+1), or (i, i + n_rot/2) in NeoX mode.
-    void pair_dims(int i, int* a, int* b) const;
-
     // (cos, sin) of delta * theta_i for every pair, interleaved, as floats
     // computed in double: the table of one shift.
     void shift_table(int delta, std::vector<float>* out) const;

@@ -164,11 +164,6 @@ Result record_copy_rows(vk::Stream& stream, const PieceRef& src, const PieceRef&
                            static_cast<uint32_t>(std::min<size_t>(rows.size(), t.rows_max_groups)));
 }
 
-Result record_gather_span(vk::Stream& stream, const vk::Buffer& buffer, uint64_t offset, uint64_t size,
-                          vk::BufferUse* out) {
-    return record_gather_strided(stream, buffer, offset, 1, size, size, out);
-}
-
 Result record_gather_strided(vk::Stream& stream, const vk::Buffer& buffer, uint64_t offset, uint32_t count,
                              uint64_t stride, uint64_t size, vk::BufferUse* out) {
     void* mapped = nullptr;

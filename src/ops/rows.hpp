@@ -66,15 +66,10 @@ Result record_store_raw(vk::Stream& stream, uint32_t heads, uint32_t head_bytes,
 Result record_copy_rows(vk::Stream& stream, const PieceRef& src, const PieceRef& dst, uint64_t row_bytes,
                         const std::vector<RowPair>& rows);
 
-// Records a transfer copy of `size` bytes of `buffer` from `offset` (which may
-// span pieces) into the stream's upload memory, so one binding holds them;
-// `out` describes the copy.
-Result record_gather_span(vk::Stream& stream, const vk::Buffer& buffer, uint64_t offset, uint64_t size,
-                          vk::BufferUse* out);
-
-// The same for `count` spans of `size` bytes, `stride` bytes apart from
-// `offset`, packed back to back in upload memory (the heads of one token of a
-// head-major tensor).
+// Records transfer copies of `count` spans of `size` bytes, `stride` bytes
+// apart from `offset` in `buffer` (a span may cross pieces), packed back to
+// back into the stream's upload memory, so one binding holds them (the heads
+// of one token of a head-major tensor); `out` describes the copy.
 Result record_gather_strided(vk::Stream& stream, const vk::Buffer& buffer, uint64_t offset, uint32_t count,
                              uint64_t stride, uint64_t size, vk::BufferUse* out);
 

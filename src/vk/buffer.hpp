@@ -48,7 +48,6 @@ public:
     Context& context() const { return ctx_; }
     uint64_t size() const { return size_; }
     uint64_t piece_bytes() const { return piece_bytes_; }
-    size_t piece_count() const { return pieces_.size(); }
     const Piece& piece(size_t i) const { return pieces_[i]; }
 
     // The piece holding byte `offset` (< size) and the offset inside it.
