@@ -122,7 +122,6 @@ Result Cache::state_save_file(int32_t seq, const char* path) {
 
 Result Cache::state_load_file(int32_t seq, const char* path) {
     if (!path || !*path) return fail(KVRT_ERROR_INVALID_ARGUMENT, "path is NULL or empty");
-    KVRT_TRY(require_no_window_group("loading state"));
     std::vector<uint8_t> bytes;
     KVRT_TRY(read_file(path, &bytes));
     return state_load(seq, bytes.data(), bytes.size());
