@@ -678,7 +678,9 @@ KVRT_API void kvrt_stream_destroy(kvrt_stream stream);
 
 /* Starts recording. Fails with KVRT_ERROR_INVALID_HANDLE, or
  * KVRT_ERROR_INVALID_STATE if the stream is already recording, or submitted
- * and not yet waited for; KVRT_ERROR_DEVICE_LOST after a lost device.
+ * and not yet waited for with kvrt_stream_wait (also when its work has
+ * finished, e.g. a buffer download waited for it: a wait then returns at
+ * once); KVRT_ERROR_DEVICE_LOST after a lost device.
  * Thread-safety: Unsafe (on the stream). */
 KVRT_API kvrt_result kvrt_stream_begin(kvrt_stream stream);
 

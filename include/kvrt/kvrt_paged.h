@@ -54,7 +54,8 @@ extern "C" {
  *   the device); shared rows are never rotated in place. With
  *   KVRT_CACHE_DEFERRED_ROPE nothing is rotated. A shift must cover a
  *   suffix of the sequence (every token from some point on, in append
- *   order), and no position may become negative. If the rotation itself
+ *   order; another range is KVRT_ERROR_UNSUPPORTED), and no position may
+ *   become negative (KVRT_ERROR_UNSUPPORTED). If the rotation itself
  *   fails on the device, the call returns that error with the shift made
  *   and its rotation pending (kvrt_cache_apply_shifts or the next attention
  *   applies it), as after a shift in the cell layout.
@@ -62,8 +63,9 @@ extern "C" {
  *   are reused least recently released first when a new block is needed.
  *   KVRT_ERROR_CACHE_FULL when free plus cached blocks are too few; nothing
  *   changes then.
- * - kvrt_cache_seq_rm removes a suffix of a sequence (or all of it);
- *   seq_keep, clear, pos_min/max work as in the cell layout; compaction moves
+ * - kvrt_cache_seq_rm removes a suffix of a sequence (or all of it; a
+ *   range that leaves tokens after the removed ones is
+ *   KVRT_ERROR_UNSUPPORTED, changing nothing); seq_keep, clear, pos_min/max work as in the cell layout; compaction moves
  *   nothing. kvrt_cache_discard_for_reevaluation removes the suffix from
  *   n_keep on, as in the cell layout (shared blocks stay with the other
  *   sequences). seq_div and context shifts fail with KVRT_ERROR_UNSUPPORTED

@@ -27,6 +27,9 @@ extern "C" {
  * [1,1,S-1,D] past tensor; it is left-padded: its n_valid valid rows are its
  * LAST n_valid rows, oldest first, and the mask excludes the others.
  *
+ * - K and V types: F32, F16, KVRT_TYPE_U8_STATIC or KVRT_TYPE_U16_STATIC
+ *   (what static graphs bind); the block-quantized types (Q8_0, Q4_0) are
+ *   refused at creation with KVRT_ERROR_INVALID_ARGUMENT.
  * - kvrt_cache_store / kvrt_cache_place append: each token belongs to exactly
  *   one sequence, a sequence's positions must increase (within the batch and
  *   past the ones it holds), and at most S-1 tokens of a sequence per call.
@@ -57,9 +60,12 @@ extern "C" {
  *   fail with KVRT_ERROR_UNSUPPORTED (positions and windows are the graph's).
  * - If a store's recording is dropped, or its submission fails before the
  *   device ran it, the sequences it appended to get their previous windows
- *   back. A store that fails while recording into a stream leaves that
+ *   back. Bad input is refused before anything is recorded and changes
+ *   nothing, as everywhere; a store that fails later, while recording into
+ *   a stream (out of host or device memory, a lost device), leaves that
  *   recording unsubmittable (kvrt_stream_submit fails with
- *   KVRT_ERROR_INVALID_STATE and drops it), as a slide copy may be in it. A synchronous store that fails with KVRT_ERROR_TIMEOUT keeps its
+ *   KVRT_ERROR_INVALID_STATE and drops it), as a slide copy may be in it.
+ *   A synchronous store that fails with KVRT_ERROR_TIMEOUT keeps its
  *   append: the work was submitted and completes later.
  * - The same tokens give the same attention results as in the cell layout.
  * - kvrt_cache_get_info reports capacity = max_seqs * (S-1), used = the

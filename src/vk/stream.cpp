@@ -149,13 +149,12 @@ Result Stream::begin_external(VkCommandBuffer cb) {
 Result Stream::start_recording() {
     if (state_ == State::Recording) return fail(KVRT_ERROR_INVALID_STATE, "the stream is already recording");
     if (ctx_.lost()) return fail(KVRT_ERROR_DEVICE_LOST, "the device was lost");
-    if (state_ == State::Pending) {
-        if (!ctx_.is_done(serial_))
-            return fail(KVRT_ERROR_INVALID_STATE,
-                        "the stream's last submission is still running; call kvrt_stream_wait first");
-        std::lock_guard<std::mutex> lock(mutex_);
-        state_ = State::Idle;
-    }
+    // Refused until the submission is waited for, finished or not: whether a
+    // begin succeeds must not depend on how fast the device is, and the wait
+    // is what reports the submission's errors and timings.
+    if (state_ == State::Pending)
+        return fail(KVRT_ERROR_INVALID_STATE,
+                    "the stream's last submission has not been waited for; call kvrt_stream_wait first");
     const DeviceFns& fn = ctx_.fn();
     KVRT_TRY(ctx_.check(fn.vkResetCommandPool(ctx_.device(), pool_, 0), "vkResetCommandPool"));
     for (VkDescriptorPool p : desc_pools_)

@@ -208,6 +208,26 @@ TEST_CASE("a wait that runs out of time is KVRT_ERROR_TIMEOUT, never success", "
     CHECK(saw_timeout);
 }
 
+TEST_CASE("a submission must be waited for before the next begin, even once its work finished", "[stream]") {
+    GpuContext ctx;
+    Buffer a(ctx, 4096);
+    Stream s(ctx);
+    KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+    KVRT_REQUIRE_OK(kvrt_cmd_fill(s, a, 0, 4096, 7u));
+    KVRT_REQUIRE_OK(kvrt_stream_submit(s));
+    // The download waits for the fill: the work has finished after it.
+    std::vector<uint32_t> got(1024);
+    KVRT_REQUIRE_OK(kvrt_buffer_download(a, 0, got.data(), 4096));
+    CHECK(got[1023] == 7u);
+    // Whether begin succeeds must not depend on the device's speed.
+    CHECK(kvrt_stream_begin(s) == KVRT_ERROR_INVALID_STATE);
+    KVRT_REQUIRE_OK(kvrt_stream_wait(s, 0));
+    KVRT_REQUIRE_OK(kvrt_stream_begin(s));
+    KVRT_REQUIRE_OK(kvrt_stream_submit(s));
+    KVRT_REQUIRE_OK(kvrt_stream_wait(s, 120 * kSecond));
+    REQUIRE(ctx.validation_errors() == 0);
+}
+
 TEST_CASE("timestamps time every operation", "[stream]") {
     GpuContext ctx;
     Buffer a(ctx, 8 << 20), b(ctx, 8 << 20);

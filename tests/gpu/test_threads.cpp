@@ -239,10 +239,13 @@ private:
             if (ok) ok = o_.check(kvrt_cache_attention(cache_, stream_, layer, &qb, &qr, &orf, nullptr),
                                   "kvrt_cache_attention");
             if (ok) ok = o_.check(kvrt_stream_submit(stream_), "kvrt_stream_submit");
-            // Every other time no kvrt_stream_wait: the download waits for
-            // the work on the buffer, and the next begin finds it done.
-            if (ok && it % 2 == 0) ok = o_.check(kvrt_stream_wait(stream_, kWaitNs), "kvrt_stream_wait");
+            // Every other time the download comes first: it waits for the
+            // work on the buffer itself, so a wait after it returns at once
+            // (timeout 0); the next begin needs that wait either way.
+            const bool download_first = it % 2 == 1;
+            if (ok && !download_first) ok = o_.check(kvrt_stream_wait(stream_, kWaitNs), "kvrt_stream_wait");
             if (ok) ok = o_.check(kvrt_buffer_download(out_, 0, got.data(), got.size() * 4), "kvrt_buffer_download");
+            if (ok && download_first) ok = o_.check(kvrt_stream_wait(stream_, 0), "kvrt_stream_wait after the download");
             if (!ok) return;
         }
         moved_ += moved;
@@ -393,10 +396,10 @@ Outcome run_churn(kvrt_context ctx, const std::atomic<bool>& stop, uint32_t seed
                  o.check(kvrt_cmd_copy(s, buf, words * 4, buf, 0, words * 4), "kvrt_cmd_copy") &&
                  o.check(kvrt_stream_submit(s), "kvrt_stream_submit");
         if (ok) {
-            // Beginning again is refused while that work runs (and allowed
-            // once it completed; the stream then goes with its recording).
+            // Beginning again is refused until the submission is waited
+            // for, whether or not its work has completed.
             const kvrt_result again = kvrt_stream_begin(s);
-            o.expect(again == KVRT_SUCCESS || again == KVRT_ERROR_INVALID_STATE,
+            o.expect(again == KVRT_ERROR_INVALID_STATE,
                      std::string("kvrt_stream_begin on a submitted stream: ") + kvrt_result_string(again));
         }
         kvrt_buffer_destroy(buf);
