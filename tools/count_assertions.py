@@ -20,6 +20,10 @@ MACROS = re.compile(
     r"REQUIRE_THROWS\w*|CHECK_THROWS\w*|FAIL|FAIL_CHECK|KVRT_REQUIRE_OK|CHECK_FAILS|CHECK_REJECTED|"
     r"MODEL_REQUIRE)\s*\(")
 ROWS = re.compile(r"\b(err|noop)\s*\(")
+# Calls of test helpers that assert inside (CacheSpec::create REQUIREs the
+# creation to succeed), counted apart: each stands for the REQUIRE a test
+# used to write around kvrt_cache_create.
+ASSERTING_CALLS = re.compile(r"\.create\(\s*\w+\s*\)")
 DEFINE = re.compile(r"^\s*#\s*define\s+\w+")
 
 
@@ -51,7 +55,7 @@ def strip(text):
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else "tests")
     verbose = "-v" in sys.argv
-    total = rows = 0
+    total = rows = calls = 0
     for path in sorted(list(root.rglob("*.cpp")) + list(root.rglob("*.hpp"))):
         code = strip(path.read_text(errors="replace"))
         n = 0
@@ -60,12 +64,15 @@ def main():
             # A macro's own name on its #define line is no use of it.
             n += len(MACROS.findall(line[m.end():] if m else line))
         r = len(ROWS.findall(code)) if "bad_input" in path.name and path.suffix == ".cpp" else 0
+        c = len(ASSERTING_CALLS.findall(code))
         total += n
         rows += r
-        if verbose and (n or r):
-            print(f"{n:6d} {r:5d}  {path}")
+        calls += c
+        if verbose and (n or r or c):
+            print(f"{n:6d} {r:5d} {c:5d}  {path}")
     print(f"assertions: {total}")
     print(f"bad-input table rows (err/noop builders as written): {rows}")
+    print(f"calls of asserting helpers (CacheSpec::create): {calls}")
 
 
 if __name__ == "__main__":
