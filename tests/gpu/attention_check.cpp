@@ -49,8 +49,8 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
     desc.layer_windows = windows.data();
     StaticScales scales(c.k_scales, c.v_scales);
     if (!c.k_scales.empty() || !c.v_scales.empty()) desc.next = scales.desc();
-    kvrt_cache cache = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, &cache));
+    Cache cache;
+    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, cache.out()));
 
     std::mt19937 rng(c.seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -115,7 +115,7 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
     const uint32_t qe = c.n_heads * c.dk, oe = c.n_heads * c.dv;
 
     // Reference inputs: the cells as the table sees them.
-    const auto& table = reinterpret_cast<kvrt_cache_T*>(cache)->cache->table();
+    const auto& table = cache.get()->cache->table();
     std::vector<kvrt::ref::AttnCell> ref_cells(c.capacity);
     for (uint32_t cell = 0; cell < c.capacity; ++cell) {
         ref_cells[cell].pos = table.cell_pos(cell);
@@ -204,7 +204,6 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
     outcome.nmse_all = ref_norm > 0 ? err / ref_norm : err;
     outcome.nmse_vs_f32 = ref32_norm > 0 ? err32 / ref32_norm : err32;
     kvrt_buffer_destroy(out_buf);
-    kvrt_cache_destroy(cache);
     return outcome;
 }
 

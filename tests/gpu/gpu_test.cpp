@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "kvrt/kvrt_paged.h"
 #include "reference/metrics.hpp"
 
 namespace kvrt_test {
@@ -127,23 +128,89 @@ uint64_t settled_device_bytes(kvrt_context ctx, uint64_t at_most) {
     }
 }
 
+namespace {
+
+// The descriptor of `spec`, with its chained structs, handed to `use` while
+// they live.
+template <class F>
+kvrt_result with_desc(const CacheSpec& spec, F&& use) {
+    kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
+    wl.next = spec.next;
+    wl.cells = spec.group_cells;
+    wl.n_keep = spec.group_keep;
+    const void* chain = spec.window_group ? static_cast<const void*>(&wl) : spec.next;
+    kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
+    sl.seq_len = spec.seq_len;
+    sl.reserve = spec.reserve;
+    kvrt_paged_layout_desc pl = KVRT_PAGED_LAYOUT_DESC_INIT;
+    pl.block_size = spec.block_size;
+    if (spec.layout == KVRT_LAYOUT_STATIC) {
+        sl.next = chain;
+        chain = &sl;
+    } else if (spec.layout == KVRT_LAYOUT_PAGED) {
+        pl.next = chain;
+        chain = &pl;
+    }
+    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
+    d.next = chain;
+    d.n_layers = spec.layers;
+    d.n_heads = spec.heads;
+    d.n_kv_heads = spec.kv_heads;
+    d.head_dim_k = spec.dk;
+    d.head_dim_v = spec.dv;
+    d.capacity = spec.capacity;
+    d.max_seqs = spec.max_seqs;
+    d.type_k = spec.type_k;
+    d.type_v = spec.type_v;
+    d.layout = spec.layout;
+    d.layer_windows = spec.windows.empty() ? nullptr : spec.windows.data();
+    d.label = spec.label;
+    d.flags = spec.flags;
+    return use(d);
+}
+
+}  // namespace
+
+kvrt_result CacheSpec::try_create(kvrt_context ctx, Cache* out) const {
+    return with_desc(*this, [&](const kvrt_cache_desc& d) { return kvrt_cache_create(ctx, &d, out->out()); });
+}
+
+Cache CacheSpec::create(kvrt_context ctx) const {
+    Cache c;
+    KVRT_REQUIRE_OK(try_create(ctx, &c));
+    return c;
+}
+
+kvrt_result CacheSpec::estimate(kvrt_context ctx, kvrt_cache_estimate* out) const {
+    return with_desc(*this, [&](const kvrt_cache_desc& d) { return kvrt_cache_estimate_size(ctx, &d, out); });
+}
+
+AttentionPair attend_both(kvrt_cache a, kvrt_cache b, int32_t layer, int32_t seq, int32_t pos,
+                          const std::vector<float>& q, size_t out_values, const kvrt_attention_params& params) {
+    AttentionPair r;
+    r.a.assign(out_values, 1.0f);
+    r.b.assign(out_values, 2.0f);
+    const kvrt_batch qb = make_batch(1, &pos, &seq);
+    const kvrt_tensor_ref qt = host_tensor(q.data());
+    const kvrt_output_ref oa = host_output(r.a.data()), ob = host_output(r.b.data());
+    r.ra = kvrt_cache_attention(a, nullptr, layer, &qb, &qt, &oa, &params);
+    r.rb = kvrt_cache_attention(b, nullptr, layer, &qb, &qt, &ob, &params);
+    return r;
+}
+
 uint32_t same_attention(kvrt_cache a, kvrt_cache b, const AttentionGrid& grid) {
     uint32_t answered = 0;
     for (int32_t s = 0; s < static_cast<int32_t>(grid.seqs); ++s)
         for (int32_t pos = 0; pos <= grid.max_pos; pos += grid.step) {
             std::vector<float> q(size_t{grid.heads} * grid.head_dim_k);
             for (size_t e = 0; e < q.size(); ++e) q[e] = std::cos(0.31f * static_cast<float>(e + 5 * s + pos));
-            const kvrt_batch qb = make_batch(1, &pos, &s);
-            const kvrt_tensor_ref qt = host_tensor(q.data());
             for (size_t l = 0; l < grid.layer_windows.size(); ++l) {
-                std::vector<float> x(size_t{grid.heads} * grid.head_dim_v, 1.0f), y(x.size(), 2.0f);
-                const kvrt_output_ref ox = host_output(x.data()), oy = host_output(y.data());
-                const kvrt_result rx = kvrt_cache_attention(a, nullptr, static_cast<int32_t>(l), &qb, &qt, &ox, &grid.params);
-                const kvrt_result ry = kvrt_cache_attention(b, nullptr, static_cast<int32_t>(l), &qb, &qt, &oy, &grid.params);
+                const AttentionPair r = attend_both(a, b, static_cast<int32_t>(l), s, pos, q,
+                                                    size_t{grid.heads} * grid.head_dim_v, grid.params);
                 INFO("sequence " << s << ", position " << pos << ", layer " << l);
-                REQUIRE(rx == ry);
-                if (rx != KVRT_SUCCESS) continue;
-                REQUIRE(kvrt::ref::nmse(x, y) <= 1e-12);
+                REQUIRE(r.ra == r.rb);
+                if (r.ra != KVRT_SUCCESS) continue;
+                REQUIRE(kvrt::ref::nmse(r.a, r.b) <= 1e-12);
                 if (grid.layer_windows[l] != 0) ++answered;
             }
         }

@@ -110,6 +110,121 @@ private:
     kvrt_buffer b_ = nullptr;
 };
 
+// A handle destroyed at scope exit by `Destroy` (a kvrt_*_destroy, which
+// takes NULL as a no-op): movable, not copyable, converts to the handle. So a
+// failing REQUIRE, which leaves the test by an exception, frees it too.
+template <class H, void (*Destroy)(H)>
+class Owned {
+public:
+    Owned() = default;
+    explicit Owned(H h) : h_(h) {}
+    ~Owned() { Destroy(h_); }
+    Owned(Owned&& o) noexcept : h_(o.release()) {}
+    Owned& operator=(Owned&& o) noexcept {
+        if (this != &o) reset(o.release());
+        return *this;
+    }
+    Owned(const Owned&) = delete;
+    Owned& operator=(const Owned&) = delete;
+
+    operator H() const& { return h_; }
+    // A temporary owner would destroy the handle at once: no conversion.
+    operator H() && = delete;
+    H get() const { return h_; }
+    // The handle's members, for the tests that look inside it (api/handles.hpp).
+    H operator->() const { return h_; }
+    // Where a create call writes the new handle (the old one is destroyed first).
+    H* out() {
+        reset();
+        return &h_;
+    }
+    // Gives the handle up without destroying it.
+    H release() {
+        H h = h_;
+        h_ = nullptr;
+        return h;
+    }
+    // Destroys the handle held now and holds `h` instead.
+    void reset(H h = nullptr) {
+        Destroy(h_);
+        h_ = h;
+    }
+
+private:
+    H h_ = nullptr;
+};
+
+// The owners of the handles tests create by hand.
+using Cache = Owned<kvrt_cache, kvrt_cache_destroy>;
+using OwnedMemory = Owned<kvrt_memory, kvrt_memory_destroy>;
+
+// The descriptor of a test cache, with KVRT_CACHE_DESC_INIT's defaults; the
+// layout's struct (static or paged) and the window group are chained by
+// create() from the fields below, so a test names only what it sets.
+struct CacheSpec {
+    uint32_t layers = 0, heads = 0, kv_heads = 0;
+    uint32_t dk = 0, dv = 0;  // head dims of K and V; dv 0: dk
+    kvrt_type type_k = KVRT_TYPE_F16, type_v = KVRT_TYPE_F16;
+    uint32_t capacity = 0, max_seqs = 0;
+    kvrt_layout layout = KVRT_LAYOUT_DEFAULT;
+    uint32_t seq_len = 0;            // static layout: kvrt_static_layout_desc.seq_len
+    double reserve = 0.0;            // static layout: kvrt_static_layout_desc.reserve
+    uint32_t block_size = 0;         // paged layout: kvrt_paged_layout_desc.block_size
+    kvrt_flags flags = 0;
+    std::vector<uint32_t> windows;   // layer_windows; empty: NULL
+    bool window_group = false;       // chains a kvrt_window_layout_desc of:
+    uint32_t group_cells = 0, group_keep = 0;  // its cells and n_keep
+    const char* label = nullptr;
+    const void* next = nullptr;      // further chained structs (RoPE, scales), after the ones above
+
+    // Setters, for specs written in one expression.
+    // Layers, query heads, KV heads and head dims (dv 0: dk).
+    CacheSpec& shape(uint32_t n_layers, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim_k,
+                     uint32_t head_dim_v = 0) {
+        layers = n_layers, heads = n_heads, kv_heads = n_kv_heads, dk = head_dim_k, dv = head_dim_v;
+        return *this;
+    }
+    // The stored types of K and V.
+    CacheSpec& types(kvrt_type k, kvrt_type v) {
+        type_k = k, type_v = v;
+        return *this;
+    }
+    // One stored type for K and V.
+    CacheSpec& type(kvrt_type kv) { return types(kv, kv); }
+    // Capacity and max_seqs (0: the header's default).
+    CacheSpec& cells(uint32_t n_cells, uint32_t n_seqs = 0) {
+        capacity = n_cells, max_seqs = n_seqs;
+        return *this;
+    }
+    // The static layout with its seq_len and reserve.
+    CacheSpec& static_layout(uint32_t rows, double reserve_factor = 0.0) {
+        layout = KVRT_LAYOUT_STATIC, seq_len = rows, reserve = reserve_factor;
+        return *this;
+    }
+    // The paged layout with its block size (0: 16).
+    CacheSpec& paged(uint32_t block = 0) {
+        layout = KVRT_LAYOUT_PAGED, block_size = block;
+        return *this;
+    }
+    // The cache flags.
+    CacheSpec& with_flags(kvrt_flags cache_flags) {
+        flags = cache_flags;
+        return *this;
+    }
+    // A window group of `cells_of_group` cells keeping positions below n_keep.
+    CacheSpec& group(uint32_t cells_of_group = 0, uint32_t n_keep = 0) {
+        window_group = true, group_cells = cells_of_group, group_keep = n_keep;
+        return *this;
+    }
+
+    // kvrt_cache_create's result; the cache goes to *out (NULL on failure).
+    kvrt_result try_create(kvrt_context ctx, Cache* out) const;
+    // The cache; REQUIREs its creation to succeed.
+    Cache create(kvrt_context ctx) const;
+    // kvrt_cache_estimate_size of the same descriptor.
+    kvrt_result estimate(kvrt_context ctx, kvrt_cache_estimate* out) const;
+};
+
 // Structs the tests pass by pointer, each started from its KVRT_*_INIT macro
 // (so `type` and the defaults are the header's) with the fields a test sets.
 inline kvrt_batch make_batch(uint32_t n_tokens, const int32_t* positions, const int32_t* seq_ids,
@@ -200,6 +315,15 @@ uint64_t device_bytes(kvrt_context ctx);
 // whatever they are: memory freed while the device still used it (a call that
 // timed out with work in flight) counts until the device finished with it.
 uint64_t settled_device_bytes(kvrt_context ctx, uint64_t at_most);
+
+// One single-token query `q` (sequence `seq`, position `pos`) in layer `layer`
+// of two caches: each one's result code and output.
+struct AttentionPair {
+    kvrt_result ra = KVRT_SUCCESS, rb = KVRT_SUCCESS;
+    std::vector<float> a, b;  // out_values each; 1 and 2 before the call, so a row left unwritten differs
+};
+AttentionPair attend_both(kvrt_cache a, kvrt_cache b, int32_t layer, int32_t seq, int32_t pos,
+                          const std::vector<float>& q, size_t out_values, const kvrt_attention_params& params);
 
 // A grid of single-token queries for comparing two caches that hold the same
 // tokens in different cells: each sequence in [0, seqs) at positions 0, step,

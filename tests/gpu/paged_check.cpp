@@ -6,28 +6,6 @@
 
 namespace kvrt_test::paged {
 
-kvrt_cache make_cache(kvrt_context ctx, const Shape& sh, bool paged, uint32_t capacity, uint32_t max_seqs,
-                      uint32_t block_size) {
-    kvrt_paged_layout_desc pl = KVRT_PAGED_LAYOUT_DESC_INIT;
-    pl.block_size = block_size;
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.n_layers = sh.layers;
-    d.n_heads = sh.heads;
-    d.n_kv_heads = sh.kv_heads;
-    d.head_dim_k = sh.dk;
-    d.head_dim_v = sh.dv;
-    d.type_k = d.type_v = sh.type;
-    d.capacity = capacity;
-    d.max_seqs = max_seqs;
-    if (paged) {
-        d.layout = KVRT_LAYOUT_PAGED;
-        d.next = &pl;
-    }
-    kvrt_cache c = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
-    return c;
-}
-
 // Element (layer, head, d) of K or V of token `id` at position `pos`: what a
 // model computes is a function of the token and its place (here, of its id
 // and position only), so equal prefixes give equal rows.

@@ -1,4 +1,4 @@
-// Helpers of the paged-layout tests: caches of a small shape in either layout,
+// Helpers of the paged-layout tests: the shape of their caches (either layout),
 // K and V rows that are a function of a token's id and position (so equal
 // prefixes give equal rows), their stored bytes, a sequence's cells in its
 // block-table order, and what a failed call must leave as it was.
@@ -11,15 +11,11 @@
 
 namespace kvrt_test::paged {
 
-struct Shape {
-    uint32_t layers = 2, heads = 4, kv_heads = 2, dk = 32, dv = 32;
-    kvrt_type type = KVRT_TYPE_F16;
+// The paged tests' cache shape: 2 layers, 4 query and 2 KV heads, head dims
+// 32, F16; a test adds the cells and the layout (CacheSpec::cells, ::paged).
+struct Shape : CacheSpec {
+    Shape() { shape(2, 4, 2, 32, 32); }
 };
-
-// A cache of `capacity` cells for `max_seqs` sequences: paged with blocks of
-// `block_size` tokens, or the cell layout.
-kvrt_cache make_cache(kvrt_context ctx, const Shape& sh, bool paged, uint32_t capacity, uint32_t max_seqs,
-                      uint32_t block_size = 16);
 
 // Element (layer, head, d) of K or V of token `id` at position `pos`: what a
 // model computes is a function of the token and its place (here, of its id

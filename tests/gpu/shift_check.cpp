@@ -26,7 +26,7 @@ ShiftCache::ShiftCache(kvrt_context ctx, kvrt_type t, kvrt_rope_desc rp, uint32_
     d.type_k = type;
     d.type_v = KVRT_TYPE_F16;
     d.flags = flags;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache));
+    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, cache.out()));
     rope.n_rot = rp.n_rot ? static_cast<int>(rp.n_rot) : static_cast<int>(dim);
     rope.neox = rp.mode == KVRT_ROPE_NEOX;
     if (rp.freq_base) rope.freq_base = rp.freq_base;

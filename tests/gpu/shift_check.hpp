@@ -17,14 +17,13 @@
 namespace kvrt_test {
 
 struct ShiftCache {
-    kvrt_cache cache = nullptr;
+    Cache cache;
     kvrt_type type = KVRT_TYPE_F32;
     uint32_t kv_heads = 2, dim = 64, layers = 2;
     kvrt::ref::RopeParams rope;
 
     ShiftCache(kvrt_context ctx, kvrt_type type, kvrt_rope_desc rp, uint32_t capacity = 128, kvrt_flags flags = 0,
                uint32_t head_dim = 64);
-    ~ShiftCache() { kvrt_cache_destroy(cache); }
     ShiftCache(const ShiftCache&) = delete;
     ShiftCache& operator=(const ShiftCache&) = delete;
 

@@ -19,15 +19,14 @@ namespace kvrt_test {
 class CacheOwner {
 public:
     CacheOwner(kvrt_context ctx, const kvrt_cache_desc& desc) {
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, &c_));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, c_.out()));
     }
-    ~CacheOwner() { kvrt_cache_destroy(c_); }
     CacheOwner(const CacheOwner&) = delete;
     CacheOwner& operator=(const CacheOwner&) = delete;
     operator kvrt_cache() const { return c_; }
 
 private:
-    kvrt_cache c_ = nullptr;
+    Cache c_;
 };
 
 // Normal random values, with a zero block and outliers so that every

@@ -228,9 +228,8 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                     [&](const Tamper& t) {
                         kvrt_cache_desc d = cell_desc();
                         apply(t, &d);
-                        kvrt_cache c = nullptr;
-                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, &c));
-                        kvrt_cache_destroy(c);
+                        Cache c;
+                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, c.out()));
                         return r;
                     }});
     rows.push_back({"kvrt_cache_create: static layout desc", KVRT_STRUCT_TYPE_CACHE_DESC, KVRT_STRUCT_TYPE_ROPE_DESC,
@@ -242,9 +241,8 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                         d.layout = KVRT_LAYOUT_STATIC;
                         d.next = &sl;
                         apply(t, &d, &sl);  // behind the static layout desc
-                        kvrt_cache c = nullptr;
-                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, &c));
-                        kvrt_cache_destroy(c);
+                        Cache c;
+                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, c.out()));
                         return r;
                     }});
     rows.push_back({"kvrt_cache_create: paged layout desc", KVRT_STRUCT_TYPE_CACHE_DESC, KVRT_STRUCT_TYPE_ROPE_DESC,
@@ -256,9 +254,8 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                         d.layout = KVRT_LAYOUT_PAGED;
                         d.next = &pl;
                         apply(t, &d, &pl);  // behind the paged layout desc
-                        kvrt_cache c = nullptr;
-                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, &c));
-                        kvrt_cache_destroy(c);
+                        Cache c;
+                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, c.out()));
                         return r;
                     }});
     rows.push_back({"kvrt_cache_create: window layout desc", KVRT_STRUCT_TYPE_CACHE_DESC, KVRT_STRUCT_TYPE_ROPE_DESC,
@@ -270,9 +267,8 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                         d.layer_windows = windows.data();
                         d.next = &wl;
                         apply(t, &d, &wl);  // behind the window layout desc
-                        kvrt_cache c = nullptr;
-                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, &c));
-                        kvrt_cache_destroy(c);
+                        Cache c;
+                        const Outcome r = outcome(kvrt_cache_create(ctx, &d, c.out()));
                         return r;
                     }});
     rows.push_back({"kvrt_cache_estimate_size: desc (scales chained)", KVRT_STRUCT_TYPE_CACHE_DESC,
@@ -299,10 +295,10 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                     }});
 
     // A cell cache with tokens 0..15 of sequence 0 and two placed cells.
-    kvrt_cache cache = nullptr;
+    Cache cache;
     {
         const kvrt_cache_desc d = cell_desc();
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, cache.out()));
     }
     std::vector<float> rows_f32(size_t{kLayers} * 16 * kQueryRow, 0.25f), out(16 * kQueryRow);
     int32_t next_pos = 0;
@@ -385,7 +381,7 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
     }
 
     // The static layout's output structs.
-    kvrt_cache static_cache = nullptr;
+    Cache static_cache;
     {
         kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
         sl.seq_len = 16;
@@ -393,7 +389,7 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
         d.capacity = 0;
         d.layout = KVRT_LAYOUT_STATIC;
         d.next = &sl;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &static_cache));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, static_cache.out()));
         const kvrt_batch b = make_batch(4, first16.data(), seq0.data());
         const kvrt_tensor_ref k = host_tensor(rows_f32.data());
         KVRT_REQUIRE_OK(kvrt_cache_store(static_cache, nullptr, &b, -1, &k, &k, nullptr));
@@ -412,12 +408,12 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                     }});
 
     // The paged layout's output struct.
-    kvrt_cache paged_cache = nullptr;
+    Cache paged_cache;
     {
         kvrt_cache_desc d = cell_desc();
         d.capacity = 64;
         d.layout = KVRT_LAYOUT_PAGED;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &paged_cache));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, paged_cache.out()));
     }
     rows.push_back({"kvrt_cache_paged_get_stats: out", KVRT_STRUCT_TYPE_PAGED_STATS, KVRT_STRUCT_TYPE_UNDEFINED,
                     [&](const Tamper& t) {
@@ -513,9 +509,6 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                     }});
 
     for (const Row& row : rows) check_row(row);
-    kvrt_cache_destroy(static_cache);
-    kvrt_cache_destroy(paged_cache);
-    kvrt_cache_destroy(cache);
 }
 
 TEST_CASE("the interop entry points refuse unknown, unaccepted and repeated chained structs", "[abi][import]") {

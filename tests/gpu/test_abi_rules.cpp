@@ -130,14 +130,13 @@ TEST_CASE("output structs keep the caller's type and next, and nothing after the
         Guarded<kvrt_cache_estimate> g(kvrt_cache_estimate KVRT_CACHE_ESTIMATE_INIT);
         KVRT_REQUIRE_OK(kvrt_cache_estimate_size(ctx, &d, &g.value));
         check_kept(g, KVRT_STRUCT_TYPE_CACHE_ESTIMATE, "kvrt_cache_estimate_size");
-        kvrt_cache c = nullptr;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
+        Cache c;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, c.out()));
         store(c, 0, 0, 3);
         Guarded<kvrt_cache_info> info(kvrt_cache_info KVRT_CACHE_INFO_INIT);
         KVRT_REQUIRE_OK(kvrt_cache_get_info(c, &info.value));
         check_kept(info, KVRT_STRUCT_TYPE_CACHE_INFO, "kvrt_cache_get_info");
         CHECK(info.value.used == 3);
-        kvrt_cache_destroy(c);
     }
     {
         kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
@@ -145,8 +144,8 @@ TEST_CASE("output structs keep the caller's type and next, and nothing after the
         kvrt_cache_desc d = cell_desc(0);
         d.layout = KVRT_LAYOUT_STATIC;
         d.next = &sl;
-        kvrt_cache c = nullptr;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
+        Cache c;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, c.out()));
         store(c, 0, 0, 3);
         Guarded<kvrt_static_window> w(kvrt_static_window KVRT_STATIC_WINDOW_INIT);
         KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 0, 1, 0, KVRT_KV_ARRAY_K, &w.value));
@@ -156,20 +155,18 @@ TEST_CASE("output structs keep the caller's type and next, and nothing after the
         KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(c, 0, &st.value));
         check_kept(st, KVRT_STRUCT_TYPE_STATIC_STATS, "kvrt_cache_get_static_stats");
         CHECK(st.value.rows_appended == 3);
-        kvrt_cache_destroy(c);
     }
     {
         kvrt_cache_desc d = cell_desc(64);
         d.layout = KVRT_LAYOUT_PAGED;
-        kvrt_cache c = nullptr;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
+        Cache c;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, c.out()));
         store(c, 0, 0, 3);
         Guarded<kvrt_paged_stats> st(kvrt_paged_stats KVRT_PAGED_STATS_INIT);
         KVRT_REQUIRE_OK(kvrt_cache_paged_get_stats(c, &st.value));
         check_kept(st, KVRT_STRUCT_TYPE_PAGED_STATS, "kvrt_cache_paged_get_stats");
         CHECK(st.value.used_blocks == 1);
         CHECK(st.value.n_blocks == 4);
-        kvrt_cache_destroy(c);
     }
     {
         const MemoryDesc d(shape(1, 2, 16, 8, 8, 1));
@@ -214,19 +211,19 @@ TEST_CASE("KVRT_TYPE_UNDEFINED is refused wherever a type is required", "[abi]")
     const kvrt_result A = KVRT_ERROR_INVALID_ARGUMENT;
     const kvrt_type U = KVRT_TYPE_UNDEFINED;
     kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
-    kvrt_cache out = nullptr;
+    Cache out;
     for (int which = 0; which < 2; ++which) {
         kvrt_cache_desc d = cell_desc();
         (which ? d.type_v : d.type_k) = U;
         INFO((which ? "type_v" : "type_k"));
-        CHECK(kvrt_cache_create(ctx, &d, &out) == A);
+        CHECK(kvrt_cache_create(ctx, &d, out.out()) == A);
         CHECK(out == nullptr);
         CHECK(kvrt_cache_estimate_size(nullptr, &d, &e) == A);
     }
 
     const kvrt_cache_desc d = cell_desc();
-    kvrt_cache c = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
+    Cache c;
+    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, c.out()));
     store(c, 0, 0, 4);
     const auto rows = token_rows(0, 4);
     std::vector<float> o(4 * 2 * kKvHeads * kDim);
@@ -246,7 +243,6 @@ TEST_CASE("KVRT_TYPE_UNDEFINED is refused wherever a type is required", "[abi]")
     kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
     KVRT_REQUIRE_OK(kvrt_cache_get_info(c, &info));
     CHECK(info.used == 4);  // none of the refused stores placed a token
-    kvrt_cache_destroy(c);
 
     {
         kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
@@ -254,11 +250,10 @@ TEST_CASE("KVRT_TYPE_UNDEFINED is refused wherever a type is required", "[abi]")
         kvrt_cache_desc sd = cell_desc(0);
         sd.layout = KVRT_LAYOUT_STATIC;
         sd.next = &sl;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &sd, &c));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &sd, c.out()));
         float mask[8];
         CHECK(kvrt_cache_get_static_mask(c, 0, U, mask, sizeof mask) == A);
         KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
-        kvrt_cache_destroy(c);
     }
 
     const Geometry g = shape(1, 2, 16, 8, 8, 1);
@@ -360,10 +355,10 @@ TEST_CASE("the element type queries describe every type, and nothing else", "[ab
 
 TEST_CASE("kvrt_cache_seq_transfer takes its source first", "[abi][static]") {
     GpuContext ctx;
-    kvrt_cache a = nullptr, b = nullptr;
+    Cache a, b;
     const kvrt_cache_desc d = cell_desc();
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &a));
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &b));
+    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, a.out()));
+    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, b.out()));
     store(a, 0, 0, 10);    // a: sequence 0, positions 0..9
     store(b, 0, 100, 5);   // b: sequence 0, positions 100..104
     const auto a0 = sequence(a, 0), b0 = sequence(b, 0);
@@ -392,8 +387,6 @@ TEST_CASE("kvrt_cache_seq_transfer takes its source first", "[abi][static]") {
     CHECK(sequence(a, 0) == a0);
     CHECK(sequence(b, 0) == b0);
     CHECK(sequence(b, 1) == a0);
-    kvrt_cache_destroy(a);
-    kvrt_cache_destroy(b);
 }
 
 TEST_CASE("the memory's seq_cp copies from its first sequence, seq_rm restores the initial state", "[abi][memory]") {

@@ -44,22 +44,6 @@ void store_tokens(kvrt_cache cache, uint32_t layers, uint32_t kv_heads, uint32_t
     KVRT_REQUIRE_OK(kvrt_cache_store(cache, nullptr, &batch, -1, &kt, &vt, nullptr));
 }
 
-kvrt_cache make_static_cache(kvrt_context ctx) {
-    kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
-    sl.seq_len = World::kStaticSeqLen;
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.next = &sl;
-    d.n_layers = 1;
-    d.n_heads = 1;
-    d.n_kv_heads = 1;
-    d.head_dim_k = World::kDim;
-    d.max_seqs = 2;
-    d.layout = KVRT_LAYOUT_STATIC;
-    kvrt_cache c = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
-    return c;
-}
-
 kvrt_buffer make_buffer(kvrt_context ctx, uint64_t size) {
     kvrt_buffer_desc d = KVRT_BUFFER_DESC_INIT;
     d.size = size;
@@ -113,11 +97,12 @@ World::World() {
     stream = make_stream(a);
     stream_b = make_stream(b);
     const kvrt_cache_desc cd = cache_desc();
-    KVRT_REQUIRE_OK(kvrt_cache_create(a, &cd, &cache));
+    KVRT_REQUIRE_OK(kvrt_cache_create(a, &cd, cache.out()));
     store_tokens(cache, kLayers, kKvHeads, kDim, 0, 0, 8, 0.5f);
     store_tokens(cache, kLayers, kKvHeads, kDim, 1, 0, 4, 1.5f);
-    KVRT_REQUIRE_OK(kvrt_cache_create(b, &cd, &cache_b));
-    static_cache = make_static_cache(a);
+    KVRT_REQUIRE_OK(kvrt_cache_create(b, &cd, cache_b.out()));
+    // 1 layer, 1 head, head dim 32, seq_len 8, 2 sequences, F16.
+    static_cache = CacheSpec().shape(1, 1, 1, kDim).static_layout(kStaticSeqLen).cells(0, 2).create(a);
     store_tokens(static_cache, 1, 1, kDim, 0, 0, 3, 2.5f);
     const kvrt_memory_desc md = memory_desc();
     KVRT_REQUIRE_OK(kvrt_memory_create(a, &md, &memory));
@@ -153,9 +138,9 @@ World::World() {
 
 World::~World() {
     kvrt_memory_destroy(memory);
-    kvrt_cache_destroy(static_cache);
-    kvrt_cache_destroy(cache_b);
-    kvrt_cache_destroy(cache);
+    static_cache.reset();
+    cache_b.reset();
+    cache.reset();
     kvrt_stream_destroy(stream_b);
     kvrt_stream_destroy(stream);
     kvrt_buffer_destroy(buffer_b);
@@ -275,7 +260,7 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
     // Handles of other kinds, cast across.
     const auto ctx_as_buffer = reinterpret_cast<kvrt_context>(w.buffer);
     const auto buffer_as_stream = reinterpret_cast<kvrt_buffer>(w.stream);
-    const auto buffer_as_cache = reinterpret_cast<kvrt_buffer>(w.cache);
+    const auto buffer_as_cache = reinterpret_cast<kvrt_buffer>(w.cache.get());
 
     // Results, version and types.
     for (int32_t v : {12345, kMin32, static_cast<int32_t>(KVRT_RESULT_MAX_ENUM)})

@@ -48,7 +48,7 @@ struct World {
     GpuContext b{0};
     kvrt_buffer buffer = nullptr, buffer_b = nullptr;
     kvrt_stream stream = nullptr, stream_b = nullptr;
-    kvrt_cache cache = nullptr, cache_b = nullptr, static_cache = nullptr;
+    Cache cache, cache_b, static_cache;
     kvrt_memory memory = nullptr;
     // The VkBuffer of `buffer` (for kvrt_buffer_import_vulkan rows).
     VkBuffer vk_buffer = VK_NULL_HANDLE;

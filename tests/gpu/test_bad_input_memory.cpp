@@ -202,7 +202,7 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
     const char* op_names[] = {"kvrt_memory_update", "kvrt_memory_read", "kvrt_memory_update_read"};
     for (const auto& [what, bad] : {std::pair<std::string, kvrt_memory>{"memory NULL", nullptr},
                                     {"a destroyed memory", w.dead_memory},
-                                    {"a cache cast to a memory", reinterpret_cast<kvrt_memory>(w.cache)},
+                                    {"a cache cast to a memory", reinterpret_cast<kvrt_memory>(w.cache.get())},
                                     {"a stream cast to a memory", reinterpret_cast<kvrt_memory>(w.stream)}}) {
         const kvrt_memory m = bad;
         r.push_back(noop("kvrt_memory_destroy", what, M, [m] {

@@ -7,17 +7,13 @@
 #include <random>
 
 #include "kvrt/kvrt_vulkan.h"
+#include "common/random.hpp"
 
 using namespace kvrt_test;
 
 namespace {
 
-std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
-    std::vector<uint8_t> v(n);
-    std::mt19937 rng(seed);
-    for (auto& b : v) b = static_cast<uint8_t>(rng());
-    return v;
-}
+std::vector<uint8_t> pattern(size_t n, uint32_t seed) { return Rng(seed).bytes(n); }
 
 // Uploads random bytes at several offsets (including ones that straddle piece
 // boundaries) and checks that downloads return them and that the rest stayed

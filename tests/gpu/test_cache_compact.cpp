@@ -56,9 +56,8 @@ public:
         d.max_seqs = kSeqs;
         d.type_k = tk;
         d.type_v = tv;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache_));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, cache_.out()));
     }
-    ~FragmentedCache() { kvrt_cache_destroy(cache_); }
     FragmentedCache(const FragmentedCache&) = delete;
     FragmentedCache& operator=(const FragmentedCache&) = delete;
 
@@ -152,7 +151,7 @@ private:
         std::vector<float> k, v;  // what each layer reads back, layer after layer
     };
 
-    kvrt_cache cache_ = nullptr;
+    Cache cache_;
     kvrt_type tk_, tv_;
     std::mt19937 rng_;
     std::vector<Token> tokens_;
@@ -298,15 +297,15 @@ TEST_CASE("the estimator gives the device bytes that creation allocates", "[cach
 
         // What creation allocates, and gives back.
         const uint64_t before = device_bytes(ctx);
-        kvrt_cache cache = nullptr;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache));
+        Cache cache;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, cache.out()));
         CHECK(device_bytes(ctx) - before == e.device_bytes);
         kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
         KVRT_REQUIRE_OK(kvrt_cache_get_info(cache, &info));
         CHECK(info.device_bytes == e.device_bytes);
         CHECK(info.bytes_per_token == e.bytes_per_token);
         CHECK(info.capacity == s.capacity);
-        kvrt_cache_destroy(cache);
+        cache.reset();
         // Freed once the device is done with it (a new arena's zero fill
         // may still run where device memory is not mapped).
         CHECK(settled_device_bytes(ctx, before) == before);

@@ -107,7 +107,7 @@ class Populated {
 public:
     explicit Populated(kvrt_context ctx) {
         const kvrt_cache_desc d = cache_desc();
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache_));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, cache_.out()));
         store({0, 1, 2, 3, 4, 5, 6, 7}, {0});
         KVRT_REQUIRE_OK(kvrt_cache_seq_cp(cache_, 0, 1, 0, 4));
         store({0, 1, 2, 3, 4, 5}, {2});
@@ -117,7 +117,6 @@ public:
         REQUIRE(before_.used == 13);
         REQUIRE(before_.used_end == 15);
     }
-    ~Populated() { kvrt_cache_destroy(cache_); }
     Populated(const Populated&) = delete;
     Populated& operator=(const Populated&) = delete;
 
@@ -144,7 +143,7 @@ private:
         KVRT_REQUIRE_OK(kvrt_cache_store(cache_, nullptr, &b, -1, &kr, &vr, nullptr));
     }
 
-    kvrt_cache cache_ = nullptr;
+    Cache cache_;
     Snapshot before_;
     uint32_t next_ = 0;
 };

@@ -165,7 +165,7 @@ public:
         d.max_seqs = 4;
         d.type_k = KVRT_TYPE_F16;
         d.type_v = KVRT_TYPE_Q8_0;
-        KVRT_REQUIRE_OK(kvrt_cache_create(*ctx_, &d, &cache_));
+        KVRT_REQUIRE_OK(kvrt_cache_create(*ctx_, &d, cache_.out()));
         Stream s(*ctx_);
         run_stream(s, [&] {
             store_f16(s, one_seq(0, 0, 12), 0.0f);
@@ -175,7 +175,6 @@ public:
         KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache_, 0, 7, 10));
         KVRT_REQUIRE_OK(kvrt_cache_seq_rm(cache_, 2, 1, 4));
     }
-    ~Scenario() { kvrt_cache_destroy(cache_); }
     Scenario(const Scenario&) = delete;
     Scenario& operator=(const Scenario&) = delete;
 
@@ -226,7 +225,7 @@ private:
     }
 
     std::shared_ptr<GpuContext> ctx_;
-    kvrt_cache cache_ = nullptr;
+    Cache cache_;
 };
 
 // f32 input of the calls under test (refs to its own rows: not copyable).

@@ -31,6 +31,7 @@
 #include "reference/attention.hpp"
 #include "reference/half.hpp"
 #include "reference/metrics.hpp"
+#include "common/random.hpp"
 
 using namespace kvrt_test;
 
@@ -58,17 +59,6 @@ float v_value(uint32_t token, uint32_t layer, uint32_t e) {
 }
 uint32_t token_of_k0(float k0) { return static_cast<uint32_t>(k0) / kRowElems; }
 
-// Reproducible across standard libraries (std::mt19937_64's sequence is fixed
-// by the standard; the distributions are not, so none is used).
-class Rng {
-public:
-    explicit Rng(uint64_t seed) : gen_(seed) {}
-    uint32_t below(uint32_t n) { return static_cast<uint32_t>(gen_() % n); }
-    bool percent(uint32_t p) { return below(100) < p; }
-
-private:
-    std::mt19937_64 gen_;
-};
 
 uint64_t test_seed() {
     const char* env = std::getenv("KVRT_TEST_SEED");
@@ -81,7 +71,7 @@ struct Range {
     bool contains(int32_t p) const { return (p0 < 0 || p >= p0) && (p1 < 0 || p < p1); }
 };
 
-Range random_range(Rng& rng) {
+Range random_range(Rng64& rng) {
     Range r;
     r.p0 = rng.percent(15) ? -1 - static_cast<int32_t>(rng.below(3)) : static_cast<int32_t>(rng.below(kPosRange + 4));
     r.p1 = rng.percent(15) ? -1 - static_cast<int32_t>(rng.below(3))
@@ -160,9 +150,8 @@ public:
         desc.type_k = KVRT_TYPE_F32;
         desc.type_v = KVRT_TYPE_F16;
         desc.label = "isolation";
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, &cache_));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, cache_.out()));
     }
-    ~IsolationRun() { kvrt_cache_destroy(cache_); }
     IsolationRun(const IsolationRun&) = delete;
     IsolationRun& operator=(const IsolationRun&) = delete;
 
@@ -500,12 +489,12 @@ private:
             stats_.worst_nmse = std::max(stats_.worst_nmse, e);
         }
         ++stats_.attention_checks;
-        if (reinterpret_cast<kvrt_cache_T*>(cache_)->cache->current_lists() > 0) ++stats_.listed_checks;
+        if (cache_->cache->current_lists() > 0) ++stats_.listed_checks;
     }
 
     kvrt_context ctx_ = nullptr;
-    kvrt_cache cache_ = nullptr;
-    Rng rng_;
+    Cache cache_;
+    Rng64 rng_;
     Model model_;
     uint32_t next_token_ = 0;
     std::string log_;

@@ -90,8 +90,8 @@ void run_store_case(kvrt_context ctx, kvrt_type cache_type, kvrt_type input_type
     desc.capacity = s.capacity;
     desc.type_k = cache_type;
     desc.type_v = cache_type;
-    kvrt_cache cache = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, &cache));
+    Cache cache;
+    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, cache.out()));
 
     // Fragment the cache first so the stored tokens land in scattered cells.
     {
@@ -193,7 +193,6 @@ void run_store_case(kvrt_context ctx, kvrt_type cache_type, kvrt_type input_type
     kvrt_buffer_destroy(vwrap);
     kvrt_buffer_destroy(kbuf);
     kvrt_buffer_destroy(vbuf);
-    kvrt_cache_destroy(cache);
 }
 
 }  // namespace

@@ -22,19 +22,8 @@ struct SiteArm {
     ~SiteArm() { kvrt::fault::arm(0); }
 };
 
-kvrt_cache make_cache(kvrt_context ctx) {
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.n_layers = 1;
-    d.n_heads = 2;
-    d.n_kv_heads = 1;
-    d.head_dim_k = kDim;
-    d.capacity = 16;
-    d.type_k = KVRT_TYPE_F32;
-    d.type_v = KVRT_TYPE_F32;
-    kvrt_cache c = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
-    return c;
-}
+// The caches of these tests: 1 layer, 2 query heads, 1 KV head, 16 cells, F32.
+CacheSpec spec() { return CacheSpec().shape(1, 2, 1, kDim).cells(16).type(KVRT_TYPE_F32); }
 
 kvrt_result store(kvrt_cache c, int32_t seq, float base) {
     std::vector<float> k(kTokens * kDim), v(kTokens * kDim);
@@ -66,6 +55,7 @@ kvrt_result read_raw(kvrt_cache c, std::vector<uint8_t>* out) {
 // Two caches, each holding one stored sequence; `b_bytes` is B's content.
 struct Pair {
     kvrt_context ctx = nullptr;
+    // Freed with the context, which a test destroys itself.
     kvrt_cache a = nullptr, b = nullptr;
     std::vector<uint8_t> b_bytes;
     std::vector<std::string> warnings;
@@ -77,8 +67,8 @@ struct Pair {
         d.log_callback = &Pair::on_log;
         d.log_user_data = this;
         KVRT_REQUIRE_OK(kvrt_context_create(&d, &ctx));
-        a = make_cache(ctx);
-        b = make_cache(ctx);
+        a = spec().create(ctx).release();
+        b = spec().create(ctx).release();
         KVRT_REQUIRE_OK(store(a, 0, 1.0f));
         KVRT_REQUIRE_OK(store(b, 0, 1000.0f));
         KVRT_REQUIRE_OK(read_raw(b, &b_bytes));
@@ -105,7 +95,7 @@ TEST_CASE("device loss at a submission is reported and the handles stay destroya
     // Every later call that needs the device reports the loss.
     REQUIRE(store(p.a, 2, 7.0f) == KVRT_ERROR_DEVICE_LOST);
     REQUIRE(store(p.b, 2, 7.0f) == KVRT_ERROR_DEVICE_LOST);
-    kvrt_cache extra = nullptr;
+    Cache extra;
     kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
     d.n_layers = 1;
     d.n_heads = 1;
@@ -114,7 +104,7 @@ TEST_CASE("device loss at a submission is reported and the handles stay destroya
     d.capacity = 16;
     d.type_k = KVRT_TYPE_F32;
     d.type_v = KVRT_TYPE_F32;
-    REQUIRE(kvrt_cache_create(p.ctx, &d, &extra) == KVRT_ERROR_DEVICE_LOST);
+    REQUIRE(kvrt_cache_create(p.ctx, &d, extra.out()) == KVRT_ERROR_DEVICE_LOST);
     REQUIRE(extra == nullptr);
     // Reads of the other cache either give its unchanged contents or report
     // the loss cleanly.
@@ -130,7 +120,7 @@ TEST_CASE("device loss at a submission is reported and the handles stay destroya
 
 TEST_CASE("a failed device allocation leaves both caches usable and unchanged", "[faults][device]") {
     Pair p;
-    kvrt_cache c = nullptr;
+    Cache c;
     kvrt_result r;
     {
         SiteArm arm("device allocation");
@@ -142,7 +132,7 @@ TEST_CASE("a failed device allocation leaves both caches usable and unchanged", 
         d.capacity = 16;
         d.type_k = KVRT_TYPE_F32;
         d.type_v = KVRT_TYPE_F32;
-        r = kvrt_cache_create(p.ctx, &d, &c);
+        r = kvrt_cache_create(p.ctx, &d, c.out());
     }
     INFO(kvrt_last_error_message());
     REQUIRE(r == KVRT_ERROR_OUT_OF_DEVICE_MEMORY);

@@ -266,8 +266,8 @@ TEST_CASE("what a profile lacks is refused with a clear error, and the cache sta
         cd.head_dim_k = 64;
         cd.capacity = 32;
         cd.max_seqs = 1;
-        kvrt_cache cache = nullptr;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &cd, &cache));
+        Cache cache;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &cd, cache.out()));
         const int32_t pos[2] = {0, 1}, seq[2] = {0, 0};
         const kvrt_batch batch = make_batch(2, pos, seq);
         std::vector<float> k(2 * 64), v(2 * 64), q(2 * 64), out(2 * 64, 7.0f);
@@ -293,7 +293,6 @@ TEST_CASE("what a profile lacks is refused with a clear error, and the cache sta
         kvrt_cache_info ci = KVRT_CACHE_INFO_INIT;
         KVRT_REQUIRE_OK(kvrt_cache_get_info(cache, &ci));
         CHECK(ci.used == (stored == KVRT_SUCCESS ? 2u : 0u));
-        kvrt_cache_destroy(cache);
         CHECK(ctx.validation_errors() == 0);
     }
 }

@@ -35,7 +35,7 @@ constexpr VkDeviceSize kOutBytes = kTokens * kHeads * kDim * 4;
 
 struct Scene {
     kvrt_context ctx = nullptr;
-    kvrt_cache cache = nullptr;
+    Cache cache;
     kvrt_buffer input = nullptr;  // the application's input buffer, imported
     kvrt_buffer out = nullptr;    // kvrt's output buffer
     VkBuffer out_vk = VK_NULL_HANDLE;
@@ -51,7 +51,7 @@ struct Scene {
         cd.head_dim_k = kDim;
         cd.capacity = 32;
         cd.max_seqs = 1;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &cd, &cache));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &cd, cache.out()));
         KVRT_REQUIRE_OK(kvrt_buffer_import_vulkan(ctx, in.buffer, 0, in.size, &input));
         kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
         bd.size = kOutBytes;
@@ -62,7 +62,7 @@ struct Scene {
         for (uint32_t i = 0; i < kTokens; ++i) positions[i] = static_cast<int32_t>(i);
     }
     ~Scene() {
-        kvrt_cache_destroy(cache);
+        cache.reset();
         kvrt_buffer_destroy(input);
         kvrt_buffer_destroy(out);
     }

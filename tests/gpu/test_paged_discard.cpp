@@ -15,8 +15,8 @@ using namespace kvrt_test::paged;
 TEST_CASE("paged layout: discard and re-evaluate equals the cell layout", "[paged]") {
     GpuContext ctx;
     Shape sh;
-    kvrt_cache paged = make_cache(ctx, sh, true, 256, 2);
-    kvrt_cache cells = make_cache(ctx, sh, false, 256, 2);
+    Cache paged = CacheSpec(sh).cells(256, 2).paged(16).create(ctx);
+    Cache cells = CacheSpec(sh).cells(256, 2).create(ctx);
     const Prompt p = prompt(50, 3);
     CHECK(admit(paged, sh, 0, p) == 0);
     std::vector<uint32_t> stored(p.ids.size());
@@ -76,7 +76,5 @@ TEST_CASE("paged layout: discard and re-evaluate equals the cell layout", "[page
     // The fork still sees its 50 tokens, unchanged.
     CHECK(kvrt::ref::nmse(attend(paged, sh, 1, {1}, {49}, q), fork_before) == 0.0);
     CHECK(paged_cells(paged, 1).size() == 50);
-    kvrt_cache_destroy(paged);
-    kvrt_cache_destroy(cells);
     REQUIRE(ctx.validation_errors() == 0);
 }

@@ -100,13 +100,13 @@ TEST_CASE("paged layout: random schedules keep every sequence's rows and attenti
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
     Shape sh;
-    sh.type = GENERATE(KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0);
+    sh.type(GENERATE(KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0));
     const uint32_t block = GENERATE(16u, 32u);
-    INFO("type " << sh.type << " block " << block);
+    INFO("type " << sh.type_k << " block " << block);
     const uint32_t n_seqs = 6;
-    kvrt_cache paged = make_cache(ctx, sh, true, 24 * block, n_seqs, block);
-    kvrt_cache twin = make_cache(ctx, sh, false, 2048, n_seqs);
-    std::mt19937 rng(1234 + block + static_cast<uint32_t>(sh.type));
+    Cache paged = CacheSpec(sh).cells(24 * block, n_seqs).paged(block).create(ctx);
+    Cache twin = CacheSpec(sh).cells(2048, n_seqs).create(ctx);
+    std::mt19937 rng(1234 + block + static_cast<uint32_t>(sh.type_k));
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     // Three system prompts that new sequences start with.
     std::vector<std::vector<int32_t>> prompts(3);
@@ -144,7 +144,7 @@ TEST_CASE("paged layout: random schedules keep every sequence's rows and attenti
                 for (uint32_t l = 0; l < sh.layers; ++l) {
                     const std::vector<uint8_t> k = raw_rows(twin, static_cast<int32_t>(l), KVRT_KV_ARRAY_K, f.twin_cells);
                     const std::vector<uint8_t> v = raw_rows(twin, static_cast<int32_t>(l), KVRT_KV_ARRAY_V, f.twin_cells);
-                    kvrt_tensor_ref kr = host_tensor(k.data(), sh.type), vr = host_tensor(v.data(), sh.type);
+                    kvrt_tensor_ref kr = host_tensor(k.data(), sh.type_k), vr = host_tensor(v.data(), sh.type_k);
                     KVRT_REQUIRE_OK(kvrt_cache_write(twin, nullptr, n, cells.data(), static_cast<int32_t>(l), &kr, &vr));
                 }
                 m.ids = f.ids;
@@ -253,8 +253,6 @@ TEST_CASE("paged layout: random schedules keep every sequence's rows and attenti
     kvrt_paged_stats st = KVRT_PAGED_STATS_INIT;
     KVRT_REQUIRE_OK(kvrt_cache_paged_get_stats(paged, &st));
     REQUIRE(st.free_blocks + st.cached_blocks + st.used_blocks == st.n_blocks);
-    kvrt_cache_destroy(paged);
-    kvrt_cache_destroy(twin);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -265,7 +263,7 @@ TEST_CASE("paged layout: attention over shared and copied blocks matches the dou
     GpuContext ctx(variant.flags);
     Shape sh;
     sh.heads = 8;
-    kvrt_cache c = make_cache(ctx, sh, true, 512, 4);
+    Cache c = CacheSpec(sh).cells(512, 4).paged(16).create(ctx);
     // Sequence 0: 70 tokens. Sequence 1: the same first 64 and its own tail
     // (maps 4 blocks). Sequence 2: a fork of 1, then 5 tokens of its own
     // (copy-on-write of 1's partly filled last block).
@@ -335,14 +333,13 @@ TEST_CASE("paged layout: attention over shared and copied blocks matches the dou
         INFO("layer " << l << " nmse " << e);
         REQUIRE(e <= 1e-6);
     }
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
 TEST_CASE("paged layout: prefix sharing maps only what the same tokens wrote", "[paged]") {
     GpuContext ctx;
     Shape sh;
-    kvrt_cache c = make_cache(ctx, sh, true, 256, 6);  // 16 blocks
+    Cache c = CacheSpec(sh).cells(256, 6).paged(16).create(ctx);  // 16 blocks
     const Prompt p = prompt(50, 2);                     // 3 full blocks and 2 tokens
     REQUIRE(admit(c, sh, 0, p) == 0);
     REQUIRE(admit(c, sh, 1, p) == 48);
@@ -409,7 +406,6 @@ TEST_CASE("paged layout: prefix sharing maps only what the same tokens wrote", "
     CHECK(st.cached_blocks == 0);
     CHECK(st.free_blocks == 16);
     REQUIRE(admit(c, sh, 0, p) == 0);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -417,7 +413,7 @@ TEST_CASE("paged layout: cached blocks are reused least recently released first,
           "[paged]") {
     GpuContext ctx;
     Shape sh;
-    kvrt_cache c = make_cache(ctx, sh, true, 128, 4);  // 8 blocks
+    Cache c = CacheSpec(sh).cells(128, 4).paged(16).create(ctx);  // 8 blocks
     const Prompt a = prompt(33, 4), b = prompt(33, 5), big = prompt(129, 6);
     REQUIRE(admit(c, sh, 0, a) == 0);  // 3 blocks, 2 registered
     REQUIRE(admit(c, sh, 1, b) == 0);
@@ -447,14 +443,13 @@ TEST_CASE("paged layout: cached blocks are reused least recently released first,
           KVRT_ERROR_CACHE_FULL);
     KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 2, -1, -1));
     REQUIRE(admit(c, sh, 0, a) == 0);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
 TEST_CASE("paged layout: a dropped recording cuts the sequence back and never shows unwritten rows", "[paged]") {
     GpuContext ctx;
     Shape sh;
-    kvrt_cache c = make_cache(ctx, sh, true, 256, 4);
+    Cache c = CacheSpec(sh).cells(256, 4).paged(16).create(ctx);
     const Prompt p = prompt(40, 8);
     REQUIRE(admit(c, sh, 0, p) == 0);
     KVRT_REQUIRE_OK(kvrt_cache_paged_fork(c, 0, 1));
@@ -506,7 +501,6 @@ TEST_CASE("paged layout: a dropped recording cuts the sequence back and never sh
     uint32_t n_cached = 0;
     KVRT_REQUIRE_OK(kvrt_cache_paged_admit(c, 2, 64, longer.ids.data(), longer.pos.data(), 0, &n_cached, nullptr));
     CHECK(n_cached == 32);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -522,22 +516,22 @@ TEST_CASE("paged layout: bad input and unsupported operations are refused and ch
         d.head_dim_k = 32;
         d.capacity = 100;
         d.layout = KVRT_LAYOUT_PAGED;
-        kvrt_cache bad = nullptr;
-        CHECK(kvrt_cache_create(ctx, &d, &bad) == KVRT_ERROR_INVALID_ARGUMENT);  // 100 % 16
+        Cache bad;
+        CHECK(kvrt_cache_create(ctx, &d, bad.out()) == KVRT_ERROR_INVALID_ARGUMENT);  // 100 % 16
         d.capacity = 128;
         d.next = &pl;
         for (uint32_t b : {8u, 24u, 128u}) {
             pl.block_size = b;
-            CHECK(kvrt_cache_create(ctx, &d, &bad) == KVRT_ERROR_INVALID_ARGUMENT);
+            CHECK(kvrt_cache_create(ctx, &d, bad.out()) == KVRT_ERROR_INVALID_ARGUMENT);
         }
         pl.block_size = 32;
         d.layout = KVRT_LAYOUT_CELLS;
-        CHECK(kvrt_cache_create(ctx, &d, &bad) == KVRT_ERROR_INVALID_ARGUMENT);
+        CHECK(kvrt_cache_create(ctx, &d, bad.out()) == KVRT_ERROR_INVALID_ARGUMENT);
         CHECK(bad == nullptr);
     }
     // The paged calls on a cell cache.
     {
-        kvrt_cache cells = make_cache(ctx, sh, false, 64, 2);
+        Cache cells = CacheSpec(sh).cells(64, 2).create(ctx);
         const Prompt p = prompt(4, 1);
         uint32_t n = 0;
         kvrt_paged_stats st = KVRT_PAGED_STATS_INIT;
@@ -549,9 +543,8 @@ TEST_CASE("paged layout: bad input and unsupported operations are refused and ch
         CHECK(kvrt_cache_paged_clear_registry(cells) == KVRT_ERROR_UNSUPPORTED);
         CHECK(kvrt_cache_paged_get_cells(cells, 0, 0, 0, nullptr, &n) == KVRT_ERROR_UNSUPPORTED);
         CHECK(kvrt_cache_paged_get_stats(cells, &st) == KVRT_ERROR_UNSUPPORTED);
-        kvrt_cache_destroy(cells);
     }
-    kvrt_cache c = make_cache(ctx, sh, true, 128, 4);
+    Cache c = CacheSpec(sh).cells(128, 4).paged(16).create(ctx);
     const Prompt p = prompt(40, 1);
     REQUIRE(admit(c, sh, 0, p) == 0);
     KVRT_REQUIRE_OK(kvrt_cache_paged_fork(c, 0, 1));
@@ -635,7 +628,6 @@ TEST_CASE("paged layout: bad input and unsupported operations are refused and ch
     uint32_t moved = 9;
     KVRT_REQUIRE_OK(kvrt_cache_compact(c, nullptr, 0.0f, 0, &moved));
     CHECK(moved == 0);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -644,7 +636,7 @@ TEST_CASE("paged layout: a call that fails at any point leaves every sequence as
     GpuContext ctx;
     Shape sh;
     const uint32_t n_seqs = 4;
-    kvrt_cache c = make_cache(ctx, sh, true, 256, n_seqs);
+    Cache c = CacheSpec(sh).cells(256, n_seqs).paged(16).create(ctx);
     const Prompt p = prompt(40, 3);
     REQUIRE(admit(c, sh, 0, p) == 0);
     KVRT_REQUIRE_OK(kvrt_cache_paged_fork(c, 0, 1));  // shares the partly filled block 2
@@ -752,7 +744,6 @@ TEST_CASE("paged layout: a call that fails at any point leaves every sequence as
     CHECK(paged_cells(c, 3).size() == 40);
     CHECK(paged_cells(c, 2).size() == 43);  // the fork of 3 and the accepted path 0, 2, 3
     CHECK(n_cached == 32);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -760,9 +751,9 @@ TEST_CASE("paged layout: a token tree is attended and accepted as in the cell la
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
     Shape sh;
-    sh.type = GENERATE(KVRT_TYPE_F16, KVRT_TYPE_Q8_0);
-    kvrt_cache paged = make_cache(ctx, sh, true, 256, 2);
-    kvrt_cache twin = make_cache(ctx, sh, false, 256, 2);
+    sh.type(GENERATE(KVRT_TYPE_F16, KVRT_TYPE_Q8_0));
+    Cache paged = CacheSpec(sh).cells(256, 2).paged(16).create(ctx);
+    Cache twin = CacheSpec(sh).cells(256, 2).create(ctx);
     const Prompt p = prompt(20, 6);
     REQUIRE(admit(paged, sh, 0, p) == 0);
     std::vector<int32_t> seqs(20, 0);
@@ -867,7 +858,5 @@ TEST_CASE("paged layout: a token tree is attended and accepted as in the cell la
         KVRT_REQUIRE_OK(kvrt_cache_tree_accept(paged, &b, 0, nullptr));
     }
     CHECK(paged_cells(paged, 0) == now);
-    kvrt_cache_destroy(paged);
-    kvrt_cache_destroy(twin);
     REQUIRE(ctx.validation_errors() == 0);
 }

@@ -90,10 +90,10 @@ kvrt_paged_stats stats(kvrt_cache c) {
 TEST_CASE("paged layout: sequence states save, load and swap with their rows bit for bit", "[paged][state]") {
     GpuContext ctx;
     Shape sh;
-    sh.type = GENERATE(KVRT_TYPE_F16, KVRT_TYPE_Q8_0);
-    INFO("type " << sh.type);
-    kvrt_cache p = make_cache(ctx, sh, true, 512, 6);
-    kvrt_cache cells = make_cache(ctx, sh, false, 512, 6);
+    sh.type(GENERATE(KVRT_TYPE_F16, KVRT_TYPE_Q8_0));
+    INFO("type " << sh.type_k);
+    Cache p = CacheSpec(sh).cells(512, 6).paged(16).create(ctx);
+    Cache cells = CacheSpec(sh).cells(512, 6).create(ctx);
     fill(p, sh);
     const std::vector<uint8_t> rows1 = seq_rows(p, sh, 1), rows2 = seq_rows(p, sh, 2);
 
@@ -137,8 +137,6 @@ TEST_CASE("paged layout: sequence states save, load and swap with their rows bit
     CHECK(seq_rows(p, sh, 1) == rows1);
     check_same_attention(p, 1, p, 4 + 1, sh, 40);
     verify(p);
-    kvrt_cache_destroy(p);
-    kvrt_cache_destroy(cells);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -147,7 +145,7 @@ TEST_CASE("paged layout: a whole-cache state keeps its sequences and the sharing
     GpuContext ctx;
     Shape sh;
     const uint32_t n_seqs = 4;
-    kvrt_cache p = make_cache(ctx, sh, true, 512, n_seqs);
+    Cache p = CacheSpec(sh).cells(512, n_seqs).paged(16).create(ctx);
     fill(p, sh);
     const kvrt_paged_stats before = stats(p);
     REQUIRE(before.shared_blocks == 6);  // 0's first 6 blocks (1 and 2 map 4 of them)
@@ -155,7 +153,7 @@ TEST_CASE("paged layout: a whole-cache state keeps its sequences and the sharing
 
     // Into a new paged cache: every sequence's bytes in order, the same blocks
     // in use and shared, the same attention; nothing registered.
-    kvrt_cache q = make_cache(ctx, sh, true, 512, n_seqs);
+    Cache q = CacheSpec(sh).cells(512, n_seqs).paged(16).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(q, -1, whole.data(), whole.size()));
     const kvrt_paged_stats after = stats(q);
     CHECK(after.used_blocks == before.used_blocks);
@@ -169,13 +167,13 @@ TEST_CASE("paged layout: a whole-cache state keeps its sequences and the sharing
 
     // Through the cell layout (cells shared by several sequences) and back
     // into the paged one: the sharing is found again.
-    kvrt_cache cells = make_cache(ctx, sh, false, 512, n_seqs);
+    Cache cells = CacheSpec(sh).cells(512, n_seqs).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(cells, -1, whole.data(), whole.size()));
     kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
     KVRT_REQUIRE_OK(kvrt_cache_get_info(cells, &info));
     CHECK(info.used == 100 + 14 + 6 + 20);  // 1's copied block holds 4 tokens of 0 again
     const std::vector<uint8_t> via_cells = save_state(cells, -1);
-    kvrt_cache r = make_cache(ctx, sh, true, 512, n_seqs);
+    Cache r = CacheSpec(sh).cells(512, n_seqs).paged(16).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(r, -1, via_cells.data(), via_cells.size()));
     CHECK(stats(r).used_blocks == before.used_blocks);
     CHECK(stats(r).shared_blocks == before.shared_blocks);
@@ -191,26 +189,25 @@ TEST_CASE("paged layout: a whole-cache state keeps its sequences and the sharing
     CHECK(stats(p).used_blocks == before.used_blocks);
     for (int32_t s = 0; s < static_cast<int32_t>(n_seqs); ++s) CHECK(seq_rows(p, sh, s) == seq_rows(q, sh, s));
     // Too many blocks for the pool: CACHE_FULL, nothing changes.
-    kvrt_cache small = make_cache(ctx, sh, true, 128, n_seqs);
+    Cache small = CacheSpec(sh).cells(128, n_seqs).paged(16).create(ctx);
     REQUIRE(admit(small, sh, 3, prompt(20, 3)) == 0);
     const State small_before = state_of(small, n_seqs);
     const std::vector<uint8_t> small_rows = seen_rows(small, sh, n_seqs);
     CHECK(kvrt_cache_state_load(small, -1, whole.data(), whole.size()) == KVRT_ERROR_CACHE_FULL);
     CHECK(state_of(small, n_seqs) == small_before);
     CHECK(seen_rows(small, sh, n_seqs) == small_rows);
-    for (kvrt_cache c : {p, q, r, small}) verify(c);
-    for (kvrt_cache c : {p, q, r, cells, small}) kvrt_cache_destroy(c);
+    for (kvrt_cache c : {p.get(), q.get(), r.get(), small.get()}) verify(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
 TEST_CASE("paged layout: sequences transfer to and from the paged layout bit for bit", "[paged][state]") {
     GpuContext ctx;
     Shape sh;
-    sh.type = GENERATE(KVRT_TYPE_F16, KVRT_TYPE_Q4_0);
-    INFO("type " << sh.type);
-    kvrt_cache p = make_cache(ctx, sh, true, 512, 6);
-    kvrt_cache other = make_cache(ctx, sh, true, 256, 2, 32);
-    kvrt_cache cells = make_cache(ctx, sh, false, 256, 2);
+    sh.type(GENERATE(KVRT_TYPE_F16, KVRT_TYPE_Q4_0));
+    INFO("type " << sh.type_k);
+    Cache p = CacheSpec(sh).cells(512, 6).paged(16).create(ctx);
+    Cache other = CacheSpec(sh).cells(256, 2).paged(32).create(ctx);
+    Cache cells = CacheSpec(sh).cells(256, 2).create(ctx);
     fill(p, sh);
     const std::vector<uint8_t> rows1 = seq_rows(p, sh, 1);
     uint32_t n = 0;
@@ -237,7 +234,7 @@ TEST_CASE("paged layout: sequences transfer to and from the paged layout bit for
     KVRT_REQUIRE_OK(kvrt_cache_seq_rm(other, 1, -1, -1));
     REQUIRE(state_of(other, 2) == before);
     const std::vector<uint8_t> rows_other = seen_rows(other, sh, 2);
-    kvrt_cache big = make_cache(ctx, sh, false, 512, 2);
+    Cache big = CacheSpec(sh).cells(512, 2).create(ctx);
     const Prompt long_prompt = prompt(300, 4);
     std::vector<uint32_t> big_cells(300);
     std::vector<int32_t> seqs(300, 0);
@@ -247,8 +244,7 @@ TEST_CASE("paged layout: sequences transfer to and from the paged layout bit for
     CHECK(kvrt_cache_seq_transfer(big, 0, other, 1, &n) == KVRT_ERROR_CACHE_FULL);
     CHECK(state_of(other, 2) == before);
     CHECK(seen_rows(other, sh, 2) == rows_other);
-    for (kvrt_cache c : {p, other}) verify(c);
-    for (kvrt_cache c : {p, other, cells, big}) kvrt_cache_destroy(c);
+    for (kvrt_cache c : {p.get(), other.get()}) verify(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -256,8 +252,8 @@ TEST_CASE("paged layout: a load, swap or transfer that fails at any point change
     GpuContext ctx;
     Shape sh;
     const uint32_t n_seqs = 5;
-    kvrt_cache p = make_cache(ctx, sh, true, 512, n_seqs);
-    kvrt_cache cells = make_cache(ctx, sh, false, 256, 1);
+    Cache p = CacheSpec(sh).cells(512, n_seqs).paged(16).create(ctx);
+    Cache cells = CacheSpec(sh).cells(256, 1).create(ctx);
     fill(p, sh);
     const std::vector<uint8_t> s1 = save_state(p, 1), whole = save_state(p, -1);
     uint32_t n = 0;
@@ -307,7 +303,5 @@ TEST_CASE("paged layout: a load, swap or transfer that fails at any point change
     KVRT_REQUIRE_OK(kvrt_cache_seq_transfer(p, 0, p, 4, &n));
     CHECK(seq_rows(p, sh, 4) == seq_rows(p, sh, 0));
     verify(p);
-    kvrt_cache_destroy(p);
-    kvrt_cache_destroy(cells);
     REQUIRE(ctx.validation_errors() == 0);
 }

@@ -33,34 +33,14 @@ namespace {
 constexpr uint32_t kB = 16, kSeqs = 4, kKeep = 2, kSpan = 12;
 const std::vector<uint32_t> kWindows = {8, 0, 12};
 
+// The plain cache: paged, 3 layers with kWindows. The grouped one chains a
+// window group on it: CacheSpec(shape()).group(cells, kKeep).
 Shape shape() {
     Shape sh;
     sh.layers = 3;
+    sh.cells(64 * kB, kSeqs).paged(kB);
+    sh.windows = kWindows;
     return sh;
-}
-
-kvrt_cache make(kvrt_context ctx, bool group, uint32_t group_cells = 0) {
-    const Shape sh = shape();
-    kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
-    wl.cells = group_cells;
-    wl.n_keep = kKeep;
-    kvrt_paged_layout_desc pl = KVRT_PAGED_LAYOUT_DESC_INIT;
-    pl.block_size = kB;
-    pl.next = group ? &wl : nullptr;
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.next = &pl;
-    d.layout = KVRT_LAYOUT_PAGED;
-    d.n_layers = sh.layers;
-    d.n_heads = sh.heads;
-    d.n_kv_heads = sh.kv_heads;
-    d.head_dim_k = sh.dk;
-    d.head_dim_v = sh.dv;
-    d.capacity = 64 * kB;
-    d.max_seqs = kSeqs;
-    d.layer_windows = kWindows.data();
-    kvrt_cache c = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
-    return c;
 }
 
 kvrt::cache::Cache& impl(kvrt_cache c) { return *c->cache; }
@@ -70,20 +50,6 @@ void verify_group(kvrt_cache c) {
     const kvrt_result r = impl(c).window_verify();
     INFO(kvrt_last_error_message());
     REQUIRE(r == KVRT_SUCCESS);
-}
-
-// One query per listed sequence, layer `layer`; the result code and output.
-kvrt_result try_attend(kvrt_cache c, uint32_t layer, const std::vector<int32_t>& seqs,
-                       const std::vector<int32_t>& positions, const std::vector<float>& q, std::vector<float>* out) {
-    const Shape sh = shape();
-    const uint32_t n = static_cast<uint32_t>(seqs.size());
-    out->assign(size_t{n} * sh.heads * sh.dv, -7.0f);
-    kvrt_batch b = make_batch(n, positions.data(), seqs.data());
-    kvrt_tensor_ref qr = host_tensor(q.data());
-    kvrt_output_ref o = host_output(out->data());
-    kvrt_attention_params p = KVRT_ATTENTION_PARAMS_INIT;
-    p.scale = 0.25f;
-    return kvrt_cache_attention(c, nullptr, static_cast<int32_t>(layer), &b, &qr, &o, &p);
 }
 
 // What each sequence holds: its tokens (the cache's) and the positions whose
@@ -120,11 +86,7 @@ struct Model {
 class Pair {
 public:
     explicit Pair(kvrt_context ctx, uint32_t group_cells = 0)
-        : grouped_(make(ctx, true, group_cells)), plain_(make(ctx, false)) {}
-    ~Pair() {
-        kvrt_cache_destroy(grouped_);
-        kvrt_cache_destroy(plain_);
-    }
+        : grouped_(CacheSpec(shape()).group(group_cells, kKeep).create(ctx)), plain_(shape().create(ctx)) {}
     Pair(const Pair&) = delete;
     Pair& operator=(const Pair&) = delete;
 
@@ -157,7 +119,7 @@ public:
     std::pair<uint32_t, uint32_t> admit(uint32_t s, const Prompt& p) {
         const Shape sh = shape();
         std::pair<uint32_t, uint32_t> cached;
-        for (kvrt_cache c : {grouped_, plain_}) {
+        for (kvrt_cache c : {grouped_.get(), plain_.get()}) {
             uint32_t n_cached = 0;
             std::vector<uint32_t> cells(p.ids.size());
             KVRT_REQUIRE_OK(kvrt_cache_paged_admit(c, static_cast<int32_t>(s), static_cast<uint32_t>(p.ids.size()),
@@ -178,14 +140,14 @@ public:
     }
 
     void fork(uint32_t src, uint32_t dst) {
-        for (kvrt_cache c : {grouped_, plain_})
+        for (kvrt_cache c : {grouped_.get(), plain_.get()})
             KVRT_REQUIRE_OK(kvrt_cache_paged_fork(c, static_cast<int32_t>(src), static_cast<int32_t>(dst)));
         model_.seqs[dst] = model_.seqs[src];
     }
 
     // Removes the tokens of `s` at positions >= p0 (p0 < 0: all of them).
     void remove_from(uint32_t s, int32_t p0) {
-        for (kvrt_cache c : {grouped_, plain_})
+        for (kvrt_cache c : {grouped_.get(), plain_.get()})
             KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, static_cast<int32_t>(s), p0, -1));
         Model::Seq& m = model_.seqs[s];
         if (p0 < 0) {
@@ -202,7 +164,7 @@ public:
     // Moves the positions of `s` from p0 on by delta (positions rise, so it
     // is a suffix).
     void shift(uint32_t s, int32_t p0, int32_t delta) {
-        for (kvrt_cache c : {grouped_, plain_})
+        for (kvrt_cache c : {grouped_.get(), plain_.get()})
             KVRT_REQUIRE_OK(kvrt_cache_seq_add(c, static_cast<int32_t>(s), p0, -1, delta));
         Model::Seq& m = model_.seqs[s];
         for (int32_t& p : m.pos)
@@ -219,6 +181,8 @@ public:
         verify_group(grouped_);
         verify(plain_);
         const Shape sh = shape();
+        kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
+        params.scale = 0.25f;
         uint32_t refused = 0;
         for (uint32_t s = 0; s < kSeqs; ++s) {
             const Model::Seq& m = model_.seqs[s];
@@ -233,17 +197,17 @@ public:
                 q[i] = 0.02f * static_cast<float>((i * 7 + s * 3 + step) % 23) - 0.2f;
             for (uint32_t layer = 0; layer < sh.layers; ++layer) {
                 INFO("layer " << layer);
-                std::vector<float> a, b;
-                const kvrt_result ra = try_attend(grouped_, layer, {static_cast<int32_t>(s)}, {next}, q, &a);
-                REQUIRE(try_attend(plain_, layer, {static_cast<int32_t>(s)}, {next}, q, &b) == KVRT_SUCCESS);
+                const AttentionPair r = attend_both(grouped_, plain_, static_cast<int32_t>(layer),
+                                                    static_cast<int32_t>(s), next, q, size_t{sh.heads} * sh.dv, params);
+                REQUIRE(r.rb == KVRT_SUCCESS);
                 const bool served = kWindows[layer] == 0 || model_.serves(s, next);
                 if (!served) {
-                    CHECK(ra == KVRT_ERROR_INVALID_STATE);
+                    CHECK(r.ra == KVRT_ERROR_INVALID_STATE);
                     ++refused;
                     continue;
                 }
-                REQUIRE(ra == KVRT_SUCCESS);
-                CHECK(kvrt::ref::nmse(a, b) <= 1e-10);
+                REQUIRE(r.ra == KVRT_SUCCESS);
+                CHECK(kvrt::ref::nmse(r.a, r.b) <= 1e-10);
                 ++checked_;
             }
         }
@@ -252,7 +216,7 @@ public:
     uint32_t checked() const { return checked_; }
 
 private:
-    kvrt_cache grouped_ = nullptr, plain_ = nullptr;
+    Cache grouped_, plain_;
     Model model_;
     uint32_t checked_ = 0;
 };
@@ -441,7 +405,7 @@ TEST_CASE("paged window group: random schedules agree with the plain cache and t
 
 TEST_CASE("paged window group: a failure at any point changes nothing", "[paged][window]") {
     GpuContext ctx;
-    kvrt_cache c = make(ctx, true);
+    Cache c = CacheSpec(shape()).group(0, kKeep).create(ctx);
     const kvrt::cache::Cache& in = impl(c);
     const Shape sh = shape();
     const auto snapshot = [&]() {
@@ -542,13 +506,12 @@ TEST_CASE("paged window group: a failure at any point changes nothing", "[paged]
     int32_t last = -1;
     KVRT_REQUIRE_OK(kvrt_cache_seq_pos_max(c, 1, &last));
     CHECK(last == 12);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
 TEST_CASE("paged window group: a full group refuses and changes nothing", "[paged][window]") {
     GpuContext ctx;
-    kvrt_cache c = make(ctx, true, 24);
+    Cache c = CacheSpec(shape()).group(24, kKeep).create(ctx);
     const Shape sh = shape();
     const auto state = [&]() {
         const kvrt::kv::CellTable& g = impl(c).window_group()->table();
@@ -581,7 +544,6 @@ TEST_CASE("paged window group: a full group refuses and changes nothing", "[page
     CHECK(impl(c).window_group()->table().used() == 2 + 11 + 4);  // sinks, 9..19, 20..23
     verify_group(c);
 
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -670,7 +632,7 @@ TEST_CASE("paged window group: state save, load and swap keep what the group hol
     const std::vector<uint8_t> state = save_state(g, -1);
     CHECK(state[8] == 3);
     CHECK(state.size() < save_state(pair.plain(), -1).size());
-    kvrt_cache loaded = make(ctx, true);
+    Cache loaded = CacheSpec(shape()).group(0, kKeep).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(loaded, -1, state.data(), state.size()));
     verify_group(loaded);
     for (int32_t s = 0; s < static_cast<int32_t>(kSeqs); ++s) {
@@ -692,7 +654,7 @@ TEST_CASE("paged window group: state save, load and swap keep what the group hol
 
     // The plain paged cache's state loads into a grouped one: every row.
     const std::vector<uint8_t> plain_state = save_state(pair.plain(), -1);
-    kvrt_cache from_plain = make(ctx, true);
+    Cache from_plain = CacheSpec(shape()).group(0, kKeep).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(from_plain, -1, plain_state.data(), plain_state.size()));
     verify_group(from_plain);
     CHECK(same_attention(pair.plain(), from_plain, grid(55)) > 40);
@@ -717,7 +679,5 @@ TEST_CASE("paged window group: state save, load and swap keep what the group hol
     }
     CHECK(failures > 0);
     CHECK(same_attention(g, from_plain, grid(55)) > 20);
-    kvrt_cache_destroy(from_plain);
-    kvrt_cache_destroy(loaded);
     REQUIRE(ctx.validation_errors() == 0);
 }

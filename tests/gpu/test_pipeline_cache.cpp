@@ -75,8 +75,8 @@ struct LoggedContext {
         cd.n_kv_heads = kv_heads;
         cd.head_dim_k = dim;
         cd.capacity = 64;
-        kvrt_cache cache = nullptr;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &cd, &cache));
+        kvrt_test::Cache cache;
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &cd, cache.out()));
         std::vector<float> k(n * kv_heads * dim), v(k.size()), q(n * heads * dim);
         for (size_t i = 0; i < k.size(); ++i) {
             k[i] = float(int(i * 37 % 23) - 11) / 8.0f;
@@ -104,7 +104,6 @@ struct LoggedContext {
         qr.host = &q[(n - 1) * heads * dim];
         o.host = &out[q.size()];
         KVRT_REQUIRE_OK(kvrt_cache_attention(cache, nullptr, 0, &one, &qr, &o, nullptr));  // decode
-        kvrt_cache_destroy(cache);
         return out;
     }
 };

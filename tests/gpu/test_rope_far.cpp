@@ -21,6 +21,7 @@
 #include "reference/attention.hpp"
 #include "reference/metrics.hpp"
 #include "reference/rope.hpp"
+#include "common/random.hpp"
 
 using namespace kvrt_test;
 namespace ref = kvrt::ref;
@@ -73,13 +74,7 @@ ref::RopeParams ref_rope(const kvrt_rope_desc& r) {
     return p;
 }
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng);
-    return v;
-}
+std::vector<float> random_values(size_t n, uint32_t seed) { return Rng(seed).normal(n); }
 
 // Head vectors (n of them, `dim` values each) rotated in double to
 // positions first + i / heads_per_token, rounded to f32.
@@ -97,7 +92,7 @@ std::vector<float> rotated(const ref::RopeParams& p, const std::vector<float>& r
 
 // One far-position case: the attention of the query against the reference.
 struct FarCache {
-    kvrt_cache cache = nullptr;
+    Cache cache;
     FarCache(kvrt_context ctx, const kvrt_rope_desc& rope, kvrt_flags flags) {
         kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
         d.next = &rope;
@@ -109,9 +104,8 @@ struct FarCache {
         d.type_k = KVRT_TYPE_F32;
         d.type_v = KVRT_TYPE_F32;
         d.flags = flags;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, cache.out()));
     }
-    ~FarCache() { kvrt_cache_destroy(cache); }
     FarCache(const FarCache&) = delete;
     FarCache& operator=(const FarCache&) = delete;
 

@@ -76,9 +76,8 @@ public:
             chain = scales_->desc();
         }
         d.next = chain;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c_));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, c_.out()));
     }
-    ~TestCache() { kvrt_cache_destroy(c_); }
     operator kvrt_cache() const { return c_; }
     const kvrt::kv::CellTable& table() const { return c_->cache->table(); }
     const Spec& spec() const { return spec_; }
@@ -86,7 +85,7 @@ public:
 private:
     Spec spec_;
     std::unique_ptr<StaticScales> scales_;
-    kvrt_cache c_ = nullptr;
+    Cache c_;
 };
 
 // A token the tests stored: position, sequences, and its f32 values

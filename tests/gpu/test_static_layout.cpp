@@ -19,36 +19,11 @@ using namespace kvrt_test;
 
 namespace {
 
-struct Shape {
-    uint32_t layers = 2, heads = 4, kv_heads = 2, dk = 8, dv = 16;
-    kvrt_type type = KVRT_TYPE_F16;
+// The shape of these tests' caches: 2 layers, 4 query and 2 KV heads, head
+// dims 8 (K) and 16 (V), F16; a test adds the layout and the cells.
+struct Shape : CacheSpec {
+    Shape() { shape(2, 4, 2, 8, 16); }
 };
-
-// A cache of either layout with `shape`.
-kvrt_cache make_cache(kvrt_context ctx, const Shape& sh, bool is_static, uint32_t seq_len, double reserve,
-                      uint32_t max_seqs = 1, uint32_t capacity = 0, kvrt_flags flags = 0) {
-    kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
-    sl.seq_len = seq_len;
-    sl.reserve = reserve;
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.n_layers = sh.layers;
-    d.n_heads = sh.heads;
-    d.n_kv_heads = sh.kv_heads;
-    d.head_dim_k = sh.dk;
-    d.head_dim_v = sh.dv;
-    d.type_k = d.type_v = sh.type;
-    d.max_seqs = max_seqs;
-    d.flags = flags;
-    if (is_static) {
-        d.layout = KVRT_LAYOUT_STATIC;
-        d.next = &sl;
-    } else {
-        d.capacity = capacity;
-    }
-    kvrt_cache c = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
-    return c;
-}
 
 // The f32 value of token `pos`'s element (layer, head, d) of K (v = false) or
 // V: distinct per token and exactly representable in f16.
@@ -155,7 +130,7 @@ TEST_CASE("static layout: windows, masks and bytes moved while appending", "[sta
     const uint32_t S = 64, W = S - 1;
     const double reserve = GENERATE(1.0, 1.5, 2.0, 3.0);
     INFO("R = " << reserve);
-    kvrt_cache c = make_cache(ctx, sh, true, S, reserve);
+    Cache c = CacheSpec(sh).static_layout(S, reserve).cells(0, 1).create(ctx);
     const uint64_t per_row = uint64_t{sh.layers} * sh.kv_heads * (sh.dk + sh.dv) * 2;
     check_windows(c, sh, 0, S, 0, -1);
     // The cache's own memory is fixed; the context's too once the cache's
@@ -184,7 +159,6 @@ TEST_CASE("static layout: windows, masks and bytes moved while appending", "[sta
     REQUIRE(info.device_bytes == cache_bytes);
     REQUIRE(info.capacity == W);
     REQUIRE(info.used == W);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -192,7 +166,7 @@ TEST_CASE("static layout: chunks, several sequences, place and write, removal", 
     GpuContext ctx;
     const Shape sh;
     const uint32_t S = 32, W = S - 1;
-    kvrt_cache c = make_cache(ctx, sh, true, S, 1.5, 3);
+    Cache c = CacheSpec(sh).static_layout(S, 1.5).cells(0, 3).create(ctx);
     // Chunks of various sizes, two sequences interleaved.
     int32_t next[2] = {0, 100};
     const uint32_t chunks[] = {5, 31, 1, 17, 30, 2, 31, 9};
@@ -243,7 +217,6 @@ TEST_CASE("static layout: chunks, several sequences, place and write, removal", 
     check_windows(c, sh, 2, S, W, next[1] - 1);
     KVRT_REQUIRE_OK(kvrt_cache_clear(c));
     check_windows(c, sh, 2, S, 0, -1);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -251,7 +224,7 @@ TEST_CASE("static layout: a dropped recording gives the windows back", "[static]
     GpuContext ctx;
     const Shape sh;
     const uint32_t S = 16, W = S - 1;
-    kvrt_cache c = make_cache(ctx, sh, true, S, 1.0);
+    Cache c = CacheSpec(sh).static_layout(S, 1.0).cells(0, 1).create(ctx);
     REQUIRE(store_tokens(c, sh, 0, 0, W) == KVRT_SUCCESS);
     {
         Stream s(ctx);
@@ -268,7 +241,6 @@ TEST_CASE("static layout: a dropped recording gives the windows back", "[static]
         run_stream(s, [&]() { REQUIRE(store_tokens(c, sh, 0, static_cast<int32_t>(W), 3, s) == KVRT_SUCCESS); });
     }
     check_windows(c, sh, 0, S, W, static_cast<int32_t>(W) + 2);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -302,8 +274,8 @@ TEST_CASE("static layout: attention equals the cell layout's on the same tokens"
     sh.dv = 32;
     const uint32_t S = 48, W = S - 1;
     const double reserve = GENERATE(1.0, 2.0);
-    kvrt_cache st = make_cache(ctx, sh, true, S, reserve);
-    kvrt_cache cells = make_cache(ctx, sh, false, 0, 0, 1, 256);
+    Cache st = CacheSpec(sh).static_layout(S, reserve).cells(0, 1).create(ctx);
+    Cache cells = CacheSpec(sh).cells(256, 1).create(ctx);
     // 100 tokens: the static window keeps the last 47; the cell cache gets
     // exactly those.
     const int32_t total = 100;
@@ -350,8 +322,6 @@ TEST_CASE("static layout: attention equals the cell layout's on the same tokens"
             REQUIRE(diff <= 1e-5 * std::sqrt(den / static_cast<double>(want.size())) + 1e-30);
         }
     }
-    kvrt_cache_destroy(st);
-    kvrt_cache_destroy(cells);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -359,8 +329,8 @@ TEST_CASE("static layout: a sequence moves between layouts bit for bit", "[stati
     GpuContext ctx;
     const Shape sh;
     const uint32_t S = 40, W = S - 1;
-    kvrt_cache cells = make_cache(ctx, sh, false, 0, 0, 4, 128);
-    kvrt_cache st = make_cache(ctx, sh, true, S, 2.0, 2);
+    Cache cells = CacheSpec(sh).cells(128, 4).create(ctx);
+    Cache st = CacheSpec(sh).static_layout(S, 2.0).cells(0, 2).create(ctx);
     // Cells -> static: 60 tokens; the window takes the newest 39.
     REQUIRE(store_tokens(cells, sh, 1, 10, 60) == KVRT_SUCCESS);
     uint32_t n = 0;
@@ -395,21 +365,17 @@ TEST_CASE("static layout: a sequence moves between layouts bit for bit", "[stati
     // Errors: a destination in use, mismatched types, unknown sequences.
     REQUIRE(kvrt_cache_seq_transfer(cells, 3, st, 0, &n) == KVRT_ERROR_INVALID_ARGUMENT);
     Shape other = sh;
-    other.type = KVRT_TYPE_F32;
-    kvrt_cache f32 = make_cache(ctx, other, true, S, 2.0);
+    other.type(KVRT_TYPE_F32);
+    Cache f32 = CacheSpec(other).static_layout(S, 2.0).cells(0, 1).create(ctx);
     REQUIRE(kvrt_cache_seq_transfer(cells, 3, f32, 0, &n) == KVRT_ERROR_INVALID_ARGUMENT);
     REQUIRE(kvrt_cache_seq_transfer(cells, 3, st, 5, &n) == KVRT_ERROR_INVALID_ARGUMENT);
     REQUIRE(kvrt_cache_seq_transfer(cells, -1, st, 0, &n) == KVRT_ERROR_INVALID_ARGUMENT);
     // A full cell cache refuses and keeps nothing.
-    kvrt_cache small = make_cache(ctx, sh, false, 0, 0, 1, 16);
+    Cache small = CacheSpec(sh).cells(16, 1).create(ctx);
     REQUIRE(kvrt_cache_seq_transfer(st, 1, small, 0, &n) == KVRT_ERROR_CACHE_FULL);
     kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
     KVRT_REQUIRE_OK(kvrt_cache_get_info(small, &info));
     REQUIRE(info.used == 0);
-    kvrt_cache_destroy(small);
-    kvrt_cache_destroy(f32);
-    kvrt_cache_destroy(st);
-    kvrt_cache_destroy(cells);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -430,13 +396,12 @@ TEST_CASE("static layout: bad input is refused with a clear error", "[static][er
         d.capacity = capacity;
         d.layout = KVRT_LAYOUT_STATIC;
         if (chain) d.next = &sl;
-        kvrt_cache c = nullptr;
-        const kvrt_result r = kvrt_cache_create(ctx, &d, &c);
+        Cache c;
+        const kvrt_result r = kvrt_cache_create(ctx, &d, c.out());
         if (r != KVRT_SUCCESS) {
             REQUIRE(c == nullptr);
             REQUIRE(std::strlen(kvrt_last_error_message()) > 0);
         }
-        kvrt_cache_destroy(c);
         return r;
     };
     REQUIRE(create(1, 2.0) == KVRT_ERROR_INVALID_ARGUMENT);
@@ -464,12 +429,11 @@ TEST_CASE("static layout: bad input is refused with a clear error", "[static][er
         d.type_k = d.type_v = KVRT_TYPE_U8_STATIC;
         d.layout = KVRT_LAYOUT_STATIC;
         d.next = &sl;
-        kvrt_cache c = nullptr;
-        REQUIRE(kvrt_cache_create(ctx, &d, &c) == KVRT_ERROR_INVALID_ARGUMENT);
+        Cache c;
+        REQUIRE(kvrt_cache_create(ctx, &d, c.out()) == KVRT_ERROR_INVALID_ARGUMENT);
         REQUIRE(std::strstr(kvrt_last_error_message(), "multiple of 4") != nullptr);
         d.head_dim_k = 8;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &c));
-        kvrt_cache_destroy(c);
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, c.out()));
     }
     REQUIRE(create(64, 2.0) == KVRT_SUCCESS);
     REQUIRE(create(2, 1.0) == KVRT_SUCCESS);
@@ -483,11 +447,11 @@ TEST_CASE("static layout: bad input is refused with a clear error", "[static][er
         d.head_dim_k = 8;
         d.capacity = 8;
         d.next = &bogus;
-        kvrt_cache c = nullptr;
-        REQUIRE(kvrt_cache_create(ctx, &d, &c) == KVRT_ERROR_INVALID_ARGUMENT);
+        Cache c;
+        REQUIRE(kvrt_cache_create(ctx, &d, c.out()) == KVRT_ERROR_INVALID_ARGUMENT);
     }
 
-    kvrt_cache c = make_cache(ctx, sh, true, 16, 2.0, 2);
+    Cache c = CacheSpec(sh).static_layout(16, 2.0).cells(0, 2).create(ctx);
     kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
     REQUIRE(kvrt_cache_get_static_window(c, 0, static_cast<int32_t>(sh.layers), 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
     REQUIRE(std::strstr(kvrt_last_error_message(), "layer") != nullptr);
@@ -521,13 +485,11 @@ TEST_CASE("static layout: bad input is refused with a clear error", "[static][er
     uint64_t size = 0;
     KVRT_REQUIRE_OK(kvrt_buffer_get_size(w.buffer, &size));
     // Functions of the static layout on a cell cache.
-    kvrt_cache cells = make_cache(ctx, sh, false, 0, 0, 1, 32);
+    Cache cells = CacheSpec(sh).cells(32, 1).create(ctx);
     REQUIRE(kvrt_cache_get_static_window(cells, 0, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
     REQUIRE(kvrt_cache_get_static_mask(cells, 0, KVRT_TYPE_F32, mask.data(), 64) == KVRT_ERROR_INVALID_ARGUMENT);
     kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
     REQUIRE(kvrt_cache_get_static_stats(cells, 0, &st) == KVRT_ERROR_INVALID_ARGUMENT);
-    kvrt_cache_destroy(cells);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -567,11 +529,10 @@ TEST_CASE("static layout: the estimate reproduces SPEC 5", "[static][estimate]")
     KVRT_REQUIRE_OK(kvrt_cache_estimate_size(ctx, &d2, &e));
     REQUIRE(e.data_bytes == 3ull * sh.layers * sh.kv_heads * 149 * (sh.dk + sh.dv) * 2);
     const uint64_t before = device_bytes(ctx);
-    kvrt_cache c = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d2, &c));
+    Cache c;
+    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d2, c.out()));
     REQUIRE(device_bytes(ctx) - before >= e.device_bytes);
     REQUIRE(device_bytes(ctx) - before <= e.device_bytes + 2 * sh.layers * 4096);
-    kvrt_cache_destroy(c);
 }
 
 TEST_CASE("static layout: sequences spread over several pieces", "[static][attention]") {
@@ -582,7 +543,7 @@ TEST_CASE("static layout: sequences spread over several pieces", "[static][atten
     Shape sh;
     sh.dk = sh.dv = 8;
     const uint32_t S = 64, W = S - 1;
-    kvrt_cache c = make_cache(ctx, sh, true, S, 2.0, 3);
+    Cache c = CacheSpec(sh).static_layout(S, 2.0).cells(0, 3).create(ctx);
     for (int32_t seq = 0; seq < 3; ++seq) {
         const uint32_t n = 40 + 30 * static_cast<uint32_t>(seq);  // 40, 70, 100 tokens
         for (uint32_t p = 0; p < n; p += 10) REQUIRE(store_tokens(c, sh, seq, static_cast<int32_t>(p), 10) == KVRT_SUCCESS);
@@ -598,7 +559,7 @@ TEST_CASE("static layout: sequences spread over several pieces", "[static][atten
     REQUIRE(b0 != b2);  // different pieces
     // One attention call with a query of each sequence, against a cell cache
     // holding the same windows.
-    kvrt_cache cells = make_cache(ctx, sh, false, 0, 0, 3, 256);
+    Cache cells = CacheSpec(sh).cells(256, 3).create(ctx);
     const int32_t last[3] = {39, 69, 99};
     for (int32_t seq = 0; seq < 3; ++seq) {
         const uint32_t held = std::min<uint32_t>(W, static_cast<uint32_t>(last[seq]) + 1);
@@ -620,8 +581,6 @@ TEST_CASE("static layout: sequences spread over several pieces", "[static][atten
         KVRT_REQUIRE_OK(kvrt_cache_attention(cells, nullptr, static_cast<int32_t>(l), &queries, &qr, &ob, &params));
         for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-5).margin(1e-3));
     }
-    kvrt_cache_destroy(cells);
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -631,8 +590,8 @@ TEST_CASE("static layout: deferred RoPE attends like the cell layout", "[static]
     Shape sh;
     sh.dk = sh.dv = 32;
     const uint32_t S = 24, W = S - 1;
-    kvrt_cache st = make_cache(ctx, sh, true, S, 0.0, 1, 0, KVRT_CACHE_DEFERRED_ROPE);
-    kvrt_cache cells = make_cache(ctx, sh, false, 0, 0.0, 1, 64, KVRT_CACHE_DEFERRED_ROPE);
+    Cache st = CacheSpec(sh).static_layout(S, 0.0).cells(0, 1).with_flags(KVRT_CACHE_DEFERRED_ROPE).create(ctx);
+    Cache cells = CacheSpec(sh).cells(64, 1).with_flags(KVRT_CACHE_DEFERRED_ROPE).create(ctx);
     REQUIRE(store_tokens(st, sh, 0, 0, 20) == KVRT_SUCCESS);
     REQUIRE(store_tokens(st, sh, 0, 20, 20) == KVRT_SUCCESS);
     REQUIRE(store_tokens(cells, sh, 0, 40 - static_cast<int32_t>(W), W) == KVRT_SUCCESS);
@@ -643,8 +602,6 @@ TEST_CASE("static layout: deferred RoPE attends like the cell layout", "[static]
     const std::vector<float> a = attend(st, sh, 1, 39, 1, q, &params);
     const std::vector<float> b = attend(cells, sh, 1, 39, 1, q, &params);
     for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == Approx(b[i]).epsilon(1e-5).margin(1e-3));
-    kvrt_cache_destroy(st);
-    kvrt_cache_destroy(cells);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -687,8 +644,8 @@ TEST_CASE("static layout: removing any range keeps the other rows and attends li
     const uint32_t S = 24, W = S - 1;
     const double reserve = GENERATE(1.0, 1.5, 2.0);
     INFO("R = " << reserve);
-    kvrt_cache st = make_cache(ctx, sh, true, S, reserve, 2);
-    kvrt_cache cells = make_cache(ctx, sh, false, 0, 0, 2, 128);
+    Cache st = CacheSpec(sh).static_layout(S, reserve).cells(0, 2).create(ctx);
+    Cache cells = CacheSpec(sh).cells(128, 2).create(ctx);
     std::vector<std::vector<int32_t>> held(2);
     std::mt19937 rng(static_cast<uint32_t>(reserve * 10));
     uint64_t copies = 0;
@@ -784,8 +741,6 @@ TEST_CASE("static layout: removing any range keeps the other rows and attends li
         h.erase(std::lower_bound(h.begin(), h.end(), n_keep), h.end());
         check_window_positions(st, sh, s, S, h);
     }
-    kvrt_cache_destroy(st);
-    kvrt_cache_destroy(cells);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -795,7 +750,7 @@ TEST_CASE("static layout: a removal that fails at any point leaves the windows a
     const uint32_t S = 16, W = S - 1;
     // R = 1: the window always starts at row 0, so dropping the newest rows
     // copies the others (overlapping: through scratch memory).
-    kvrt_cache c = make_cache(ctx, sh, true, S, 1.0);
+    Cache c = CacheSpec(sh).static_layout(S, 1.0).cells(0, 1).create(ctx);
     REQUIRE(store_tokens(c, sh, 0, 0, W) == KVRT_SUCCESS);
     int32_t last = static_cast<int32_t>(W) - 1;
     for (uint64_t n = 1;; ++n) {
@@ -813,7 +768,6 @@ TEST_CASE("static layout: a removal that fails at any point leaves the windows a
         REQUIRE(store_tokens(c, sh, 0, removed ? last - 1 : last + 1, removed ? 2 : 1) == KVRT_SUCCESS);
         if (!removed) ++last;
     }
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -822,7 +776,7 @@ TEST_CASE("static layout: an append that fails at any point leaves the windows a
     const Shape sh;
     const uint32_t S = 16, W = S - 1;
     // R = 1: every append slides through scratch memory, the longest path.
-    kvrt_cache c = make_cache(ctx, sh, true, S, 1.0);
+    Cache c = CacheSpec(sh).static_layout(S, 1.0).cells(0, 1).create(ctx);
     REQUIRE(store_tokens(c, sh, 0, 0, W) == KVRT_SUCCESS);
     int32_t last = static_cast<int32_t>(W) - 1;
     for (const bool with_stream : {false, true}) {
@@ -853,6 +807,5 @@ TEST_CASE("static layout: an append that fails at any point leaves the windows a
             }
         }
     }
-    kvrt_cache_destroy(c);
     REQUIRE(ctx.validation_errors() == 0);
 }

@@ -63,7 +63,7 @@ struct Spec {
 };
 
 struct StaticCache {
-    kvrt_cache cache = nullptr;
+    Cache cache;
     Spec spec;
     std::vector<QuantScale> k_scales, v_scales;  // per layer, as given
 
@@ -90,9 +90,8 @@ struct StaticCache {
         d.type_k = s.k_type;
         d.type_v = s.v_type;
         d.flags = s.flags;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache));
+        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, cache.out()));
     }
-    ~StaticCache() { kvrt_cache_destroy(cache); }
     StaticCache(const StaticCache&) = delete;
     StaticCache& operator=(const StaticCache&) = delete;
 
@@ -652,9 +651,9 @@ TEST_CASE("cache creation rejects malformed static scales with a message", "[sta
 
     // The baseline is accepted, so each failure below is its one change.
     reset(KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC);
-    kvrt_cache ok = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &ok));
-    kvrt_cache_destroy(ok);
+    Cache ok;
+    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, ok.out()));
+    ok.reset();
 
     reset(KVRT_TYPE_U8_STATIC, KVRT_TYPE_F16);
     d.next = nullptr;

@@ -22,9 +22,10 @@ using namespace kvrt_test;
 
 namespace {
 
-struct Geometry {
-    uint32_t n_heads = 4, n_kv_heads = 2, dim = 64, capacity = 384, max_seqs = 4;
-    kvrt_type type = KVRT_TYPE_F16;
+// The cache of these tests: 1 layer, 4 query and 2 KV heads, head dims 64,
+// 384 cells for 4 sequences, F16.
+struct Geometry : CacheSpec {
+    Geometry() { shape(1, 4, 2, 64, 64).cells(384, 4); }
 };
 
 // The cells as the test models them.
@@ -50,27 +51,6 @@ struct Tokens {
     uint32_t size() const { return static_cast<uint32_t>(pos.size()); }
 };
 
-kvrt_cache make_cache(kvrt_context ctx, const Geometry& g, kvrt_layout layout = KVRT_LAYOUT_CELLS) {
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.n_layers = 1;
-    d.n_heads = g.n_heads;
-    d.n_kv_heads = g.n_kv_heads;
-    d.head_dim_k = d.head_dim_v = g.dim;
-    d.capacity = g.capacity;
-    d.max_seqs = g.max_seqs;
-    d.type_k = d.type_v = g.type;
-    kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
-    if (layout == KVRT_LAYOUT_STATIC) {
-        d.layout = layout;
-        sl.seq_len = 65;
-        d.next = &sl;
-        d.capacity = 0;  // max_seqs * (seq_len - 1)
-    }
-    kvrt_cache cache = nullptr;
-    KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, &cache));
-    return cache;
-}
-
 // Chains `tree` (parents and cells of `t`) on `b` when `t` is a tree.
 kvrt_batch batch_of(const Tokens& t, kvrt_batch_tree* tree) {
     kvrt_batch b = make_batch(t.size(), t.pos.data(), t.seq.data());
@@ -86,7 +66,7 @@ kvrt_batch batch_of(const Tokens& t, kvrt_batch_tree* tree) {
 // Stores `t` with random K/V; fills t.cells and the model.
 void store(kvrt_cache cache, const Geometry& g, Tokens& t, Model& m, std::mt19937& rng) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> k(size_t{t.size()} * g.n_kv_heads * g.dim), v(k.size());
+    std::vector<float> k(size_t{t.size()} * g.kv_heads * g.dk), v(k.size());
     for (auto& x : k) x = normal(rng);
     for (auto& x : v) x = normal(rng);
     t.cells.assign(t.size(), 0);
@@ -146,7 +126,7 @@ double check_attention(kvrt_context ctx, kvrt_cache cache, const Geometry& g, co
                        std::mt19937& rng, std::vector<float>* out_values = nullptr) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const uint32_t nq = queries.size();
-    std::vector<float> q(size_t{nq} * g.n_heads * g.dim), out(q.size(), -7.0f);
+    std::vector<float> q(size_t{nq} * g.heads * g.dk), out(q.size(), -7.0f);
     for (auto& x : q) x = normal(rng);
     kvrt_batch_tree tree;
     const kvrt_batch b = batch_of(queries, &tree);
@@ -157,7 +137,7 @@ double check_attention(kvrt_context ctx, kvrt_cache cache, const Geometry& g, co
 
     std::vector<uint32_t> all(g.capacity);
     for (uint32_t c = 0; c < g.capacity; ++c) all[c] = c;
-    std::vector<float> k(size_t{g.capacity} * g.n_kv_heads * g.dim), v(k.size());
+    std::vector<float> k(size_t{g.capacity} * g.kv_heads * g.dk), v(k.size());
     KVRT_REQUIRE_OK(kvrt_cache_read(cache, 0, g.capacity, all.data(), k.data(), v.data()));
     std::vector<kvrt::ref::AttnCell> cells(g.capacity);
     for (uint32_t c = 0; c < g.capacity; ++c) cells[c] = {m.pos[c], m.seqs[c]};
@@ -175,10 +155,10 @@ double check_attention(kvrt_context ctx, kvrt_cache cache, const Geometry& g, co
         rq[i].hidden = &hidden[i];
     }
     kvrt::ref::AttnParams p;
-    p.n_heads = static_cast<int>(g.n_heads);
-    p.n_kv_heads = static_cast<int>(g.n_kv_heads);
-    p.head_dim_k = p.head_dim_v = static_cast<int>(g.dim);
-    p.scale = 1.0 / std::sqrt(static_cast<double>(g.dim));
+    p.n_heads = static_cast<int>(g.heads);
+    p.n_kv_heads = static_cast<int>(g.kv_heads);
+    p.head_dim_k = p.head_dim_v = static_cast<int>(g.dk);
+    p.scale = 1.0 / std::sqrt(static_cast<double>(g.dk));
     const std::vector<double> want = kvrt::ref::attention(p, q.data(), rq, k.data(), v.data(), cells);
     if (out_values) *out_values = out;
     return kvrt::ref::nmse(out, want);
@@ -203,7 +183,7 @@ uint32_t used(kvrt_cache cache) {
 // decode query per sequence that must see the accepted branches only.
 void run_rounds(kvrt_context ctx, const Geometry& g, uint32_t seed, int rounds) {
     std::mt19937 rng(seed);
-    kvrt_cache cache = make_cache(ctx, g);
+    Cache cache = g.create(ctx);
     Model m(g.capacity);
     std::vector<int32_t> seqs;
     for (uint32_t s = 0; s < g.max_seqs; ++s) {
@@ -259,7 +239,6 @@ void run_rounds(kvrt_context ctx, const Geometry& g, uint32_t seed, int rounds) 
         const double decode_nmse = check_attention(ctx, cache, g, next, m, rng);
         CHECK(decode_nmse <= 1e-6);
     }
-    kvrt_cache_destroy(cache);
 }
 
 }  // namespace
@@ -270,9 +249,9 @@ TEST_CASE("tree attention matches the reference for random trees, and accepting 
     GpuContext ctx(variant.flags);
     Geometry g;
     run_rounds(ctx, g, 7, 4);
-    g.type = KVRT_TYPE_Q8_0;
-    g.n_heads = 8;
-    g.n_kv_heads = 1;
+    g.type(KVRT_TYPE_Q8_0);
+    g.heads = 8;
+    g.kv_heads = 1;
     run_rounds(ctx, g, 8, 2);
     CHECK(ctx.validation_errors() == 0);
 }
@@ -292,12 +271,12 @@ TEST_CASE("a tree that breaks the rules is refused and nothing changes", "[atten
     GpuContext ctx;
     Geometry g;
     std::mt19937 rng(3);
-    kvrt_cache cache = make_cache(ctx, g);
+    Cache cache = g.create(ctx);
     Model m(g.capacity);
     Tokens prompt{{0, 1, 2, 3}, {0, 0, 0, 0}, {}, {}};
     store(cache, g, prompt, m, rng);
     const uint32_t before = used(cache);
-    std::vector<float> kv(size_t{2048} * g.n_kv_heads * g.dim, 0.5f);
+    std::vector<float> kv(size_t{2048} * g.kv_heads * g.dk, 0.5f);
     const kvrt_tensor_ref kr = host_tensor(kv.data()), vr = host_tensor(kv.data());
 
     const auto refused = [&](Tokens t, const char* why, kvrt_result expect = KVRT_ERROR_INVALID_ARGUMENT) {
@@ -348,7 +327,7 @@ TEST_CASE("a tree that breaks the rules is refused and nothing changes", "[atten
 
     // Attention with a tree whose cells do not hold its tokens.
     {
-        std::vector<float> q(size_t{3} * g.n_heads * g.dim, 0.1f), out(q.size());
+        std::vector<float> q(size_t{3} * g.heads * g.dk, 0.1f), out(q.size());
         const kvrt_tensor_ref qr = host_tensor(q.data());
         const kvrt_output_ref orf = host_output(out.data());
         Tokens wrong = t;
@@ -387,16 +366,14 @@ TEST_CASE("a tree that breaks the rules is refused and nothing changes", "[atten
     int32_t max_pos = -1;
     REQUIRE(kvrt_cache_seq_pos_max(cache, 0, &max_pos) == KVRT_SUCCESS);
     CHECK(max_pos == 4);
-    kvrt_cache_destroy(cache);
 
     // The static layout keeps one position per row of a window: no trees.
-    kvrt_cache st = make_cache(ctx, g, KVRT_LAYOUT_STATIC);
+    Cache st = CacheSpec(g).static_layout(65).cells(0, g.max_seqs).create(ctx);  // capacity: max_seqs * (seq_len - 1)
     Tokens st_tree{{0, 0}, {0, 0}, {-1, -1}, {}};
     kvrt_batch_tree st_chain;
     const kvrt_batch sb = batch_of(st_tree, &st_chain);
     CHECK(kvrt_cache_store(st, nullptr, &sb, -1, &kr, &vr, nullptr) == KVRT_ERROR_UNSUPPORTED);
     CHECK(kvrt_cache_place(st, &sb, nullptr) == KVRT_ERROR_UNSUPPORTED);
-    kvrt_cache_destroy(st);
     CHECK(ctx.validation_errors() == 0);
 }
 
@@ -404,7 +381,7 @@ TEST_CASE("a cache with an open tree saves and loads, and attends the same", "[a
     GpuContext ctx;
     Geometry g;
     std::mt19937 rng(21);
-    kvrt_cache cache = make_cache(ctx, g);
+    Cache cache = g.create(ctx);
     Model m(g.capacity);
     Tokens prompt{{0, 1, 2, 3, 4, 5}, {0, 0, 0, 0, 0, 0}, {}, {}};
     store(cache, g, prompt, m, rng);
@@ -418,7 +395,7 @@ TEST_CASE("a cache with an open tree saves and loads, and attends the same", "[a
     KVRT_REQUIRE_OK(kvrt_cache_state_save(cache, -1, nullptr, &size));
     std::vector<uint8_t> state(size);
     KVRT_REQUIRE_OK(kvrt_cache_state_save(cache, -1, state.data(), &size));
-    kvrt_cache loaded = make_cache(ctx, g);
+    Cache loaded = g.create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(loaded, -1, state.data(), size));
     CHECK(used(loaded) == used(cache));
 
@@ -427,7 +404,5 @@ TEST_CASE("a cache with an open tree saves and loads, and attends the same", "[a
     CHECK(check_attention(ctx, cache, g, t, m, rng_a, &a) <= 1e-6);
     CHECK(check_attention(ctx, loaded, g, t, m, rng_b, &b) <= 1e-6);
     CHECK(a == b);
-    kvrt_cache_destroy(loaded);
-    kvrt_cache_destroy(cache);
     CHECK(ctx.validation_errors() == 0);
 }

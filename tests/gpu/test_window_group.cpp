@@ -50,21 +50,14 @@ std::vector<float> rows(const std::vector<uint32_t>& tokens, uint32_t layers, ui
     return out;
 }
 
-kvrt_cache make_cache(kvrt_context ctx, const std::vector<uint32_t>& windows, uint32_t capacity, uint32_t max_seqs,
-                      const kvrt_window_layout_desc* group) {
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.next = group;
-    d.n_layers = static_cast<uint32_t>(windows.size());
-    d.n_heads = kHeads;
-    d.n_kv_heads = kKvHeads;
-    d.head_dim_k = kDim;
-    d.capacity = capacity;
-    d.max_seqs = max_seqs;
-    d.layer_windows = windows.data();
-    d.label = "window group test";
-    kvrt_cache c = nullptr;
-    REQUIRE(kvrt_cache_create(ctx, &d, &c) == KVRT_SUCCESS);
-    return c;
+// A cache of these tests: one layer per window, `capacity` cells; .group()
+// adds the window group.
+CacheSpec spec(const std::vector<uint32_t>& windows, uint32_t capacity, uint32_t max_seqs) {
+    CacheSpec sp;
+    sp.shape(static_cast<uint32_t>(windows.size()), kHeads, kKvHeads, kDim).cells(capacity, max_seqs);
+    sp.windows = windows;
+    sp.label = "window group test";
+    return sp;
 }
 
 // Stores `tokens` of one sequence at `positions`, every layer at once.
@@ -108,23 +101,20 @@ TEST_CASE("window group: memory follows the window, not the capacity", "[window]
     CHECK(grouped.device_bytes < plain.device_bytes * 6 / 10);
 
     const uint64_t before = device_bytes(ctx);
-    kvrt_cache c = nullptr;
-    REQUIRE(kvrt_cache_create(ctx, &d, &c) == KVRT_SUCCESS);
+    Cache c;
+    REQUIRE(kvrt_cache_create(ctx, &d, c.out()) == KVRT_SUCCESS);
     kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
     REQUIRE(kvrt_cache_get_info(c, &info) == KVRT_SUCCESS);
     CHECK(info.device_bytes == grouped.device_bytes);
     CHECK(device_bytes(ctx) - before == grouped.device_bytes);
     REQUIRE(impl(c).window_group() != nullptr);
     CHECK(impl(c).window_group()->table().capacity() == 640);
-    kvrt_cache_destroy(c);
 }
 
 TEST_CASE("window group: dropped rows, refusals and reads", "[window]") {
     GpuContext ctx;
     const std::vector<uint32_t> windows = {0, 16};
-    kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
-    wl.n_keep = 2;
-    kvrt_cache c = make_cache(ctx, windows, 256, 1, &wl);
+    Cache c = spec(windows, 256, 1).group(0, 2).create(ctx);
     const std::vector<int32_t> seq0 = {0};
     // 100 tokens, one by one (decode).
     std::vector<uint32_t> cell_of(100);
@@ -204,7 +194,6 @@ TEST_CASE("window group: dropped rows, refusals and reads", "[window]") {
     REQUIRE(store(c, 2, {2002, 2003}, {2, 3}, {0, 0}) == KVRT_SUCCESS);
     REQUIRE(impl(c).window_verify() == KVRT_SUCCESS);
 
-    kvrt_cache_destroy(c);
 }
 
 TEST_CASE("window group: bad descriptors and a full group", "[window]") {
@@ -219,20 +208,20 @@ TEST_CASE("window group: bad descriptors and a full group", "[window]") {
     d.head_dim_k = kDim;
     d.capacity = 64;
     d.max_seqs = 2;
-    kvrt_cache c = nullptr;
-    CHECK(kvrt_cache_create(ctx, &d, &c) == KVRT_ERROR_INVALID_ARGUMENT);  // no layer_windows
+    Cache c;
+    CHECK(kvrt_cache_create(ctx, &d, c.out()) == KVRT_ERROR_INVALID_ARGUMENT);  // no layer_windows
     d.layer_windows = none.data();
-    CHECK(kvrt_cache_create(ctx, &d, &c) == KVRT_ERROR_INVALID_ARGUMENT);  // no window
+    CHECK(kvrt_cache_create(ctx, &d, c.out()) == KVRT_ERROR_INVALID_ARGUMENT);  // no window
     d.layer_windows = windows.data();
     wl.cells = 65;
-    CHECK(kvrt_cache_create(ctx, &d, &c) == KVRT_ERROR_INVALID_ARGUMENT);  // above the capacity
+    CHECK(kvrt_cache_create(ctx, &d, c.out()) == KVRT_ERROR_INVALID_ARGUMENT);  // above the capacity
     wl.cells = 0;
     kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
     sl.seq_len = 17;
     wl.next = &sl;
     d.layout = KVRT_LAYOUT_STATIC;
     d.capacity = 0;
-    CHECK(kvrt_cache_create(ctx, &d, &c) == KVRT_ERROR_INVALID_ARGUMENT);  // not accepted on a static cache
+    CHECK(kvrt_cache_create(ctx, &d, c.out()) == KVRT_ERROR_INVALID_ARGUMENT);  // not accepted on a static cache
     CHECK(c == nullptr);
     wl.next = nullptr;
     d.capacity = 64;
@@ -241,7 +230,7 @@ TEST_CASE("window group: bad descriptors and a full group", "[window]") {
     // not fit is refused with the cache unchanged.
     d.layout = KVRT_LAYOUT_CELLS;
     wl.cells = 12;
-    REQUIRE(kvrt_cache_create(ctx, &d, &c) == KVRT_SUCCESS);
+    REQUIRE(kvrt_cache_create(ctx, &d, c.out()) == KVRT_SUCCESS);
     std::vector<uint32_t> toks;
     std::vector<int32_t> pos, seqs;
     for (int32_t p = 0; p < 8; ++p) {
@@ -259,7 +248,6 @@ TEST_CASE("window group: bad descriptors and a full group", "[window]") {
     CHECK(after.used == before.used);
     CHECK(impl(c).window_group()->table().used() == 8);
     REQUIRE(impl(c).window_verify() == KVRT_SUCCESS);
-    kvrt_cache_destroy(c);
 }
 
 namespace {
@@ -293,12 +281,8 @@ struct Model {
 class WindowRun {
 public:
     WindowRun(kvrt_context ctx, uint64_t seed) : ctx_(ctx), rng_(seed) {
-        kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
-        wl.cells = kGroupCells;
-        wl.n_keep = kKeep;
-        c_ = make_cache(ctx, kWindows, 160, kSeqs, &wl);
+        c_ = spec(kWindows, 160, kSeqs).group(kGroupCells, kKeep).create(ctx);
     }
-    ~WindowRun() { kvrt_cache_destroy(c_); }
     WindowRun(const WindowRun&) = delete;
     WindowRun& operator=(const WindowRun&) = delete;
 
@@ -495,7 +479,7 @@ private:
 
     kvrt_context ctx_;
     std::mt19937_64 rng_;
-    kvrt_cache c_ = nullptr;
+    Cache c_;
     Model model_;
     uint32_t next_token_ = 1;
 };
@@ -537,23 +521,10 @@ TEST_CASE("window group: static-scale types keep each windowed layer's scales", 
     sc.k_zero_points = zero_points.data();
     sc.v_scales = scales.data();
     sc.v_zero_points = zero_points.data();
-    kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
-    wl.next = &sc;
-    kvrt_cache caches[2] = {};
-    for (int grouped = 0; grouped < 2; ++grouped) {
-        kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-        d.next = grouped ? static_cast<const void*>(&wl) : static_cast<const void*>(&sc);
-        d.n_layers = 3;
-        d.n_heads = kHeads;
-        d.n_kv_heads = kKvHeads;
-        d.head_dim_k = kDim;
-        d.capacity = 64;
-        d.max_seqs = 1;
-        d.type_k = KVRT_TYPE_U8_STATIC;
-        d.type_v = KVRT_TYPE_U8_STATIC;
-        d.layer_windows = windows.data();
-        REQUIRE(kvrt_cache_create(ctx, &d, &caches[grouped]) == KVRT_SUCCESS);
-    }
+    CacheSpec sp = spec(windows, 64, 1).type(KVRT_TYPE_U8_STATIC);
+    sp.label = nullptr;
+    sp.next = &sc;
+    Cache caches[2] = {sp.create(ctx), CacheSpec(sp).group().create(ctx)};
     const std::vector<int32_t> pos = {0, 1, 2}, seqs = {0, 0, 0};
     std::vector<uint32_t> cells[2];
     for (int i = 0; i < 2; ++i) REQUIRE(store(caches[i], 3, {5, 6, 7}, pos, seqs, &cells[i]) == KVRT_SUCCESS);
@@ -571,5 +542,4 @@ TEST_CASE("window group: static-scale types keep each windowed layer's scales", 
         for (uint32_t e = 0; e < kRow; ++e) CHECK(std::abs(k[1][e] - value(5, static_cast<uint32_t>(layer), 0, e)) <=
                                                   scales[static_cast<size_t>(layer)] * 0.5f + 1e-6f);
     }
-    for (kvrt_cache c : caches) kvrt_cache_destroy(c);
 }

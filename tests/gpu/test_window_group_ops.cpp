@@ -32,19 +32,12 @@ float value(uint32_t token, uint32_t layer, uint32_t array, uint32_t e) {
                     0.71f * static_cast<float>(array) + 0.113f * static_cast<float>(e));
 }
 
-kvrt_cache make(kvrt_context ctx, const kvrt_window_layout_desc* group) {
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.next = group;
-    d.n_layers = kLayers;
-    d.n_heads = kHeads;
-    d.n_kv_heads = kKvHeads;
-    d.head_dim_k = kDim;
-    d.capacity = 128;
-    d.max_seqs = 3;
-    d.layer_windows = kWindows.data();
-    kvrt_cache c = nullptr;
-    REQUIRE(kvrt_cache_create(ctx, &d, &c) == KVRT_SUCCESS);
-    return c;
+// The plain cache; spec().group(cells, n_keep) is the one with a window group.
+CacheSpec spec() {
+    CacheSpec sp;
+    sp.shape(kLayers, kHeads, kKvHeads, kDim).cells(128, 3);
+    sp.windows = kWindows;
+    return sp;
 }
 
 // The same operations on a cache with a window group and a plain one.
@@ -54,12 +47,8 @@ public:
         kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
         wl.cells = 48;
         wl.n_keep = 2;
-        grouped_ = make(ctx, &wl);
-        plain_ = make(ctx, nullptr);
-    }
-    ~Pair() {
-        kvrt_cache_destroy(grouped_);
-        kvrt_cache_destroy(plain_);
+        grouped_ = spec().group(wl.cells, wl.n_keep).create(ctx);
+        plain_ = spec().create(ctx);
     }
     Pair(const Pair&) = delete;
     Pair& operator=(const Pair&) = delete;
@@ -106,20 +95,16 @@ public:
             if (pos < 0) continue;
             std::vector<float> q(kHeads * kDim);
             for (uint32_t e = 0; e < q.size(); ++e) q[e] = std::cos(0.29f * static_cast<float>(e + 7 * i));
-            const kvrt_batch b = make_batch(1, &pos, &seqs[i]);
-            const kvrt_tensor_ref qt = host_tensor(q.data());
             kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
             params.n_keep = 2;
             for (uint32_t l = 0; l < kLayers; ++l) {
-                std::vector<float> a(kHeads * kDim), p(kHeads * kDim);
-                const kvrt_output_ref oa = host_output(a.data()), op = host_output(p.data());
-                REQUIRE(kvrt_cache_attention(plain_, nullptr, static_cast<int32_t>(l), &b, &qt, &op, &params) ==
-                        KVRT_SUCCESS);
-                const kvrt_result r = kvrt_cache_attention(grouped_, nullptr, static_cast<int32_t>(l), &b, &qt, &oa, &params);
+                const AttentionPair r =
+                    attend_both(grouped_, plain_, static_cast<int32_t>(l), seqs[i], pos, q, kHeads * kDim, params);
+                REQUIRE(r.rb == KVRT_SUCCESS);
                 INFO("layer " << l << ", sequence " << seqs[i] << ", position " << pos);
-                if (kWindows[l] && r == KVRT_ERROR_INVALID_STATE) continue;
-                REQUIRE(r == KVRT_SUCCESS);
-                REQUIRE(kvrt::ref::nmse(a, p) <= 1e-10);
+                if (kWindows[l] && r.ra == KVRT_ERROR_INVALID_STATE) continue;
+                REQUIRE(r.ra == KVRT_SUCCESS);
+                REQUIRE(kvrt::ref::nmse(r.a, r.b) <= 1e-10);
                 if (kWindows[l]) ++answered;
             }
         }
@@ -128,7 +113,7 @@ public:
 
 private:
     static kvrt::cache::Cache& impl(kvrt_cache c) { return *c->cache; }
-    kvrt_cache grouped_ = nullptr, plain_ = nullptr;
+    Cache grouped_, plain_;
     uint32_t next_token_ = 1;
 };
 
@@ -256,7 +241,7 @@ TEST_CASE("window group: a failed store changes neither group", "[window]") {
     kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
     wl.cells = 32;
     wl.n_keep = 2;  // with windows of 12, positions up to 13 drop nothing
-    kvrt_cache c = make(ctx, &wl);
+    Cache c = spec().group(wl.cells, wl.n_keep).create(ctx);
     const kvrt::cache::Cache& impl = *c->cache;
     const std::vector<int32_t> pos0 = range(0, 10), seq0(10, 0);
     std::vector<float> k(size_t{kLayers} * 10 * kRow, 0.5f), v = k;
@@ -317,7 +302,6 @@ TEST_CASE("window group: a failed store changes neither group", "[window]") {
     CHECK(snapshot(impl.window_group()->table()) == group_before);
     REQUIRE(impl.window_verify() == KVRT_SUCCESS);
     kvrt_stream_destroy(s);
-    kvrt_cache_destroy(c);
 }
 
 TEST_CASE("window group: a shift that frees a group cell other sequences share", "[window]") {
@@ -378,7 +362,7 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
     wl.cells = 48;
     wl.n_keep = 2;
-    kvrt_cache loaded = make(ctx, &wl);
+    Cache loaded = spec().group(wl.cells, wl.n_keep).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(loaded, -1, state.data(), state.size()));
     REQUIRE(loaded->cache->window_verify() == KVRT_SUCCESS);
     CHECK(loaded->cache->window_group()->table().used() == g->cache->window_group()->table().used());
@@ -390,7 +374,7 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     }
     // Answered and refused alike, with the same values; and both go on alike.
     CHECK(same_attention(g, loaded, grid(40)) > 20);
-    for (kvrt_cache c : {g, loaded}) {
+    for (kvrt_cache c : {g, loaded.get()}) {
         const int32_t pos = 38, seq = 1;
         std::vector<float> k(size_t{kLayers} * kRow, 0.25f), v = k;
         const kvrt_tensor_ref kt = host_tensor(k.data()), vt = host_tensor(v.data());
@@ -420,14 +404,14 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     // (44 cells: a group of 40 is too small, and the load changes nothing.)
     kvrt_window_layout_desc small = wl;
     small.cells = 40;
-    kvrt_cache from_plain = make(ctx, &small);
+    Cache from_plain = spec().group(small.cells, small.n_keep).create(ctx);
     CHECK(kvrt_cache_state_load(from_plain, -1, plain_state.data(), plain_state.size()) == KVRT_ERROR_CACHE_FULL);
     kvrt_cache_info info = KVRT_CACHE_INFO_INIT;
     KVRT_REQUIRE_OK(kvrt_cache_get_info(from_plain, &info));
     CHECK(info.used == 0);
     kvrt_window_layout_desc big = wl;
     big.cells = 128;
-    kvrt_cache roomy = make(ctx, &big);
+    Cache roomy = spec().group(big.cells, big.n_keep).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(roomy, -1, plain_state.data(), plain_state.size()));
     REQUIRE(roomy->cache->window_verify() == KVRT_SUCCESS);
     CHECK(same_attention(p.plain(), roomy, grid(40)) > 60);
@@ -460,12 +444,8 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     CHECK(failures > 0);
     REQUIRE(roomy->cache->window_verify() == KVRT_SUCCESS);
     // (The state is from before the store at 38 and the swap.)
-    kvrt_cache again = make(ctx, &wl);
+    Cache again = spec().group(wl.cells, wl.n_keep).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(again, -1, state.data(), state.size()));
     CHECK(same_attention(again, roomy, grid(40)) > 20);
-    kvrt_cache_destroy(again);
-    kvrt_cache_destroy(from_plain);
-    kvrt_cache_destroy(roomy);
-    kvrt_cache_destroy(loaded);
     REQUIRE(ctx.validation_errors() == 0);
 }

@@ -18,6 +18,7 @@
 #include "reference/metrics.hpp"
 #include "reference/quant.hpp"
 #include "reference/rope.hpp"
+#include "common/random.hpp"
 
 using namespace kvrt::ref;
 
@@ -233,13 +234,7 @@ constexpr uint8_t kGgmlQ4_0[288] = {
 
 // Deterministic pseudo-random floats in [-scale, scale).
 std::vector<float> random_floats(size_t n, float scale, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> dist(-scale, scale);
-    std::vector<float> out(n);
-    for (float& x : out) {
-        x = dist(rng);
-    }
-    return out;
+    return kvrt_test::Rng(seed).uniform(n, -scale, scale);
 }
 
 // The fp16 value with the given bits, as a float.
