@@ -17,21 +17,11 @@ namespace {
 constexpr uint32_t kKvHeads = 2, kDim = 32, kLayers = 2;
 const std::vector<uint32_t> kWindows = {6, 0};
 
-kvrt_cache make_grouped(kvrt_context ctx) {
-    kvrt_window_layout_desc wl = KVRT_WINDOW_LAYOUT_DESC_INIT;
-    wl.cells = 24;
-    kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
-    d.next = &wl;
-    d.n_layers = kLayers;
-    d.n_heads = 4;
-    d.n_kv_heads = kKvHeads;
-    d.head_dim_k = kDim;
-    d.capacity = 64;
-    d.max_seqs = 2;
-    d.layer_windows = kWindows.data();
-    kvrt_cache c = nullptr;
-    REQUIRE(kvrt_cache_create(ctx, &d, &c) == KVRT_SUCCESS);
-    return c;
+Cache make_grouped(kvrt_context ctx) {
+    CacheSpec spec;
+    spec.shape(kLayers, 4, kKvHeads, kDim).cells(64, 2).group(24);
+    spec.windows = kWindows;
+    return spec.create(ctx);
 }
 
 // Tokens 0..n-1 of `seq`, one store each (the group drops rows the window
@@ -53,7 +43,7 @@ void decode(kvrt_cache c, int32_t seq, int32_t n) {
 
 TEST_CASE("window group: state files load like state bytes", "[window][state]") {
     GpuContext ctx;
-    kvrt_cache g = make_grouped(ctx);
+    Cache g = make_grouped(ctx);
     decode(g, 0, 20);
     decode(g, 1, 9);
     char dir_template[] = "/tmp/kvrt-window-files-XXXXXX";
@@ -62,7 +52,7 @@ TEST_CASE("window group: state files load like state bytes", "[window][state]") 
 
     // The whole cache through a file and through bytes: the same cache.
     REQUIRE(kvrt_cache_state_save_file(g, -1, whole.c_str()) == KVRT_SUCCESS);
-    kvrt_cache from_file = make_grouped(ctx), from_bytes = make_grouped(ctx);
+    Cache from_file = make_grouped(ctx), from_bytes = make_grouped(ctx);
     const std::vector<uint8_t> bytes = save_state(g, -1);
     CHECK(kvrt_cache_state_load_file(from_file, -1, whole.c_str()) == KVRT_SUCCESS);
     REQUIRE(kvrt_cache_state_load(from_bytes, -1, bytes.data(), bytes.size()) == KVRT_SUCCESS);
@@ -79,9 +69,6 @@ TEST_CASE("window group: state files load like state bytes", "[window][state]") 
     CHECK(kvrt_cache_state_load_file(from_file, 1, one.c_str()) == KVRT_SUCCESS);
     CHECK(save_state(from_file, -1) == save_state(from_bytes, -1));
 
-    kvrt_cache_destroy(from_bytes);
-    kvrt_cache_destroy(from_file);
-    kvrt_cache_destroy(g);
     (void)unlink(whole.c_str());
     (void)unlink(one.c_str());
     (void)rmdir(dir.c_str());
