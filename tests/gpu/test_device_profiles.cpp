@@ -259,15 +259,7 @@ TEST_CASE("what a profile lacks is refused with a clear error, and the cache sta
             CHECK(std::strstr(kvrt_last_error_message(), "subgroup") != nullptr);
         }
         GpuContext ctx;
-        kvrt_cache_desc cd = KVRT_CACHE_DESC_INIT;
-        cd.n_layers = 1;
-        cd.n_heads = 2;
-        cd.n_kv_heads = 1;
-        cd.head_dim_k = 64;
-        cd.capacity = 32;
-        cd.max_seqs = 1;
-        Cache cache;
-        KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &cd, cache.out()));
+        const Cache cache = CacheSpec().shape(1, 2, 1, 64).cells(32, 1).create(ctx);
         const int32_t pos[2] = {0, 1}, seq[2] = {0, 0};
         const kvrt_batch batch = make_batch(2, pos, seq);
         std::vector<float> k(2 * 64), v(2 * 64), q(2 * 64), out(2 * 64, 7.0f);
