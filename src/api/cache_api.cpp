@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "api/handles.hpp"
+#include "cache/paged_layout.hpp"
+#include "cache/static_layout.hpp"
 #include "core/raw_enum.hpp"
 #include "kv/geometry.hpp"
 #include "kv/token_tree.hpp"
@@ -385,8 +387,10 @@ KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq,
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "array must be KVRT_KV_ARRAY_K or KVRT_KV_ARRAY_V (got %d)",
                         static_cast<int>(a));
         const cache::Array arr = a == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V;
-        cache::Cache::WindowView w;
-        KVRT_TRY(cache->cache->static_window(seq, layer, kv_head, arr, &w));
+        const cache::StaticLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->static_layout("kvrt_cache_get_static_window", &layout));
+        cache::StaticLayout::WindowView w;
+        KVRT_TRY(layout->window(seq, layer, kv_head, arr, &w));
         // One handle per (layer, K|V) buffer, made on first use and kept
         // until the cache is destroyed.
         const size_t slot = static_cast<size_t>(layer) * 2 + (arr == cache::Array::V ? 1 : 0);
@@ -422,7 +426,9 @@ KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, k
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
         // Checked as the caller passed it before it is used as a kvrt_type.
         KVRT_TRY(kv::check_type("element_type", element_type));
-        return cache->cache->static_mask(seq, element_type, out, out_bytes);
+        const cache::StaticLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->static_layout("kvrt_cache_get_static_mask", &layout));
+        return layout->mask(seq, element_type, out, out_bytes);
     });
 }
 
@@ -430,7 +436,9 @@ KVRT_API kvrt_result kvrt_cache_get_static_stats(kvrt_cache cache, int32_t seq, 
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_STATIC_STATS));
-        return cache->cache->static_stats(seq, out);
+        const cache::StaticLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->static_layout("kvrt_cache_get_static_stats", &layout));
+        return layout->stats(seq, out);
     });
 }
 
@@ -452,7 +460,9 @@ KVRT_API kvrt_result kvrt_cache_paged_admit(kvrt_cache cache, int32_t seq, uint3
                                             uint32_t* out_n_cached, uint32_t* out_cells) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->paged_admit(seq, n_tokens, token_ids, positions, salt, out_n_cached, out_cells);
+        cache::PagedLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_admit", &layout));
+        return layout->admit(seq, n_tokens, token_ids, positions, salt, out_n_cached, out_cells);
     });
 }
 
@@ -463,28 +473,36 @@ KVRT_API kvrt_result kvrt_cache_paged_append(kvrt_cache cache, kvrt_stream strea
         KVRT_TRY(check_cache(cache));
         vk::Stream* s = nullptr;
         KVRT_TRY(resolve_stream(cache, stream, &s));
-        return cache->cache->paged_append(s, seq, n_tokens, token_ids, positions, out_cells);
+        cache::PagedLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_append", &layout));
+        return layout->append(s, seq, n_tokens, token_ids, positions, out_cells);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_paged_fork(kvrt_cache cache, int32_t src, int32_t dst) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->paged_fork(src, dst);
+        cache::PagedLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_fork", &layout));
+        return layout->fork(src, dst);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_paged_set_sharing(kvrt_cache cache, int32_t seq, uint32_t enabled) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->paged_set_sharing(seq, enabled != 0);
+        cache::PagedLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_set_sharing", &layout));
+        return layout->set_sharing(seq, enabled != 0);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_paged_clear_registry(kvrt_cache cache) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->paged_clear_registry();
+        cache::PagedLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_clear_registry", &layout));
+        return layout->clear_registry();
     });
 }
 
@@ -492,7 +510,9 @@ KVRT_API kvrt_result kvrt_cache_paged_get_stats(kvrt_cache cache, kvrt_paged_sta
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_PAGED_STATS));
-        return cache->cache->paged_stats(out);
+        cache::PagedLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_get_stats", &layout));
+        return layout->stats(out);
     });
 }
 
@@ -500,6 +520,8 @@ KVRT_API kvrt_result kvrt_cache_paged_get_cells(kvrt_cache cache, int32_t seq, u
                                                 uint32_t* out_cells, uint32_t* out_n_tokens) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->paged_cells(seq, first, max_cells, out_cells, out_n_tokens);
+        cache::PagedLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_get_cells", &layout));
+        return layout->get_cells(seq, first, max_cells, out_cells, out_n_tokens);
     });
 }

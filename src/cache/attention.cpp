@@ -131,7 +131,7 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
                             static_cast<double>(params.sinks[h]));
     ops::AttnTree tree_in;
     if (tree) {
-        if (is_static()) KVRT_TRY(require_cells("a token tree"));
+        KVRT_TRY(layout_->require_trees("a token tree"));
         KVRT_TRY(tree_inputs(n_queries, positions, seq_ids, *tree, &tree_in));
     }
     const ops::AttnTree* tree_use = tree ? &tree_in : nullptr;
@@ -221,29 +221,13 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
                                const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
                                uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
                                kvrt_type out_type, const kvrt_attention_params& params, const ops::AttnTree* tree) {
-    // The cells the kernel reads: the cell layout's cells below n_attend()
-    // (the kernel tells, from the device mirror, which of them each query
-    // sees); the static layout's valid rows of the queries' sequences' windows.
+    // The cells the kernel reads: the layout says which (the kernel tells,
+    // from the device mirror, which of them each query sees).
     KVRT_TRY(sync_meta(s));
     const bool causal = !(params.flags & KVRT_ATTENTION_NON_CAUSAL);
     std::vector<ops::AttnSegment> segments;
     uint32_t n_cells = 0;
-    if (is_static()) {
-        std::vector<int32_t> seqs(seq_ids, seq_ids + n_queries);
-        std::sort(seqs.begin(), seqs.end());
-        seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
-        const uint32_t rows = geo_.k.regions.reservation_rows;
-        for (int32_t seq : seqs) {
-            const kv::StaticWindow& w = seq_windows_[static_cast<uint32_t>(seq)];
-            if (w.n_valid() == 0) continue;
-            const uint32_t base = static_cast<uint32_t>(seq) * rows;
-            attention_segments(layer, base + w.first_valid_row(), base + w.start() + w.window_rows(), &segments);
-            n_cells += w.n_valid();
-        }
-    } else {
-        n_cells = table_.n_attend();
-        attention_segments(layer, 0, n_cells, &segments);
-    }
+    layout_->attention_cells(layer, n_queries, seq_ids, &segments, &n_cells);
 
     ops::AttnShape shape{};
     shape.k_type = geo_.k.type;
@@ -275,8 +259,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     // sequence's cells (kept by the table as cells are taken: O(1) each),
     // and the sequence's current list of cells, if any.
     constexpr size_t QW = ops::kQueryWords;
-    const bool lists = !is_static();
-    if (lists) KVRT_TRY(update_lists(s, n_queries, seq_ids));
+    KVRT_TRY(update_lists(s, n_queries, seq_ids));
     std::vector<uint32_t> query_words(QW * n_queries);
     bool any_list = false;
     for (uint32_t i = 0; i < n_queries; ++i) {
@@ -284,7 +267,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
         w[0] = static_cast<uint32_t>(positions[i]);
         w[1] = static_cast<uint32_t>(seq_ids[i]);
         table_.seq_cell_span(seq_ids[i], &w[2], &w[3]);
-        if (lists) list_of(seq_ids[i], &w[4], &w[5]);
+        list_of(seq_ids[i], &w[4], &w[5]);
         any_list = any_list || w[5] > 0;
     }
     // Smaller row tiles, down to one query's rows, when they read no more

@@ -13,34 +13,6 @@
 
 namespace kvrt::cache {
 
-namespace {
-
-// A placed batch, so that it can be given back if its data never reaches the
-// device: exactly (rollback) while it is the table's latest change, otherwise
-// cell by cell, freeing each cell that still holds the token placed there.
-struct PlacedBatch {
-    kv::Placement placement;
-    std::vector<uint64_t> epochs;  // of placement.cells(), right after apply
-
-    void remember(const kv::CellTable& table) {
-        epochs.clear();
-        for (uint32_t c : placement.cells()) epochs.push_back(table.cell_epoch(c));
-    }
-
-    void give_back(kv::CellTable& table) {
-        if (!placement.applied()) return;
-        // The exact rollback's refusal is expected, and must not replace the
-        // detail message of the failure that is being undone.
-        const std::string message = last_error_message();
-        if (table.rollback(placement) == KVRT_SUCCESS) return;
-        (void)fail(KVRT_SUCCESS, "%s", message.c_str());
-        for (size_t i = 0; i < epochs.size(); ++i) (void)table.release_cell(placement.cells()[i], epochs[i]);
-        epochs.clear();
-    }
-};
-
-}  // namespace
-
 Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_ptr<Cache>* out) {
     std::unique_ptr<Cache> c(new Cache(ctx));
     KVRT_TRY(kv::CacheGeometry::from_desc(&desc, ctx.max_binding_bytes(), &c->geo_));
@@ -53,28 +25,11 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
         return fail(KVRT_ERROR_OUT_OF_DEVICE_MEMORY, "the cache needs %llu bytes, the device has %llu",
                     static_cast<unsigned long long>(c->geo_.device_bytes), static_cast<unsigned long long>(heap));
     KVRT_TRY(c->table_.init(c->geo_.capacity, c->geo_.max_seqs));
-    if (c->is_paged())
-        KVRT_TRY(c->pool_.init(c->geo_.capacity / c->geo_.block_size, c->geo_.block_size, c->geo_.max_seqs));
     if (desc.layer_windows) c->windows_.assign(desc.layer_windows, desc.layer_windows + desc.n_layers);
     else c->windows_.assign(desc.n_layers, 0);
     c->deferred_ = c->geo_.flags & KVRT_CACHE_DEFERRED_ROPE;
     c->rope_math_ = kv::Rope::from_params(c->geo_.rope, static_cast<int>(c->geo_.k.head_dim));
-    if (c->is_static()) {
-        std::unique_ptr<StaticArena> arena;
-        KVRT_TRY(StaticArena::create(ctx, c->geo_, desc.label, &arena));
-        c->static_arena_ = arena.get();
-        c->arena_ = std::move(arena);
-        const kv::StaticRegions& r = c->geo_.k.regions;
-        kv::TypeSize ts{};
-        kv::type_size(c->geo_.k.type, &ts);
-        KVRT_TRY(kv::StaticGeometry::create(c->geo_.n_layers, c->geo_.n_kv_heads, c->geo_.k.head_dim, ts.block_bytes,
-                                            r.seq_len, r.reserve, &c->static_geo_));
-        c->seq_windows_.assign(c->geo_.max_seqs, kv::StaticWindow(c->static_geo_));
-    } else {
-        std::unique_ptr<CellArena> arena;
-        KVRT_TRY(CellArena::create(ctx, c->geo_, desc.label, &arena));
-        c->arena_ = std::move(arena);
-    }
+    KVRT_TRY(Layout::create(*c, desc, &c->layout_, &c->arena_));
     // Zeroed, the mirror says what the new table says: no cell in use.
     const std::string meta_label = std::string(desc.label && *desc.label ? desc.label : "kvrt cache") + " cells";
     KVRT_TRY(vk::Buffer::create(ctx, uint64_t{c->geo_.capacity} * c->geo_.meta_words * 4, c->geo_.meta_piece_bytes,
@@ -104,54 +59,11 @@ Cache::~Cache() {
 
 Result Cache::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source& k,
                     const Source& v, uint32_t* out_cells, bool tree) {
-    if (tree && is_static()) KVRT_TRY(require_cells("a token tree"));
-    if (is_static()) return static_append(stream, tokens, n, layer, &k, &v, out_cells);
-    if (is_paged()) return paged_store(stream, tokens, n, layer, &k, &v, out_cells);
-    KVRT_TRY(check_write(n, layer, k, v));
-    if (stream) KVRT_TRY(stream->require_recording());
-    auto batch = std::make_shared<PlacedBatch>();
-    KVRT_TRY(table_.plan(tokens, n, &batch->placement, nullptr, tree));
-    if (n == 0) return KVRT_SUCCESS;
-    auto group = win_ ? std::make_shared<PlacedBatch>() : nullptr;
-    if (group) KVRT_TRY(window_plan(tokens, n, tree, &group->placement));
-
-    vk::Transaction tx(this, stream, own_);
-    KVRT_TRY(tx.begin());
-    KVRT_TRY(table_.apply(batch->placement));
-    batch->remember(table_);
-    if (group) {
-        KVRT_TRY(win_->table_.apply(group->placement));
-        group->remember(win_->table_);
-        window_link(batch->placement, group->placement);
-    }
-    tx.on_undo([this, batch, group]() {
-        batch->give_back(table_);
-        if (!group) return;
-        group->give_back(win_->table_);
-        // Given back cell by cell, the two groups may differ: count again.
-        window_forget_floors();
-    });
-    KVRT_TRY(record_writes(tx.stream(), n, batch->placement.cells().data(), layer, k, v));
-    KVRT_TRY(tx.finish());
-    if (out_cells) std::copy(batch->placement.cells().begin(), batch->placement.cells().end(), out_cells);
-    return KVRT_SUCCESS;
+    return layout_->store(stream, tokens, n, layer, &k, &v, out_cells, tree);
 }
 
 Result Cache::place(const kv::Token* tokens, uint32_t n, uint32_t* out_cells, bool tree) {
-    if (tree && is_static()) KVRT_TRY(require_cells("a token tree"));
-    if (is_static()) return static_append(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
-    if (is_paged()) return paged_store(nullptr, tokens, n, -1, nullptr, nullptr, out_cells);
-    kv::Placement p, group;
-    KVRT_TRY(table_.plan(tokens, n, &p, nullptr, tree));
-    if (n == 0) return KVRT_SUCCESS;
-    if (win_) KVRT_TRY(window_plan(tokens, n, tree, &group));
-    KVRT_TRY(table_.apply(p));
-    if (win_) {
-        KVRT_TRY(win_->table_.apply(group));
-        window_link(p, group);
-    }
-    if (out_cells) std::copy(p.cells().begin(), p.cells().end(), out_cells);
-    return KVRT_SUCCESS;
+    return layout_->store(nullptr, tokens, n, -1, nullptr, nullptr, out_cells, tree);
 }
 
 Result Cache::write(vk::Stream* stream, uint32_t n, const uint32_t* cells, int32_t layer, const Source& k,
@@ -233,135 +145,29 @@ Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_ou
 Result Cache::compact(vk::Stream* stream, double threshold, uint32_t max_moves, uint32_t* out_moved) {
     if (out_moved) *out_moved = 0;
     if (stream) KVRT_TRY(stream->require_recording());
-    // Static windows have no holes to close: a row's place is its window's;
-    // a paged cell's place is its block's.
-    if (is_static() || is_paged()) return KVRT_SUCCESS;
-    auto moves = std::make_shared<std::vector<kv::CellMove>>();
-    KVRT_TRY(kv::plan_compaction(table_, threshold, max_moves ? max_moves : UINT32_MAX, moves.get()));
-    if (moves->empty()) return KVRT_SUCCESS;
-
-    vk::Transaction tx(this, stream, own_);
-    KVRT_TRY(tx.begin());
-    vk::Stream* s = &tx.stream();
-    s->begin_op("compact");
-    Result r = KVRT_SUCCESS;
-    for (uint32_t l = 0; l < geo_.n_layers && r == KVRT_SUCCESS; ++l) {
-        if (geo_.in_window_group(l)) continue;  // the group's rows do not move
-        for (Array array : {Array::K, Array::V}) {
-            const kv::RowGeometry& g = arena_->rows(array);
-            std::map<std::pair<size_t, size_t>, std::vector<ops::RowPair>> groups;
-            for (const kv::CellMove& m : *moves) {
-                const RowLocation from = arena_->locate(array, l, m.src_cell);
-                const RowLocation to = arena_->locate(array, l, m.dst_cell);
-                groups[{from.piece, to.piece}].push_back(
-                    {static_cast<uint32_t>(from.offset / 4), static_cast<uint32_t>(to.offset / 4)});
-            }
-            const RowLocation any = arena_->locate(array, l, 0);
-            for (const auto& [pieces, rows] : groups) {
-                r = ops::record_copy_rows(*s, {any.buffer, pieces.first, g.stride}, {any.buffer, pieces.second, g.stride},
-                                          g.stride, rows);
-                if (r != KVRT_SUCCESS) break;
-            }
-            if (r != KVRT_SUCCESS) break;
-        }
-    }
-    s->end_op();
-    // Rows were copied only into free cells (or not at all): nothing to undo.
-    KVRT_TRY(r);
-    KVRT_TRY(tx.finish());
-    // The metadata follows the data: at once for a synchronous call (the copy
-    // completed); for a stream, now, so that later operations recorded in it
-    // see the new cells, with an undo that moves cells back if the recording
-    // never reaches the device (registered after commit: for the stream only).
-    KVRT_TRY(table_.apply_moves(*moves));
-    window_move(*moves, false);
-    tx.on_undo([this, moves]() {
-        for (auto it = moves->rbegin(); it != moves->rend(); ++it) {
-            if (table_.cell_is_empty(it->dst_cell) || !table_.cell_is_empty(it->src_cell)) continue;
-            const kv::CellMove back{it->dst_cell, it->src_cell};
-            (void)table_.apply_moves(&back, 1);
-            window_move({back}, false);
-        }
-    });
-    if (out_moved) *out_moved = static_cast<uint32_t>(moves->size());
-    return KVRT_SUCCESS;
+    return layout_->compact(stream, threshold, max_moves, out_moved);
 }
 
-Result Cache::require_cells(const char* op) const {
-    if (is_static())
-        return fail(KVRT_ERROR_UNSUPPORTED,
-                    "%s is not available in the static layout (its windows keep positions in arrival order)", op);
-    if (is_paged())
-        return fail(KVRT_ERROR_UNSUPPORTED,
-                    "%s is not available in the paged layout (its block tables keep tokens in append order)", op);
-    return KVRT_SUCCESS;
-}
+Result Cache::require_cells(const char* op) const { return layout_->require_cells(op); }
 
-Result Cache::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
-    if (is_paged()) return paged_seq_rm(seq, p0, p1);
-    if (is_static()) return static_seq_rm(seq, p0, p1);
-    KVRT_TRY(table_.seq_rm(seq, p0, p1));
-    // The group's cells of a sequence are among the cache's: the same
-    // removal cannot fail there.
-    if (win_) KVRT_TRY(win_->table_.seq_rm(seq, p0, p1));
-    return KVRT_SUCCESS;
-}
+Result Cache::seq_rm(int32_t seq, int32_t p0, int32_t p1) { return layout_->seq_rm(seq, p0, p1); }
 
-Result Cache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
-    if (is_paged()) return paged_seq_cp(src, dst, p0, p1);
-    KVRT_TRY(require_cells("kvrt_cache_seq_cp"));
-    KVRT_TRY(table_.seq_cp(src, dst, p0, p1));
-    if (win_) {
-        KVRT_TRY(win_->table_.seq_cp(src, dst, p0, p1));
-        window_copy_floor(src, dst);
-    }
-    return KVRT_SUCCESS;
-}
+Result Cache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) { return layout_->seq_cp(src, dst, p0, p1); }
 
-Result Cache::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
-    if (is_paged()) return paged_seq_add(seq, p0, p1, delta);
-    KVRT_TRY(require_cells("kvrt_cache_seq_add"));
-    KVRT_TRY(table_.seq_add(seq, p0, p1, delta));
-    if (win_) {
-        KVRT_TRY(win_->table_.seq_add(seq, p0, p1, delta));
-        window_unlink_moved();
-    }
-    return KVRT_SUCCESS;
-}
+Result Cache::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) { return layout_->seq_add(seq, p0, p1, delta); }
 
-Result Cache::seq_div(int32_t seq, int32_t p0, int32_t p1, int32_t d) {
-    KVRT_TRY(require_cells("kvrt_cache_seq_div"));
-    KVRT_TRY(table_.seq_div(seq, p0, p1, d));
-    if (win_) {
-        KVRT_TRY(win_->table_.seq_div(seq, p0, p1, d));
-        window_unlink_moved();
-    }
-    return KVRT_SUCCESS;
-}
+Result Cache::seq_div(int32_t seq, int32_t p0, int32_t p1, int32_t d) { return layout_->seq_div(seq, p0, p1, d); }
 
-Result Cache::seq_keep(int32_t seq) {
-    if (is_paged()) return paged_seq_keep(seq);
-    KVRT_TRY(table_.seq_keep(seq));
-    if (win_) KVRT_TRY(win_->table_.seq_keep(seq));
-    for (uint32_t s = 0; s < seq_windows_.size(); ++s)
-        if (static_cast<int32_t>(s) != seq) seq_windows_[s].reset();
-    return KVRT_SUCCESS;
-}
+Result Cache::seq_keep(int32_t seq) { return layout_->seq_keep(seq); }
 
-void Cache::clear() {
-    if (is_paged()) paged_clear();
-    table_.clear();
-    if (win_) win_->table_.clear();
-    for (kv::StaticWindow& w : seq_windows_) w.reset();
-}
+void Cache::clear() { layout_->clear(); }
 
 void Cache::fill_info(kvrt_cache_info* out) const {
-    out->capacity = is_static() ? geo_.max_seqs * geo_.k.regions.window_rows : geo_.capacity;
+    out->capacity = layout_->capacity();
     out->used = table_.used();
     out->n_attend = table_.n_attend();
     out->pending_shifts = table_.shifted_cell_count();
-    // Static windows have padding, not holes: nothing to compact.
-    out->fragmentation = is_static() || is_paged() ? 0.0f : static_cast<float>(table_.fragmentation());
+    out->fragmentation = static_cast<float>(layout_->fragmentation());
     out->device_bytes = 0;
     for (const Cache* c : {static_cast<const Cache*>(this), static_cast<const Cache*>(win_.get())})
         if (c)

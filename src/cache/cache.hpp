@@ -8,18 +8,21 @@
 #include <vector>
 
 #include "cache/arena.hpp"
+#include "cache/layout.hpp"
 #include "core/result.hpp"
-#include "kv/block_pool.hpp"
 #include "kv/cell_table.hpp"
 #include "kv/geometry.hpp"
 #include "kv/rope.hpp"
-#include "kv/static_window.hpp"
 #include "ops/attention.hpp"
 #include "state/state_format.hpp"
 #include "vk/stream.hpp"
 #include "vk/transaction.hpp"
 
 namespace kvrt::cache {
+
+class StaticLayout;
+class PagedLayout;
+struct GroupLoad;
 
 // Rows of a caller's tensor, resolved from a kvrt_tensor_ref (data the cache
 // reads: Source) or a kvrt_output_ref (rows attention writes: Output): for
@@ -77,7 +80,8 @@ public:
     Result seq_rm(int32_t seq, int32_t p0, int32_t p1);
     Result seq_keep(int32_t seq);
     void clear();
-    // KVRT_ERROR_UNSUPPORTED, naming `op`, for a static-layout cache.
+    // KVRT_ERROR_UNSUPPORTED, naming `op`, unless the layout places cells
+    // freely (the cell layout).
     Result require_cells(const char* op) const;
     // kvrt_cache_seq_cp / _seq_add / _seq_div in every layout.
     Result seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1);
@@ -103,46 +107,16 @@ public:
     // KVRT_ERROR_UNSUPPORTED, naming `op`, for a cache with a window group.
     Result require_no_window_group(const char* op) const;
 
-    // ---- Static padded layout (static_layout.cpp) ----
-    bool is_static() const { return geo_.layout == KVRT_LAYOUT_STATIC; }
-    // Where one window lies (kvrt_cache_get_static_window without the handle).
-    struct WindowView {
-        std::shared_ptr<vk::Buffer> buffer;
-        uint64_t offset = 0, row_stride = 0, bytes = 0;
-        uint32_t rows = 0, n_valid = 0;
-        int32_t pos_first = -1, pos_last = -1;
-        kvrt_type type = KVRT_TYPE_F16;
-        kv::StaticScale scale;
-    };
-    Result static_window(int32_t seq, int32_t layer, uint32_t head, Array array, WindowView* out) const;
-    Result static_mask(int32_t seq, kvrt_type type, void* out, uint64_t out_bytes) const;
-    Result static_stats(int32_t seq, kvrt_static_stats* out) const;
-    // kvrt_cache_seq_transfer, into this cache; refuses src_seq of this cache
-    // as dst_seq.
+    // ---- The layout (layout.hpp) ----
+    // The layout's own operations (kvrt_static.h, kvrt_paged.h): the layout
+    // when the cache has it, else the error for `op`
+    // (KVRT_ERROR_INVALID_ARGUMENT for the static layout's queries,
+    // KVRT_ERROR_UNSUPPORTED for the paged layout's operations).
+    Result static_layout(const char* op, const StaticLayout** out) const;
+    Result paged_layout(const char* op, PagedLayout** out);
+    // kvrt_cache_seq_transfer (transfer.cpp), into this cache; refuses
+    // src_seq of this cache as dst_seq.
     Result transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32_t* out_count);
-
-    // ---- Paged layout (paged_layout.cpp) ----
-    bool is_paged() const { return geo_.layout == KVRT_LAYOUT_PAGED; }
-    // KVRT_ERROR_UNSUPPORTED, naming `op`, unless the layout is paged.
-    Result require_paged(const char* op) const;
-    // kvrt_cache_paged_admit / _append / _fork / _set_sharing /
-    // _clear_registry / _get_stats.
-    Result paged_admit(int32_t seq, uint32_t n, const int32_t* token_ids, const int32_t* positions, uint64_t salt,
-                       uint32_t* out_n_cached, uint32_t* out_cells);
-    Result paged_append(vk::Stream* stream, int32_t seq, uint32_t n, const int32_t* token_ids,
-                        const int32_t* positions, uint32_t* out_cells);
-    Result paged_fork(int32_t src, int32_t dst);
-    Result paged_set_sharing(int32_t seq, bool on);
-    Result paged_clear_registry();
-    Result paged_stats(kvrt_paged_stats* out) const;
-    Result paged_cells(int32_t seq, uint32_t first, uint32_t max_cells, uint32_t* out_cells,
-                       uint32_t* out_n_tokens) const;
-    // Sequence operations of the paged layout (kvrt_cache_seq_*).
-    Result paged_seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1);
-    Result paged_seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta);
-    // Checks the block pool, the table, and that the table shows every
-    // sequence exactly its block table's tokens (tests).
-    Result paged_verify() const;
 
     // kvrt_cache_apply_shifts.
     Result apply_shifts(vk::Stream* stream);
@@ -192,6 +166,11 @@ public:
                        uint32_t n_leaves, const int32_t* leaves);
 
 private:
+    friend class Layout;
+    friend class CellLayout;
+    friend class StaticLayout;
+    friend class PagedLayout;
+
     explicit Cache(vk::Context& ctx) : ctx_(ctx), own_(ctx, "kvrt cache", vk::PrivateStream::AfterFailure::Wait) {}
 
     // Checks everything about a write before anything changes.
@@ -235,104 +214,23 @@ private:
     // them, with an undo that restores them.
     Result record_shifts(vk::Transaction& tx);
 
-    // Static layout: appends `n` tokens to their sequences' windows and, with
-    // k and v, writes their rows (kvrt_cache_store / kvrt_cache_place).
-    Result static_append(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source* k,
-                         const Source* v, uint32_t* out_cells);
-    // Static layout: kvrt_cache_seq_rm (any range; a copy within the
-    // windows, synchronous, when the survivors must move).
-    Result static_seq_rm(int32_t seq, int32_t p0, int32_t p1);
-    // Records the slide copy of `seq`'s regions in every layer, K and V.
-    Result record_slide(vk::Stream& s, uint32_t seq, const kv::StaticSlide& slide);
-    // A sequence's window and cells, to undo an append.
-    struct SeqSnapshot {
-        int32_t seq = 0;
-        kv::StaticWindow window;
-        std::vector<uint32_t> cells;
-        std::vector<int32_t> positions;
-    };
-    Result snapshot(int32_t seq, SeqSnapshot* out) const;
-    void restore(const std::vector<SeqSnapshot>& snaps);
     // Row copies between this cache and `src` (or within it) for the
-    // tokens in src_cells -> dst_cells, every layer, K and V.
+    // tokens in src_cells -> dst_cells, every layer, K and V (transfer.cpp).
     Result record_copy_cells(vk::Stream& s, const Cache& src, const std::vector<uint32_t>& src_cells,
                              const std::vector<uint32_t>& dst_cells);
-
-    // Paged layout (paged_layout.cpp).
-    struct PagedView {
-        int32_t seq = 0;
-        std::vector<uint32_t> table;
-        uint32_t n_tokens = 0;
-    };
-    // The tokens of one sequence in a store or append.
-    struct PagedRun {
-        int32_t seq = 0;
-        std::vector<int32_t> ids, pos;
-        std::vector<uint32_t> token_index;  // index of each in the batch
-        PagedView before;
-        bool copied = false;
-    };
-    Result paged_view(int32_t seq, PagedView* out) const;
-    Result paged_reserve(size_t n_set, size_t n_drop);
-    void paged_diff(const PagedView& before, const std::vector<kv::BlockCopy>& copies, std::vector<uint32_t>* drop,
-                    std::vector<kv::CellSet>* set) const;
-    // The window group's side of paged edits (window_group.cpp): block
-    // copies give the group rows of the copied cells group cells of their own
-    // (copies of the rows, recorded with the blocks'), and a cell that moves
-    // moves its group cell. `set` holds group-cell edits by sequence, each
-    // sequence's ending at its set_end entry.
-    struct WindowEdits {
-        std::vector<uint32_t> from, to;  // group rows to copy
-        std::vector<uint32_t> cells;     // the cache's cell linked to to[i]
-        std::vector<kv::CellSet> set;
-        std::vector<size_t> set_end;
-        uint32_t cursor = 0;  // where the search for free group cells goes on
-    };
-    Result paged_apply(int32_t seq, const std::vector<uint32_t>& drop, const std::vector<kv::CellSet>& set,
-                       const WindowEdits* group = nullptr);
-    Result paged_mirror(const PagedView& before, const std::vector<kv::BlockCopy>& copies);
-    // One sequence's edits in mirror_drop_ / mirror_set_: they end at
-    // drop_end and set_end (and start where the previous span ends).
-    struct EditSpan {
-        int32_t seq = 0;
-        size_t drop_end = 0, set_end = 0;
-    };
-    Result paged_commit(const std::vector<EditSpan>& spans, const WindowEdits* group = nullptr);
-    // Cuts `seq` to its first `keep` tokens (forget: unregistering what it
-    // drops, for rows never written).
-    Result paged_cut(int32_t seq, uint32_t keep, bool forget);
-    Result paged_runs(const kv::Token* tokens, uint32_t n, std::vector<PagedRun>* runs) const;
-    Result paged_extend(vk::Stream* stream, std::vector<PagedRun>& runs, uint32_t n, int32_t layer, const Source* k,
-                        const Source* v, uint32_t* out_cells);
-    Result paged_store(vk::Stream* stream, const kv::Token* tokens, uint32_t n, int32_t layer, const Source* k,
-                       const Source* v, uint32_t* out_cells);
-    Result paged_seq_rm(int32_t seq, int32_t p0, int32_t p1);
-    // kvrt_cache_tree_accept on the paged layout: the tree's tokens (checked
-    // cells, keep[i] for the kept ones) must be their sequences' last tokens.
-    Result paged_tree_accept(uint32_t n, const int32_t* seq_ids, const uint32_t* cells,
-                             const std::vector<uint8_t>& keep);
-    Result paged_seq_keep(int32_t seq);
-    void paged_clear();
 
     // State (state.cpp): the description of `seq`'s state (-1: all cells);
     // applying a parsed plan to either layout.
     Result describe_state(int32_t seq, state::Description* out) const;
     Result check_state_fits(int32_t seq, const state::Plan& plan) const;
-    Result load_cells(int32_t seq, const state::Plan& plan);
-    Result load_static(int32_t seq, const state::Plan& plan);
-    // load_cells with a window group: the cache's table is planned in
+    // The cell layout's load with a window group: the cache's table is planned in
     // `other` (cells `at`, one per record); places the group's records and
     // writes every layer's rows.
     Result load_group(int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at,
                       const std::shared_ptr<kv::CellTable>& other);
-    Result load_paged(int32_t seq, const state::Plan& plan);
-    // load_paged with a window group (state.cpp): plans the group's cells
-    // of the loaded cells (per_seq: each loaded sequence's records, in
-    // token order) on a copy of its table, records every layer's rows, and
-    // swaps the group in (returning the undo).
-    struct GroupLoad;
-    Result plan_group_load(int32_t seq, const state::Plan& plan, const std::vector<std::vector<uint32_t>>& per_seq,
-                           uint32_t first, uint32_t last, GroupLoad* out);
+    // The paged layout's load with a window group (state.cpp): after
+    // PagedLayout::plan_group_load, records every layer's rows and swaps the
+    // group in (returning the undo).
     Result record_group_load(vk::Stream& stream, const state::Plan& plan, const std::vector<uint32_t>& cells,
                              const std::vector<uint32_t>& order, const GroupLoad& group);
     std::function<void()> commit_group_load(const GroupLoad& group);
@@ -376,32 +274,6 @@ private:
     void window_copy_floor(int32_t src, int32_t dst);
     // Follows cell moves of a compaction in the links (and back, for undo).
     void window_move(const std::vector<kv::CellMove>& moves, bool back);
-    // Paged layout: checks the windows of the runs' sequences, drops what
-    // they no longer see and places the batch's tokens (in batch order) in
-    // the group (applied; undo with rollback until the group changes again).
-    Result window_paged_place(const std::vector<PagedRun>& runs, uint32_t n, kv::Placement* out);
-    // Adds to `out` the group's side of the cache's edits set[0..n_set) of
-    // `seq` (before they are applied), with `copies` the mutation's block
-    // copies. KVRT_ERROR_CACHE_FULL when the group has no cell for a copy.
-    Result window_paged_edits(int32_t seq, const kv::CellSet* set, size_t n_set,
-                              const std::vector<kv::BlockCopy>& copies, WindowEdits* out) const;
-    // Applies the group's side of one sequence's edits, after the cache's:
-    // the group cells of the dropped cells lose `seq`, then `group`'s sets
-    // [set_begin, set_end) apply and its copies are linked.
-    Result window_paged_mirror(int32_t seq, const uint32_t* drop, size_t n_drop, const WindowEdits* group,
-                               size_t span);
-    // kvrt_cache_paged_admit: the most leading blocks of the prompt whose
-    // windowed rows the group still holds for what the first computed token
-    // and the ones after it see.
-    Result window_admit_blocks(int32_t seq, uint32_t n, const int32_t* token_ids, const int32_t* positions,
-                               uint64_t salt, uint32_t* out_max_blocks) const;
-    // Plans group cells for tokens n_cached .. n - 1 of a prompt.
-    Result window_admit_plan(int32_t seq, uint32_t n, const int32_t* positions, uint32_t n_cached,
-                             kv::Placement* out) const;
-    // After kvrt_cache_paged_admit mapped n_cached tokens of `seq`: places
-    // the rest (the planned `group`) and joins the group cells of the cached
-    // rows that the computed tokens see.
-    Result window_admit(int32_t seq, uint32_t n, const int32_t* positions, uint32_t n_cached, kv::Placement& group);
     // After a position change applied to both tables: a cell shared by
     // sequences moves for all of them, its group cell only when it still
     // holds the moved sequence. A group cell left behind follows its cell
@@ -413,6 +285,8 @@ private:
     kv::CacheGeometry geo_;
     kv::CellTable table_;
     std::unique_ptr<Arena> arena_;
+    // Where tokens go, and the metadata beyond the table that says so.
+    std::unique_ptr<Layout> layout_;
     // The device mirror of the table's positions and sequence sets, which the
     // attention kernel reads (kv::CellTable's device mirror).
     std::unique_ptr<vk::Buffer> meta_;
@@ -437,23 +311,12 @@ private:
     // written once at creation; null without deferred RoPE.
     std::unique_ptr<vk::Buffer> rope_table_;
     vk::PrivateStream own_;  // for synchronous calls
-    // Static layout: the arena (also arena_) and each sequence's window.
-    const StaticArena* static_arena_ = nullptr;
-    kv::StaticGeometry static_geo_;
-    std::vector<kv::StaticWindow> seq_windows_;
-    // Paged layout: the blocks (their undo record gives a failed call's
-    // changes back), and reusable work lists.
-    kv::BlockPool pool_;
-    kv::BlockWork work_;
-    std::vector<uint32_t> mirror_drop_;
-    std::vector<kv::CellSet> mirror_set_;
     // Window group: the windowed layers' cells, each cell's group cell (-1:
     // none) and each group cell's cell; a link holds while both agree and the
     // group cell is in use. Per sequence, while `known`: the group holds
     // every position of the sequence's cells at or above `floor` (and below
     // n_keep), so a window that starts there needs no count.
     std::unique_ptr<Cache> win_;
-    std::vector<uint32_t> win_drop_;  // paged: group cells to drop (reserved)
     std::vector<int32_t> win_of_;
     std::vector<uint32_t> cell_of_;
     struct WindowFloors {

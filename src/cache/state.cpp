@@ -16,6 +16,9 @@
 #include <utility>
 
 #include "cache/cache.hpp"
+#include "cache/cell_layout.hpp"
+#include "cache/paged_layout.hpp"
+#include "cache/static_layout.hpp"
 #include "core/checked.hpp"
 #include "kv/format.hpp"
 
@@ -248,12 +251,12 @@ Result Cache::check_state_fits(int32_t seq, const state::Plan& plan) const {
     return KVRT_SUCCESS;
 }
 
-Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
+Result CellLayout::load(int32_t seq, const state::Plan& plan) {
     const state::Description& d = plan.desc;
     const uint32_t n = d.header.n_cells;
-    const uint32_t cap = table_.capacity();
+    const uint32_t cap = c_.table_.capacity();
     // The new table, built on a copy through the table's mutators.
-    auto other = std::make_shared<kv::CellTable>(table_);
+    auto other = std::make_shared<kv::CellTable>(c_.table_);
     std::vector<uint32_t> at(n);
     bool saved_cells = true;
     for (uint32_t i = 0; i < n; ++i) saved_cells = saved_cells && d.cells[i].cell < cap;
@@ -269,11 +272,11 @@ Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
         // so a swapped-out sequence comes back where it was): rows written
         // there cannot harm the cache as it was, whatever happens on the
         // device. Only when those are too few, also the sequence's own.
-        for (uint32_t i = 0; i < n && saved_cells; ++i) saved_cells = table_.cell_is_empty(d.cells[i].cell);
+        for (uint32_t i = 0; i < n && saved_cells; ++i) saved_cells = c_.table_.cell_is_empty(d.cells[i].cell);
         if (saved_cells) {
             for (uint32_t i = 0; i < n; ++i) at[i] = d.cells[i].cell;
         } else {
-            const uint32_t k = pick_load_cells(table_, *other, n, at.data());
+            const uint32_t k = pick_load_cells(c_.table_, *other, n, at.data());
             if (k < n)
                 return fail(KVRT_ERROR_CACHE_FULL, "the state holds %u cells, the cache has %u free for it", n, k);
         }
@@ -288,16 +291,16 @@ Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
     // (an open token tree; seq_div merging positions).
     KVRT_TRY(other->plan(tokens.data(), n, &placement, at.data(), true));
     KVRT_TRY(other->apply(placement));
-    if (win_) return load_group(seq, plan, at, other);
+    if (c_.win_) return c_.load_group(seq, plan, at, other);
 
     LoadRows k, v;
-    KVRT_TRY(make_rows(plan, Array::K, geo_.k, geo_.n_kv_heads, nullptr, &k));
-    KVRT_TRY(make_rows(plan, Array::V, geo_.v, geo_.n_kv_heads, nullptr, &v));
-    vk::Transaction tx(this, nullptr, own_);
+    KVRT_TRY(make_rows(plan, Array::K, c_.geo_.k, c_.geo_.n_kv_heads, nullptr, &k));
+    KVRT_TRY(make_rows(plan, Array::V, c_.geo_.v, c_.geo_.n_kv_heads, nullptr, &v));
+    vk::Transaction tx(&c_, nullptr, c_.own_);
     KVRT_TRY(tx.begin());
-    if (n) KVRT_TRY(record_writes(tx.stream(), n, at.data(), -1, k.src, v.src));
-    std::swap(table_, *other);
-    tx.on_undo([this, other]() { std::swap(table_, *other); });
+    if (n) KVRT_TRY(c_.record_writes(tx.stream(), n, at.data(), -1, k.src, v.src));
+    std::swap(c_.table_, *other);
+    tx.on_undo([this, other]() { std::swap(c_.table_, *other); });
     // Past a timed-out wait the rows land later: the new table describes them.
     tx.keep_on_timeout();
     return tx.finish();
@@ -306,7 +309,7 @@ Result Cache::load_cells(int32_t seq, const state::Plan& plan) {
 // The loaded cells of a cache with a window group: each one's group cell,
 // and for the paged layout the state's row of it in the windowed layers,
 // planned on a copy of the group's table.
-struct Cache::GroupLoad {
+struct GroupLoad {
     std::shared_ptr<kv::CellTable> table;
     std::vector<uint32_t> cells, group_cells, rows;  // cache cell, group cell, windowed-layer row
 };
@@ -385,11 +388,11 @@ Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector
     return tx.finish();
 }
 
-Result Cache::load_static(int32_t seq, const state::Plan& plan) {
+Result StaticLayout::load(int32_t seq, const state::Plan& plan) {
     const state::Description& d = plan.desc;
     // Tokens per sequence in rising position order (a cell shared by several
     // sequences becomes a row of each one's window), the newest S-1 kept.
-    std::vector<std::vector<std::pair<int32_t, uint32_t>>> per_seq(geo_.max_seqs);  // (pos, record)
+    std::vector<std::vector<std::pair<int32_t, uint32_t>>> per_seq(c_.geo_.max_seqs);  // (pos, record)
     for (uint32_t i = 0; i < d.header.n_cells; ++i) {
         const state::CellRecord& c = d.cells[i];
         for (uint32_t j = 0; j < c.n_seq; ++j) {
@@ -400,8 +403,8 @@ Result Cache::load_static(int32_t seq, const state::Plan& plan) {
     std::vector<uint32_t> order;
     std::vector<int32_t> seq_of;
     std::vector<kv::Token> tokens;
-    const uint32_t W = static_geo_.window_rows;
-    for (uint32_t s = 0; s < geo_.max_seqs; ++s) {
+    const uint32_t W = geometry_.window_rows;
+    for (uint32_t s = 0; s < c_.geo_.max_seqs; ++s) {
         auto& list = per_seq[s];
         std::sort(list.begin(), list.end());
         const size_t first = list.size() > W ? list.size() - W : 0;
@@ -413,25 +416,25 @@ Result Cache::load_static(int32_t seq, const state::Plan& plan) {
     }
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i].seq_ids = &seq_of[i];
     LoadRows k, v;
-    KVRT_TRY(make_rows(plan, Array::K, geo_.k, geo_.n_kv_heads, &order, &k));
-    KVRT_TRY(make_rows(plan, Array::V, geo_.v, geo_.n_kv_heads, &order, &v));
+    KVRT_TRY(make_rows(plan, Array::K, c_.geo_.k, c_.geo_.n_kv_heads, &order, &k));
+    KVRT_TRY(make_rows(plan, Array::V, c_.geo_.v, c_.geo_.n_kv_heads, &order, &v));
 
     // Empty the sequences being replaced, then append; on failure the table
     // and the windows as they were come back.
-    kv::CellTable table_before = table_;
-    std::vector<kv::StaticWindow> windows_before = seq_windows_;
+    kv::CellTable table_before = c_.table_;
+    std::vector<kv::StaticWindow> windows_before = windows_;
     Result r = seq < 0 ? (clear(), KVRT_SUCCESS) : seq_rm(seq, -1, -1);
     if (r == KVRT_SUCCESS && !tokens.empty())
-        r = static_append(nullptr, tokens.data(), static_cast<uint32_t>(tokens.size()), -1, &k.src, &v.src, nullptr);
+        r = append(nullptr, tokens.data(), static_cast<uint32_t>(tokens.size()), -1, &k.src, &v.src, nullptr);
     if (r != KVRT_SUCCESS && r != KVRT_ERROR_TIMEOUT) {
-        std::swap(table_, table_before);
-        seq_windows_ = std::move(windows_before);
+        std::swap(c_.table_, table_before);
+        windows_ = std::move(windows_before);
     }
     return r;
 }
 
-Result Cache::plan_group_load(int32_t seq, const state::Plan& plan, const std::vector<std::vector<uint32_t>>& per_seq,
-                              uint32_t first, uint32_t last, GroupLoad* out) {
+Result PagedLayout::plan_group_load(int32_t seq, const state::Plan& plan, const std::vector<std::vector<uint32_t>>& per_seq,
+                                    uint32_t first, uint32_t last, GroupLoad* out) const {
     const state::Description& d = plan.desc;
     const uint32_t n = d.header.n_cells;
     const bool saved_group = d.header.flags & state::kFlagWindowGroup;
@@ -449,7 +452,7 @@ Result Cache::plan_group_load(int32_t seq, const state::Plan& plan, const std::v
         return std::binary_search(ids, ids + g.n_seq, s);
     };
     // Per loaded cell of the pool, its group token.
-    std::vector<int32_t> token_of(geo_.capacity, -1);
+    std::vector<int32_t> token_of(c_.geo_.capacity, -1);
     std::vector<int32_t> pos;
     std::vector<std::vector<int32_t>> seqs;
     for (uint32_t s = first; s < last; ++s) {
@@ -470,7 +473,7 @@ Result Cache::plan_group_load(int32_t seq, const state::Plan& plan, const std::v
     std::vector<kv::Token> tokens(out->cells.size());
     for (size_t i = 0; i < tokens.size(); ++i)
         tokens[i] = {pos[i], seqs[i].data(), static_cast<uint32_t>(seqs[i].size())};
-    return plan_group_table(seq, tokens, out);
+    return c_.plan_group_table(seq, tokens, out);
 }
 
 Result Cache::record_group_load(vk::Stream& stream, const state::Plan& plan, const std::vector<uint32_t>& cells,
@@ -510,20 +513,20 @@ std::function<void()> Cache::commit_group_load(const GroupLoad& group) {
     };
 }
 
-Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
+Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
     const state::Description& d = plan.desc;
-    const uint32_t B = geo_.block_size;
-    const uint32_t first = seq < 0 ? 0 : uint32_t(seq), last = seq < 0 ? geo_.max_seqs : first + 1;
+    const uint32_t B = c_.geo_.block_size;
+    const uint32_t first = seq < 0 ? 0 : uint32_t(seq), last = seq < 0 ? c_.geo_.max_seqs : first + 1;
     // Each loaded sequence's records in rising position order (saved order
     // among equal positions), and what each sequence held before.
     std::vector<std::vector<uint32_t>> per_seq;
-    std::vector<PagedView> before(last - first);
+    std::vector<View> before(last - first);
     std::vector<uint32_t> cells, order;
     size_t n_set = 0, n_drop = 0;
     std::shared_ptr<kv::BlockPool> pool_before;
     std::shared_ptr<kv::CellTable> table_before;
     try {
-        per_seq.resize(geo_.max_seqs);
+        per_seq.resize(c_.geo_.max_seqs);
         for (uint32_t i = 0; i < d.header.n_cells; ++i) {
             const state::CellRecord& c = d.cells[i];
             for (uint32_t j = 0; j < c.n_seq; ++j)
@@ -533,21 +536,21 @@ Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
             std::vector<uint32_t>& list = per_seq[s];
             std::stable_sort(list.begin(), list.end(),
                              [&](uint32_t a, uint32_t b) { return d.cells[a].pos < d.cells[b].pos; });
-            KVRT_TRY(paged_view(int32_t(s), &before[s - first]));
+            KVRT_TRY(view(int32_t(s), &before[s - first]));
             n_set += list.size();
             n_drop += before[s - first].n_tokens;
         }
         cells.reserve(n_set);
         order.reserve(n_set);
         pool_before = std::make_shared<kv::BlockPool>(pool_);
-        table_before = std::make_shared<kv::CellTable>(table_);
+        table_before = std::make_shared<kv::CellTable>(c_.table_);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory to load %u cells", d.header.n_cells);
     }
-    KVRT_TRY(paged_reserve(n_set, n_drop));
+    KVRT_TRY(reserve(n_set, n_drop));
     auto restore = [this, pool_before, table_before]() {
         std::swap(pool_, *pool_before);
-        std::swap(table_, *table_before);
+        std::swap(c_.table_, *table_before);
     };
 
     // The pool: the replaced sequences emptied, then each loaded one in turn.
@@ -603,7 +606,7 @@ Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
     // The window group's cells: one per loaded cell whose record the group
     // held for the sequence (for all the sequences that map the cell).
     GroupLoad group;
-    if (win_) r = plan_group_load(seq, plan, per_seq, first, last, &group);
+    if (c_.win_) r = plan_group_load(seq, plan, per_seq, first, last, &group);
     if (r != KVRT_SUCCESS) {
         restore();
         return r;
@@ -612,41 +615,41 @@ Result Cache::load_paged(int32_t seq, const state::Plan& plan) {
     // The rows, in one submission.
     LoadRows k, v;
     const uint32_t n = uint32_t(cells.size());
-    vk::Transaction tx(this, nullptr, own_);
-    if (!win_) {
-        r = make_rows(plan, Array::K, geo_.k, geo_.n_kv_heads, &order, &k);
-        if (r == KVRT_SUCCESS) r = make_rows(plan, Array::V, geo_.v, geo_.n_kv_heads, &order, &v);
+    vk::Transaction tx(&c_, nullptr, c_.own_);
+    if (!c_.win_) {
+        r = make_rows(plan, Array::K, c_.geo_.k, c_.geo_.n_kv_heads, &order, &k);
+        if (r == KVRT_SUCCESS) r = make_rows(plan, Array::V, c_.geo_.v, c_.geo_.n_kv_heads, &order, &v);
         if (r == KVRT_SUCCESS) r = tx.begin();
-        if (r == KVRT_SUCCESS && n) r = record_writes(tx.stream(), n, cells.data(), -1, k.src, v.src);
+        if (r == KVRT_SUCCESS && n) r = c_.record_writes(tx.stream(), n, cells.data(), -1, k.src, v.src);
     } else {
         r = tx.begin();
-        if (r == KVRT_SUCCESS) r = record_group_load(tx.stream(), plan, cells, order, group);
+        if (r == KVRT_SUCCESS) r = c_.record_group_load(tx.stream(), plan, cells, order, group);
     }
 
     // The table: every replaced sequence leaves its cells, then every loaded
     // one joins its new ones (fresh rows: no pending shift).
     for (uint32_t s = first; s < last && r == KVRT_SUCCESS; ++s) {
-        const PagedView& b = before[s - first];
-        mirror_drop_.clear();
+        const View& b = before[s - first];
+        drop_.clear();
         for (size_t i = 0; i < b.table.size(); ++i)
-            for (uint32_t j = 0; j < B && uint64_t(i) * B + j < b.n_tokens; ++j) mirror_drop_.push_back(b.table[i] * B + j);
-        r = table_.mirror_seq(int32_t(s), mirror_drop_.data(), mirror_drop_.size(), nullptr, 0);
+            for (uint32_t j = 0; j < B && uint64_t(i) * B + j < b.n_tokens; ++j) drop_.push_back(b.table[i] * B + j);
+        r = c_.table_.mirror_seq(int32_t(s), drop_.data(), drop_.size(), nullptr, 0);
     }
     for (uint32_t s = first; s < last && r == KVRT_SUCCESS; ++s) {
-        mirror_set_.clear();
+        set_.clear();
         const uint32_t len = pool_.seq_length(int32_t(s));
         for (uint32_t t = 0; t < len; ++t) {
             const uint32_t c = pool_.slot(int32_t(s), t);
-            mirror_set_.push_back({c, pool_.positions()[c], 0});
+            set_.push_back({c, pool_.positions()[c], 0});
         }
-        r = table_.mirror_seq(int32_t(s), nullptr, 0, mirror_set_.data(), mirror_set_.size());
+        r = c_.table_.mirror_seq(int32_t(s), nullptr, 0, set_.data(), set_.size());
     }
     if (r != KVRT_SUCCESS) {
         restore();
         return r;
     }
-    if (win_) {
-        auto undo = commit_group_load(group);
+    if (c_.win_) {
+        auto undo = c_.commit_group_load(group);
         tx.on_undo([restore, undo]() {
             restore();
             undo();
@@ -675,8 +678,7 @@ Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
                             plan.desc.windowed[l] ? "windowed" : "not windowed",
                             geo_.in_window_group(l) ? "is" : "is not");
     }
-    if (is_paged()) return load_paged(seq, plan);
-    return is_static() ? load_static(seq, plan) : load_cells(seq, plan);
+    return layout_->load(seq, plan);
 }
 
 Result Cache::seq_swap_out(int32_t seq, void* out, uint64_t* size) {

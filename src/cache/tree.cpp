@@ -55,45 +55,11 @@ Result Cache::tree_inputs(uint32_t n, const int32_t* positions, const int32_t* s
 
 Result Cache::tree_accept(uint32_t n, const int32_t* positions, const int32_t* seq_ids, const Tree& tree,
                           uint32_t n_leaves, const int32_t* leaves) {
-    if (!is_paged()) KVRT_TRY(require_cells("kvrt_cache_tree_accept"));
+    KVRT_TRY(layout_->require_trees("kvrt_cache_tree_accept"));
     KVRT_TRY(check_tree_cells(table_, n, positions, seq_ids, tree.cells));
     std::vector<uint8_t> keep;
     KVRT_TRY(kv::tree_kept(n, tree.parents, n_leaves, leaves, &keep));
-    if (is_paged()) return paged_tree_accept(n, seq_ids, tree.cells, keep);
-    std::vector<uint32_t> cells;
-    std::vector<int32_t> pos, seqs;
-    try {
-        for (uint32_t i = 0; i < n; ++i) {
-            if (keep[i]) continue;
-            cells.push_back(tree.cells[i]);
-            pos.push_back(positions[i]);
-            seqs.push_back(seq_ids[i]);
-        }
-    } catch (const std::bad_alloc&) {
-        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a tree of %u tokens", n);
-    }
-    // The group's cells of the removed tokens (those it still holds), found
-    // before the cache's cells change.
-    std::vector<uint32_t> group;
-    std::vector<int32_t> group_pos, group_seqs;
-    try {
-        for (size_t i = 0; win_ && i < cells.size(); ++i) {
-            const int32_t w = group_cell(cells[i]);
-            if (w < 0 || !win_->table_.cell_has_seq(static_cast<uint32_t>(w), seqs[i])) continue;
-            group.push_back(static_cast<uint32_t>(w));
-            group_pos.push_back(pos[i]);
-            group_seqs.push_back(seqs[i]);
-        }
-    } catch (const std::bad_alloc&) {
-        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a tree of %u tokens", n);
-    }
-    // Checks every cell (distinct, still holding its token) before it
-    // changes any.
-    KVRT_TRY(table_.remove_cells(cells.data(), pos.data(), seqs.data(), static_cast<uint32_t>(cells.size())));
-    if (win_)
-        KVRT_TRY(win_->table_.remove_cells(group.data(), group_pos.data(), group_seqs.data(),
-                                           static_cast<uint32_t>(group.size())));
-    return KVRT_SUCCESS;
+    return layout_->tree_accept(n, positions, seq_ids, tree.cells, keep);
 }
 
 }  // namespace kvrt::cache

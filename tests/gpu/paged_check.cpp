@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "api/handles.hpp"
+#include "cache/paged_layout.hpp"
 
 namespace kvrt_test::paged {
 
@@ -133,7 +134,9 @@ std::vector<uint8_t> seen_rows(kvrt_cache c, const Shape& sh, uint32_t n_seqs) {
 }
 
 void verify(kvrt_cache c) {
-    const kvrt_result r = c->cache->paged_verify();
+    kvrt::cache::PagedLayout* layout = nullptr;
+    REQUIRE(c->cache->paged_layout("verify", &layout) == KVRT_SUCCESS);
+    const kvrt_result r = layout->verify();
     INFO(kvrt_last_error_message());
     REQUIRE(r == KVRT_SUCCESS);
 }
