@@ -107,7 +107,7 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
     if (layer < 0 || layer >= static_cast<int32_t>(geo_.n_layers))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (0..%u)", layer, geo_.n_layers - 1);
     if (geo_.in_window_group(static_cast<uint32_t>(layer)))
-        return window_attention(stream, layer, n_queries, positions, seq_ids, q, out, params, tree);
+        return group_->attention(stream, layer, n_queries, positions, seq_ids, q, out, params, tree);
     if (n_queries == 0) return KVRT_SUCCESS;
     if (n_queries > 65536) return fail(KVRT_ERROR_INVALID_ARGUMENT, "more than 65536 queries in one call");
     if (!positions || !seq_ids) return fail(KVRT_ERROR_INVALID_ARGUMENT, "positions or seq_ids is NULL");

@@ -44,7 +44,7 @@ Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_
     }
     uint32_t lo = 0, hi = 0;
     (void)c->table_.take_changes(&lo, &hi);
-    if (c->geo_.window_cells) KVRT_TRY(c->create_window_group(desc));
+    if (c->geo_.window_cells) KVRT_TRY(WindowGroup::create(*c, desc, &c->group_));
     *out = std::move(c);
     return KVRT_SUCCESS;
 }
@@ -93,8 +93,8 @@ Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_ou
     if (!cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "cells is NULL");
     if (geo_.in_window_group(static_cast<uint32_t>(layer))) {
         std::vector<uint32_t> group;
-        KVRT_TRY(window_cells("kvrt_cache_read", n, cells, &group));
-        return win_->read(geo_.window_local[static_cast<uint32_t>(layer)], n, group.data(), k_out, v_out);
+        KVRT_TRY(group_->map_cells("kvrt_cache_read", n, cells, &group));
+        return group_->rows().read(geo_.window_local[static_cast<uint32_t>(layer)], n, group.data(), k_out, v_out);
     }
     for (uint32_t i = 0; i < n; ++i)
         if (cells[i] >= geo_.capacity)
@@ -154,7 +154,9 @@ Result Cache::seq_rm(int32_t seq, int32_t p0, int32_t p1) { return layout_->seq_
 
 Result Cache::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) { return layout_->seq_cp(src, dst, p0, p1); }
 
-Result Cache::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) { return layout_->seq_add(seq, p0, p1, delta); }
+Result Cache::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
+    return layout_->seq_add(seq, p0, p1, delta);
+}
 
 Result Cache::seq_div(int32_t seq, int32_t p0, int32_t p1, int32_t d) { return layout_->seq_div(seq, p0, p1, d); }
 
@@ -169,12 +171,34 @@ void Cache::fill_info(kvrt_cache_info* out) const {
     out->pending_shifts = table_.shifted_cell_count();
     out->fragmentation = static_cast<float>(layout_->fragmentation());
     out->device_bytes = 0;
-    for (const Cache* c : {static_cast<const Cache*>(this), static_cast<const Cache*>(win_.get())})
+    for (const Cache* c : {static_cast<const Cache*>(this), window_group()})
         if (c)
             out->device_bytes += c->arena_->device_bytes() + c->geo_.meta_bytes + c->geo_.list_bytes;
     out->bytes_per_token = geo_.bytes_per_token;
     out->k_row_bytes = geo_.k.row_bytes;
     out->v_row_bytes = geo_.v.row_bytes;
 }
+
+Result Cache::require_no_window_group(const char* op) const {
+    if (group_)
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "%s is not available for a cache whose windowed layers keep a group of their own "
+                    "(kvrt_window_layout_desc)",
+                    op);
+    return KVRT_SUCCESS;
+}
+
+Result Cache::seq_window_pos_min(int32_t seq, int32_t* out_pos) const {
+    if (!out_pos) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_pos is NULL");
+    if (seq < 0 || static_cast<uint32_t>(seq) >= geo_.max_seqs)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, geo_.max_seqs - 1);
+    if (group_) return group_->seq_pos_min(seq, out_pos);
+    *out_pos = table_.seq_pos_min(seq);
+    return KVRT_SUCCESS;
+}
+
+int32_t Cache::group_cell(uint32_t cell) const { return group_ ? group_->group_cell(cell) : -1; }
+
+Result Cache::window_verify() const { return group_ ? group_->verify() : KVRT_SUCCESS; }
 
 }  // namespace kvrt::cache

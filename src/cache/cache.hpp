@@ -9,6 +9,8 @@
 
 #include "cache/arena.hpp"
 #include "cache/layout.hpp"
+#include "cache/tree.hpp"
+#include "cache/window_group.hpp"
 #include "core/result.hpp"
 #include "kv/cell_table.hpp"
 #include "kv/geometry.hpp"
@@ -22,7 +24,6 @@ namespace kvrt::cache {
 
 class StaticLayout;
 class PagedLayout;
-struct GroupLoad;
 
 // Rows of a caller's tensor, resolved from a kvrt_tensor_ref (data the cache
 // reads: Source) or a kvrt_output_ref (rows attention writes: Output): for
@@ -91,7 +92,7 @@ public:
     // ---- Window group (window_group.cpp) ----
     // The windowed layers' own group of cells (kvrt_window_layout_desc), or
     // null.
-    const Cache* window_group() const { return win_.get(); }
+    const Cache* window_group() const { return group_ ? &group_->rows() : nullptr; }
     // Sequences whose list of cells is current (cell_lists.cpp).
     uint32_t current_lists() const {
         return lists_.revision == table_.revision() ? static_cast<uint32_t>(lists_.listed.size()) : 0;
@@ -150,12 +151,7 @@ public:
     Result seq_swap_in_file(int32_t seq, const char* path);
     // ---- end of state ----
 
-    // A token tree of a batch (kvrt_batch_tree, its rules checked by the
-    // caller with kv::check_tree): each token's parent and cell.
-    struct Tree {
-        const int32_t* parents = nullptr;
-        const uint32_t* cells = nullptr;
-    };
+    using Tree = cache::Tree;
     // kvrt_cache_attention. `tree` (may be null): the queries are the tokens
     // of a tree.
     Result attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
@@ -170,6 +166,7 @@ private:
     friend class CellLayout;
     friend class StaticLayout;
     friend class PagedLayout;
+    friend class WindowGroup;
 
     explicit Cache(vk::Context& ctx) : ctx_(ctx), own_(ctx, "kvrt cache", vk::PrivateStream::AfterFailure::Wait) {}
 
@@ -229,57 +226,11 @@ private:
     Result load_group(int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at,
                       const std::shared_ptr<kv::CellTable>& other);
     // The paged layout's load with a window group (state.cpp): after
-    // PagedLayout::plan_group_load, records every layer's rows and swaps the
-    // group in (returning the undo).
+    // PagedLayout::plan_group_load, records every layer's rows.
     Result record_group_load(vk::Stream& stream, const state::Plan& plan, const std::vector<uint32_t>& cells,
                              const std::vector<uint32_t>& order, const GroupLoad& group);
-    std::function<void()> commit_group_load(const GroupLoad& group);
-    // Both group loads: plans `tokens` (of sequence `seq`, or of every
-    // sequence when seq < 0, which replace what it held) on a copy of the
-    // group's table, in cells free before the load where enough are, else in
-    // any the load leaves free; the copy goes to `out` and each token's cell
-    // to out->group_cells.
-    Result plan_group_table(int32_t seq, const std::vector<kv::Token>& tokens, GroupLoad* out) const;
     // A swap-in target: a sequence id in range that holds no token.
     Result check_swap_in(int32_t seq) const;
-
-    // Window group (window_group.cpp).
-    Result create_window_group(const kvrt_cache_desc& desc);
-    // Before a batch of `n` tokens is placed (after the cache planned it):
-    // checks that the group holds every row the windows of the batch's
-    // sequences need from their lowest positions on, drops the group's rows
-    // no query there or later sees, and plans the group's cells.
-    Result window_plan(const kv::Token* tokens, uint32_t n, bool tree, kv::Placement* out);
-    // Links the cells of a placement applied to the cache and of one applied
-    // to the group, token by token.
-    void window_link(const kv::Placement& cells, const kv::Placement& group);
-    // KVRT_ERROR_INVALID_STATE unless the group holds every row of `seq` that
-    // a query at `lowest` or later sees in a windowed layer (with sinks below
-    // `n_keep`).
-    Result window_check(int32_t seq, int32_t lowest) const;
-    // The group cells of `n` cells for `op` on a windowed layer;
-    // KVRT_ERROR_INVALID_ARGUMENT for a cell out of range or without rows there.
-    Result window_cells(const char* op, uint32_t n, const uint32_t* cells, std::vector<uint32_t>* out) const;
-    // Records the writes of windowed layer `layer` (source layer src_layer)
-    // for the cells the group holds; the others are skipped.
-    Result record_window_writes(vk::Stream& s, uint32_t n, const uint32_t* cells, uint32_t layer, uint32_t src_layer,
-                                const Source& k, const Source& v);
-    // kvrt_cache_attention in a windowed layer.
-    Result window_attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
-                            const int32_t* seq_ids, const Source& q, const Output& out,
-                            const kvrt_attention_params& params, const Tree* tree);
-    // Every sequence's rows are counted at its next check.
-    void window_forget_floors() { std::fill(win_floors_.known.begin(), win_floors_.known.end(), 0); }
-    // After seq_cp(src, dst): dst's floor is at least src's.
-    void window_copy_floor(int32_t src, int32_t dst);
-    // Follows cell moves of a compaction in the links (and back, for undo).
-    void window_move(const std::vector<kv::CellMove>& moves, bool back);
-    // After a position change applied to both tables: a cell shared by
-    // sequences moves for all of them, its group cell only when it still
-    // holds the moved sequence. A group cell left behind follows its cell
-    // when one sequence uses it (the move becomes its pending shift) and is
-    // freed otherwise (a window that needs it then fails its check).
-    void window_unlink_moved();
 
     vk::Context& ctx_;
     kv::CacheGeometry geo_;
@@ -311,19 +262,8 @@ private:
     // written once at creation; null without deferred RoPE.
     std::unique_ptr<vk::Buffer> rope_table_;
     vk::PrivateStream own_;  // for synchronous calls
-    // Window group: the windowed layers' cells, each cell's group cell (-1:
-    // none) and each group cell's cell; a link holds while both agree and the
-    // group cell is in use. Per sequence, while `known`: the group holds
-    // every position of the sequence's cells at or above `floor` (and below
-    // n_keep), so a window that starts there needs no count.
-    std::unique_ptr<Cache> win_;
-    std::vector<int32_t> win_of_;
-    std::vector<uint32_t> cell_of_;
-    struct WindowFloors {
-        std::vector<int32_t> floor;
-        std::vector<uint8_t> known;
-    };
-    mutable WindowFloors win_floors_;
+    // The windowed layers' group of cells (kvrt_window_layout_desc), or null.
+    std::unique_ptr<WindowGroup> group_;
 };
 
 }  // namespace kvrt::cache

@@ -59,24 +59,24 @@ Result CellLayout::store(vk::Stream* stream, const kv::Token* tokens, uint32_t n
     auto batch = std::make_shared<PlacedBatch>();
     KVRT_TRY(c_.table_.plan(tokens, n, &batch->placement, nullptr, tree));
     if (n == 0) return KVRT_SUCCESS;
-    auto group = c_.win_ ? std::make_shared<PlacedBatch>() : nullptr;
-    if (group) KVRT_TRY(c_.window_plan(tokens, n, tree, &group->placement));
+    auto group = c_.group_ ? std::make_shared<PlacedBatch>() : nullptr;
+    if (group) KVRT_TRY(c_.group_->plan(tokens, n, tree, &group->placement));
 
     vk::Transaction tx(&c_, stream, c_.own_);
     KVRT_TRY(tx.begin());
     KVRT_TRY(c_.table_.apply(batch->placement));
     batch->remember(c_.table_);
     if (group) {
-        KVRT_TRY(c_.win_->table_.apply(group->placement));
-        group->remember(c_.win_->table_);
-        c_.window_link(batch->placement, group->placement);
+        KVRT_TRY(c_.group_->table().apply(group->placement));
+        group->remember(c_.group_->table());
+        c_.group_->link(batch->placement, group->placement);
     }
     tx.on_undo([this, batch, group]() {
         batch->give_back(c_.table_);
         if (!group) return;
-        group->give_back(c_.win_->table_);
+        group->give_back(c_.group_->table());
         // Given back cell by cell, the two groups may differ: count again.
-        c_.window_forget_floors();
+        c_.group_->forget_floors();
     });
     KVRT_TRY(c_.record_writes(tx.stream(), n, batch->placement.cells().data(), layer, *k, *v));
     KVRT_TRY(tx.finish());
@@ -88,11 +88,11 @@ Result CellLayout::place(const kv::Token* tokens, uint32_t n, uint32_t* out_cell
     kv::Placement p, group;
     KVRT_TRY(c_.table_.plan(tokens, n, &p, nullptr, tree));
     if (n == 0) return KVRT_SUCCESS;
-    if (c_.win_) KVRT_TRY(c_.window_plan(tokens, n, tree, &group));
+    if (c_.group_) KVRT_TRY(c_.group_->plan(tokens, n, tree, &group));
     KVRT_TRY(c_.table_.apply(p));
-    if (c_.win_) {
-        KVRT_TRY(c_.win_->table_.apply(group));
-        c_.window_link(p, group);
+    if (c_.group_) {
+        KVRT_TRY(c_.group_->table().apply(group));
+        c_.group_->link(p, group);
     }
     if (out_cells) std::copy(p.cells().begin(), p.cells().end(), out_cells);
     return KVRT_SUCCESS;
@@ -121,7 +121,8 @@ Result CellLayout::compact(vk::Stream* stream, double threshold, uint32_t max_mo
             }
             const RowLocation any = c_.arena_->locate(array, l, 0);
             for (const auto& [pieces, rows] : groups) {
-                r = ops::record_copy_rows(*s, {any.buffer, pieces.first, g.stride}, {any.buffer, pieces.second, g.stride},
+                r = ops::record_copy_rows(*s, {any.buffer, pieces.first, g.stride},
+                                          {any.buffer, pieces.second, g.stride},
                                           g.stride, rows);
                 if (r != KVRT_SUCCESS) break;
             }
@@ -137,13 +138,13 @@ Result CellLayout::compact(vk::Stream* stream, double threshold, uint32_t max_mo
     // see the new cells, with an undo that moves cells back if the recording
     // never reaches the device (registered after commit: for the stream only).
     KVRT_TRY(c_.table_.apply_moves(*moves));
-    c_.window_move(*moves, false);
+    if (c_.group_) c_.group_->move(*moves, false);
     tx.on_undo([this, moves]() {
         for (auto it = moves->rbegin(); it != moves->rend(); ++it) {
             if (c_.table_.cell_is_empty(it->dst_cell) || !c_.table_.cell_is_empty(it->src_cell)) continue;
             const kv::CellMove back{it->dst_cell, it->src_cell};
             (void)c_.table_.apply_moves(&back, 1);
-            c_.window_move({back}, false);
+            if (c_.group_) c_.group_->move({back}, false);
         }
     });
     if (out_moved) *out_moved = static_cast<uint32_t>(moves->size());
@@ -154,46 +155,46 @@ Result CellLayout::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
     KVRT_TRY(c_.table_.seq_rm(seq, p0, p1));
     // The group's cells of a sequence are among the cache's: the same
     // removal cannot fail there.
-    if (c_.win_) KVRT_TRY(c_.win_->table_.seq_rm(seq, p0, p1));
+    if (c_.group_) KVRT_TRY(c_.group_->table().seq_rm(seq, p0, p1));
     return KVRT_SUCCESS;
 }
 
 Result CellLayout::seq_cp(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     KVRT_TRY(c_.table_.seq_cp(src, dst, p0, p1));
-    if (c_.win_) {
-        KVRT_TRY(c_.win_->table_.seq_cp(src, dst, p0, p1));
-        c_.window_copy_floor(src, dst);
+    if (c_.group_) {
+        KVRT_TRY(c_.group_->table().seq_cp(src, dst, p0, p1));
+        c_.group_->copy_floor(src, dst);
     }
     return KVRT_SUCCESS;
 }
 
 Result CellLayout::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
     KVRT_TRY(c_.table_.seq_add(seq, p0, p1, delta));
-    if (c_.win_) {
-        KVRT_TRY(c_.win_->table_.seq_add(seq, p0, p1, delta));
-        c_.window_unlink_moved();
+    if (c_.group_) {
+        KVRT_TRY(c_.group_->table().seq_add(seq, p0, p1, delta));
+        c_.group_->unlink_moved();
     }
     return KVRT_SUCCESS;
 }
 
 Result CellLayout::seq_div(int32_t seq, int32_t p0, int32_t p1, int32_t d) {
     KVRT_TRY(c_.table_.seq_div(seq, p0, p1, d));
-    if (c_.win_) {
-        KVRT_TRY(c_.win_->table_.seq_div(seq, p0, p1, d));
-        c_.window_unlink_moved();
+    if (c_.group_) {
+        KVRT_TRY(c_.group_->table().seq_div(seq, p0, p1, d));
+        c_.group_->unlink_moved();
     }
     return KVRT_SUCCESS;
 }
 
 Result CellLayout::seq_keep(int32_t seq) {
     KVRT_TRY(c_.table_.seq_keep(seq));
-    if (c_.win_) KVRT_TRY(c_.win_->table_.seq_keep(seq));
+    if (c_.group_) KVRT_TRY(c_.group_->table().seq_keep(seq));
     return KVRT_SUCCESS;
 }
 
 void CellLayout::clear() {
     c_.table_.clear();
-    if (c_.win_) c_.win_->table_.clear();
+    if (c_.group_) c_.group_->table().clear();
 }
 
 Result CellLayout::tree_accept(uint32_t n, const int32_t* positions, const int32_t* seq_ids, const uint32_t* tree_cells,
@@ -215,9 +216,9 @@ Result CellLayout::tree_accept(uint32_t n, const int32_t* positions, const int32
     std::vector<uint32_t> group;
     std::vector<int32_t> group_pos, group_seqs;
     try {
-        for (size_t i = 0; c_.win_ && i < cells.size(); ++i) {
-            const int32_t w = c_.group_cell(cells[i]);
-            if (w < 0 || !c_.win_->table_.cell_has_seq(static_cast<uint32_t>(w), seqs[i])) continue;
+        for (size_t i = 0; c_.group_ && i < cells.size(); ++i) {
+            const int32_t w = c_.group_->group_cell(cells[i]);
+            if (w < 0 || !c_.group_->table().cell_has_seq(static_cast<uint32_t>(w), seqs[i])) continue;
             group.push_back(static_cast<uint32_t>(w));
             group_pos.push_back(pos[i]);
             group_seqs.push_back(seqs[i]);
@@ -228,8 +229,8 @@ Result CellLayout::tree_accept(uint32_t n, const int32_t* positions, const int32
     // Checks every cell (distinct, still holding its token) before it
     // changes any.
     KVRT_TRY(c_.table_.remove_cells(cells.data(), pos.data(), seqs.data(), static_cast<uint32_t>(cells.size())));
-    if (c_.win_)
-        KVRT_TRY(c_.win_->table_.remove_cells(group.data(), group_pos.data(), group_seqs.data(),
+    if (c_.group_)
+        KVRT_TRY(c_.group_->table().remove_cells(group.data(), group_pos.data(), group_seqs.data(),
                                            static_cast<uint32_t>(group.size())));
     return KVRT_SUCCESS;
 }

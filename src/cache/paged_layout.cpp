@@ -78,7 +78,7 @@ Result PagedLayout::record_block_copies(vk::Stream& s, const char* label, const 
     }
     s.begin_op(label);
     Result r = c_.record_copy_cells(s, c_, from, to);
-    if (r == KVRT_SUCCESS && !group.from.empty()) r = c_.win_->record_copy_cells(s, *c_.win_, group.from, group.to);
+    if (r == KVRT_SUCCESS && !group.from.empty()) r = c_.group_->record_copies(s, group.from, group.to);
     s.end_op();
     return r;
 }
@@ -97,11 +97,11 @@ Result PagedLayout::view(int32_t seq, View* out) const {
 
 Result PagedLayout::reserve(size_t n_set, size_t n_drop) {
     KVRT_TRY(c_.table_.reserve(n_set));
-    if (c_.win_) KVRT_TRY(c_.win_->table_.reserve(n_set));
+    if (c_.group_) KVRT_TRY(c_.group_->table().reserve(n_set));
     try {
         set_.reserve(n_set);
         drop_.reserve(n_drop);
-        if (c_.win_) group_drop_.reserve(n_drop);
+        if (c_.group_) group_drop_.reserve(n_drop);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "paged layout: out of host memory for %zu cells", n_set + n_drop);
     }
@@ -216,11 +216,11 @@ Result PagedLayout::extend(vk::Stream* stream, std::vector<Run>& runs, uint32_t 
     KVRT_TRY(reserve(n_set, n_drop));
     // The window group's cells for the tokens (the windows checked first).
     kv::Placement group;
-    if (c_.win_) KVRT_TRY(window_place(runs, n, &group));
+    if (c_.group_) KVRT_TRY(window_place(runs, n, &group));
 
     // Undoes the pool's mutations and the group's placement.
     auto undo_pool = [&]() {
-        if (c_.win_) (void)c_.win_->table_.rollback(group);
+        if (c_.group_) (void)c_.group_->table().rollback(group);
         pool_.rewind();
     };
 
@@ -247,10 +247,7 @@ Result PagedLayout::extend(vk::Stream* stream, std::vector<Run>& runs, uint32_t 
     }
 
     // Each token's group cell.
-    for (uint32_t i = 0; c_.win_ && i < n; ++i) {
-        c_.win_of_[cells[i]] = static_cast<int32_t>(group.cells()[i]);
-        c_.cell_of_[group.cells()[i]] = cells[i];
-    }
+    for (uint32_t i = 0; c_.group_ && i < n; ++i) c_.group_->link(cells[i], group.cells()[i]);
 
     // The table edits, computed against the table as it still is.
     drop_.clear();
@@ -384,7 +381,7 @@ Result PagedLayout::admit(int32_t seq, uint32_t n, const int32_t* token_ids, con
     // windowed rows for, and group cells for the rest, planned first.
     uint32_t max_blocks = UINT32_MAX;
     kv::Placement group;
-    if (c_.win_) {
+    if (c_.group_) {
         if (n && (!token_ids || !positions))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "token_ids or positions is NULL");
         for (uint32_t t = 0; t < n; ++t)
@@ -393,7 +390,7 @@ Result PagedLayout::admit(int32_t seq, uint32_t n, const int32_t* token_ids, con
         KVRT_TRY(window_admit_plan(seq, n, positions, max_blocks * c_.geo_.block_size, &group));
     }
     pool_.mark();
-    Result r = pool_.admit(seq, n, token_ids, positions, salt, &work_, max_blocks, c_.win_ != nullptr);
+    Result r = pool_.admit(seq, n, token_ids, positions, salt, &work_, max_blocks, c_.group_ != nullptr);
     if (r != KVRT_SUCCESS) {
         pool_.commit();  // a failed admit changed nothing
         return r;
@@ -404,20 +401,20 @@ Result PagedLayout::admit(int32_t seq, uint32_t n, const int32_t* token_ids, con
     r = mirror(before, work_.copies);
     if (r != KVRT_SUCCESS) {
         keep_message([&] {
-            if (c_.win_) (void)c_.win_->table_.rollback(group);
+            if (c_.group_) (void)c_.group_->table().rollback(group);
             pool_.rewind();
         });
         return r;
     }
     pool_.commit();
-    if (c_.win_) {
+    if (c_.group_) {
         r = n_cached == max_blocks * c_.geo_.block_size
                 ? window_admit(seq, n, positions, n_cached, group)
                 : fail(KVRT_ERROR_INTERNAL, "admit mapped %u tokens, the window group planned for %u", n_cached,
                        max_blocks * c_.geo_.block_size);
         if (r != KVRT_SUCCESS) {
             keep_message([&] {
-                (void)c_.win_->table_.rollback(group);
+                (void)c_.group_->table().rollback(group);
                 (void)cut(seq, n_cached, true);
                 (void)cut(seq, 0, false);
             });
@@ -436,9 +433,9 @@ Result PagedLayout::fork(int32_t src, int32_t dst) {
     KVRT_TRY(reserve(pool_.seq_length(src), 0));
     KVRT_TRY(pool_.fork(src, dst));
     Result r = mirror(before, {});
-    if (r == KVRT_SUCCESS && c_.win_) {
-        r = c_.win_->table_.seq_cp(src, dst, -1, -1);
-        if (r == KVRT_SUCCESS) c_.window_copy_floor(src, dst);
+    if (r == KVRT_SUCCESS && c_.group_) {
+        r = c_.group_->table().seq_cp(src, dst, -1, -1);
+        if (r == KVRT_SUCCESS) c_.group_->copy_floor(src, dst);
     }
     if (r != KVRT_SUCCESS) keep_message([&] { (void)cut(dst, 0, false); });
     return r;
@@ -524,7 +521,7 @@ Result PagedLayout::seq_add(int32_t seq, int32_t p0, int32_t p1, int32_t delta) 
     }
     pool_.commit();
     KVRT_TRY(apply(seq, drop_, set_, &group));
-    if (c_.win_) c_.window_forget_floors();
+    if (c_.group_) c_.group_->forget_floors();
     if (r == KVRT_ERROR_TIMEOUT)
         return fail(KVRT_ERROR_TIMEOUT, "the wait for a paged-layout shift's block copies timed out; the shift stays "
                                         "and its rotation is pending");

@@ -25,14 +25,14 @@ Result PagedLayout::window_place(const std::vector<Run>& runs, uint32_t n, kv::P
     }
     for (const Run& r : runs)
         for (size_t j = 0; j < r.pos.size(); ++j) tokens[r.token_index[j]] = {r.pos[j], &r.seq, 1};
-    KVRT_TRY(c_.window_plan(tokens.data(), n, false, out));
-    return c_.win_->table_.apply(*out);
+    KVRT_TRY(c_.group_->plan(tokens.data(), n, false, out));
+    return c_.group_->table().apply(*out);
 }
 
 Result PagedLayout::window_edits(int32_t seq, const kv::CellSet* set, size_t n_set,
                                  const std::vector<kv::BlockCopy>& copies, WindowEdits* out) const {
-    if (!c_.win_) return KVRT_SUCCESS;
-    const kv::CellTable& g = c_.win_->table_;
+    if (!c_.group_) return KVRT_SUCCESS;
+    const kv::CellTable& g = c_.group_->table();
     const uint32_t B = c_.geo_.block_size;
     try {
         for (size_t i = 0; i < n_set; ++i) {
@@ -45,7 +45,7 @@ Result PagedLayout::window_edits(int32_t seq, const kv::CellSet* set, size_t n_s
                 }
             // A new token, or a cell the sequence joins as it is: nothing here.
             if (src == e.cell && !c_.table_.cell_has_seq(e.cell, seq)) continue;
-            const int32_t w = c_.group_cell(src);
+            const int32_t w = c_.group_->group_cell(src);
             if (w < 0 || !g.cell_has_seq(static_cast<uint32_t>(w), seq)) continue;
             const uint32_t wc = static_cast<uint32_t>(w);
             const int32_t delta = static_cast<int32_t>(int64_t{g.cell_delta(wc)} + e.pos - g.cell_pos(wc));
@@ -74,13 +74,14 @@ Result PagedLayout::window_edits(int32_t seq, const kv::CellSet* set, size_t n_s
 
 Result PagedLayout::window_mirror(int32_t seq, const uint32_t* drop, size_t n_drop, const WindowEdits* group,
                                   size_t span) {
-    if (!c_.win_) return KVRT_SUCCESS;
-    kv::CellTable& g = c_.win_->table_;
+    if (!c_.group_) return KVRT_SUCCESS;
+    kv::CellTable& g = c_.group_->table();
     group_drop_.clear();
     try {
         for (size_t i = 0; i < n_drop; ++i) {
-            const int32_t w = c_.group_cell(drop[i]);
-            if (w >= 0 && g.cell_has_seq(static_cast<uint32_t>(w), seq)) group_drop_.push_back(static_cast<uint32_t>(w));
+            const int32_t w = c_.group_->group_cell(drop[i]);
+            if (w >= 0 && g.cell_has_seq(static_cast<uint32_t>(w), seq))
+                group_drop_.push_back(static_cast<uint32_t>(w));
         }
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for the window group's edits");
@@ -95,8 +96,7 @@ Result PagedLayout::window_mirror(int32_t seq, const uint32_t* drop, size_t n_dr
     if (!group_drop_.empty() || n_set) KVRT_TRY(g.mirror_seq(seq, group_drop_.data(), group_drop_.size(), set, n_set));
     if (group)
         for (size_t i = 0; i < group->to.size(); ++i) {
-            c_.win_of_[group->cells[i]] = static_cast<int32_t>(group->to[i]);
-            c_.cell_of_[group->to[i]] = group->cells[i];
+            c_.group_->link(group->cells[i], group->to[i]);
         }
     return KVRT_SUCCESS;
 }
@@ -104,7 +104,7 @@ Result PagedLayout::window_mirror(int32_t seq, const uint32_t* drop, size_t n_dr
 Result PagedLayout::window_admit_blocks(int32_t seq, uint32_t n, const int32_t* token_ids, const int32_t* positions,
                                   uint64_t salt, uint32_t* out_max_blocks) const {
     *out_max_blocks = UINT32_MAX;
-    if (!c_.win_) return KVRT_SUCCESS;
+    if (!c_.group_) return KVRT_SUCCESS;
     std::vector<uint32_t> blocks;
     std::vector<int32_t> lowest;  // lowest[t]: the lowest position of tokens t..n-1
     KVRT_TRY(pool_.match(seq, n, token_ids, positions, salt, &blocks));
@@ -125,7 +125,7 @@ Result PagedLayout::window_admit_blocks(int32_t seq, uint32_t n, const int32_t* 
     int64_t missing = INT64_MIN;  // highest position of a missing non-sink row so far
     for (uint32_t k = 1; k <= blocks.size(); ++k) {
         for (uint32_t t = (k - 1) * B; t < k * B; ++t) {
-            if (c_.group_cell(blocks[k - 1] * B + t % B) >= 0) continue;
+            if (c_.group_->group_cell(blocks[k - 1] * B + t % B) >= 0) continue;
             if (positions[t] < keep) return KVRT_SUCCESS;  // a sink: no more blocks
             missing = std::max<int64_t>(missing, positions[t]);
         }
@@ -144,21 +144,20 @@ Result PagedLayout::window_admit_plan(int32_t seq, uint32_t n, const int32_t* po
     }
     const int32_t* s = &seq;
     for (uint32_t t = n_cached; t < n; ++t) tokens[t - n_cached] = {positions[t], s, 1};
-    const Result r = c_.win_->table_.plan(tokens.data(), n - n_cached, out);
+    const Result r = c_.group_->table().plan(tokens.data(), n - n_cached, out);
     if (r == KVRT_ERROR_CACHE_FULL)
         return fail(KVRT_ERROR_CACHE_FULL, "the window group (%u cells, %u in use) has no cell for each of %u tokens",
-                    c_.geo_.window_cells, c_.win_->table_.used(), n - n_cached);
+                    c_.geo_.window_cells, c_.group_->table().used(), n - n_cached);
     return r;
 }
 
 Result PagedLayout::window_admit(int32_t seq, uint32_t n, const int32_t* positions, uint32_t n_cached,
                            kv::Placement& group) {
-    kv::CellTable& g = c_.win_->table_;
+    kv::CellTable& g = c_.group_->table();
     KVRT_TRY(g.apply(group));
     for (uint32_t t = n_cached; t < n; ++t) {
         const uint32_t c = pool_.slot(seq, t), w = group.cells()[t - n_cached];
-        c_.win_of_[c] = static_cast<int32_t>(w);
-        c_.cell_of_[w] = c;
+        c_.group_->link(c, w);
     }
     // The cached rows the computed tokens see join the sequence.
     int32_t lowest = INT32_MAX;
@@ -168,7 +167,7 @@ Result PagedLayout::window_admit(int32_t seq, uint32_t n, const int32_t* positio
     try {
         for (uint32_t t = 0; t < n_cached; ++t) {
             if (positions[t] >= int64_t{c_.geo_.window_keep} && positions[t] < from) continue;
-            const int32_t w = c_.group_cell(pool_.slot(seq, t));
+            const int32_t w = c_.group_->group_cell(pool_.slot(seq, t));
             if (w < 0) return fail(KVRT_ERROR_INTERNAL, "admit: the window group lost token %u's rows", t);
             joins.push_back({static_cast<uint32_t>(w), positions[t], g.cell_delta(static_cast<uint32_t>(w))});
         }
@@ -176,8 +175,7 @@ Result PagedLayout::window_admit(int32_t seq, uint32_t n, const int32_t* positio
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a prompt of %u tokens", n);
     }
     KVRT_TRY(g.mirror_seq(seq, nullptr, 0, joins.data(), joins.size()));
-    c_.win_floors_.floor[static_cast<uint32_t>(seq)] = static_cast<int32_t>(std::max<int64_t>(0, from));
-    c_.win_floors_.known[static_cast<uint32_t>(seq)] = 1;
+    c_.group_->set_floor(seq, static_cast<int32_t>(std::max<int64_t>(0, from)));
     return KVRT_SUCCESS;
 }
 

@@ -66,7 +66,7 @@ Result Cache::record_shifts(vk::Transaction& tx) {
 }
 
 Result Cache::apply_shifts(vk::Stream* stream) {
-    if (win_) KVRT_TRY(win_->apply_shifts(stream));
+    if (group_) KVRT_TRY(group_->rows().apply_shifts(stream));
     if (!stream && !table_.has_pending_shift()) return KVRT_SUCCESS;
     vk::Transaction tx(this, stream, own_);
     KVRT_TRY(tx.begin());

@@ -19,8 +19,9 @@ Result Cache::read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* c
     if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
     if (geo_.in_window_group(static_cast<uint32_t>(layer))) {
         std::vector<uint32_t> group;
-        KVRT_TRY(window_cells("kvrt_cache_read_raw", n, cells, &group));
-        return win_->read_raw(geo_.window_local[static_cast<uint32_t>(layer)], array, n, group.data(), out, out_bytes);
+        KVRT_TRY(group_->map_cells("kvrt_cache_read_raw", n, cells, &group));
+        return group_->rows().read_raw(geo_.window_local[static_cast<uint32_t>(layer)], array, n, group.data(), out,
+                                       out_bytes);
     }
     const kv::RowGeometry& g = arena_->rows(array);
     const uint64_t row_bytes = g.row_bytes;  // one cell's head rows, unpadded

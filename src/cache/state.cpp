@@ -26,22 +26,6 @@ namespace kvrt::cache {
 
 namespace {
 
-// Cells for `n` loaded records, in `out`: the first n cells free in `before`
-// (the table as it is), so that rows written there cannot harm it whatever
-// happens on the device; when those are too few, the first n free in
-// `after` (the table the load plans, which frees what it replaces). Returns
-// how many it found (< n: too few either way).
-uint32_t pick_load_cells(const kv::CellTable& before, const kv::CellTable& after, uint32_t n, uint32_t* out) {
-    uint32_t k = 0;
-    for (uint32_t c = 0; c < before.capacity() && k < n; ++c)
-        if (before.cell_is_empty(c)) out[k++] = c;
-    if (k == n) return k;
-    k = 0;
-    for (uint32_t c = 0; c < after.capacity() && k < n; ++c)
-        if (after.cell_is_empty(c)) out[k++] = c;
-    return k;
-}
-
 bool same_scales(const std::vector<kv::StaticScale>& a, const std::vector<kv::StaticScale>& b) {
     if (a.size() != b.size()) return false;
     for (size_t i = 0; i < a.size(); ++i)
@@ -162,13 +146,13 @@ Result Cache::describe_state(int32_t seq, state::Description* out) const {
         }
     }
     h.n_cells = static_cast<uint32_t>(d.cells.size());
-    if (win_) {
+    if (group_) {
         // The group's rows: for each saved cell it holds, the (saved)
         // sequences it holds the cell for.
         h.flags |= state::kFlagWindowGroup;
         d.windowed.resize(geo_.n_layers);
         for (uint32_t l = 0; l < geo_.n_layers; ++l) d.windowed[l] = geo_.in_window_group(l);
-        const kv::CellTable& g = win_->table_;
+        const kv::CellTable& g = group_->table();
         for (uint32_t i = 0; i < h.n_cells; ++i) {
             const state::CellRecord& c = d.cells[i];
             const int32_t w = group_cell(c.cell);
@@ -202,7 +186,7 @@ Result Cache::state_save(int32_t seq, void* out, uint64_t* size) {
                     static_cast<unsigned long long>(e.total), static_cast<unsigned long long>(*size));
     // Saved K is rotated to the cells' current positions: pending shifts
     // first (deferred RoPE: they are metadata only and simply cleared).
-    if (table_.has_pending_shift() || (win_ && win_->table_.has_pending_shift())) KVRT_TRY(apply_shifts(nullptr));
+    if (table_.has_pending_shift() || (group_ && group_->table().has_pending_shift())) KVRT_TRY(apply_shifts(nullptr));
     auto* b = static_cast<uint8_t*>(out);
     state::write_prefix(d, e, b);
     std::vector<uint32_t> cells(d.cells.size());
@@ -213,7 +197,7 @@ Result Cache::state_save(int32_t seq, void* out, uint64_t* size) {
     for (uint32_t l = 0; l < geo_.n_layers; ++l) {
         // A windowed layer's rows: the cells the group holds, in order.
         const uint32_t rows = e.rows(l, n);
-        const uint32_t* at = win_ && geo_.in_window_group(l) ? group_cells.data() : cells.data();
+        const uint32_t* at = group_ && geo_.in_window_group(l) ? group_cells.data() : cells.data();
         KVRT_TRY(read_raw(static_cast<int32_t>(l), Array::K, rows, at, b + e.k_offset(l), rows * e.k_row_bytes));
         KVRT_TRY(read_raw(static_cast<int32_t>(l), Array::V, rows, at, b + e.v_offset(l, n), rows * e.v_row_bytes));
     }
@@ -276,7 +260,7 @@ Result CellLayout::load(int32_t seq, const state::Plan& plan) {
         if (saved_cells) {
             for (uint32_t i = 0; i < n; ++i) at[i] = d.cells[i].cell;
         } else {
-            const uint32_t k = pick_load_cells(c_.table_, *other, n, at.data());
+            const uint32_t k = kv::pick_load_cells(c_.table_, *other, n, at.data());
             if (k < n)
                 return fail(KVRT_ERROR_CACHE_FULL, "the state holds %u cells, the cache has %u free for it", n, k);
         }
@@ -291,7 +275,7 @@ Result CellLayout::load(int32_t seq, const state::Plan& plan) {
     // (an open token tree; seq_div merging positions).
     KVRT_TRY(other->plan(tokens.data(), n, &placement, at.data(), true));
     KVRT_TRY(other->apply(placement));
-    if (c_.win_) return c_.load_group(seq, plan, at, other);
+    if (c_.group_) return c_.load_group(seq, plan, at, other);
 
     LoadRows k, v;
     KVRT_TRY(make_rows(plan, Array::K, c_.geo_.k, c_.geo_.n_kv_heads, nullptr, &k));
@@ -304,30 +288,6 @@ Result CellLayout::load(int32_t seq, const state::Plan& plan) {
     // Past a timed-out wait the rows land later: the new table describes them.
     tx.keep_on_timeout();
     return tx.finish();
-}
-
-// The loaded cells of a cache with a window group: each one's group cell,
-// and for the paged layout the state's row of it in the windowed layers,
-// planned on a copy of the group's table.
-struct GroupLoad {
-    std::shared_ptr<kv::CellTable> table;
-    std::vector<uint32_t> cells, group_cells, rows;  // cache cell, group cell, windowed-layer row
-};
-
-Result Cache::plan_group_table(int32_t seq, const std::vector<kv::Token>& tokens, GroupLoad* out) const {
-    const uint32_t m = static_cast<uint32_t>(tokens.size());
-    const kv::CellTable& live = win_->table_;
-    out->table = std::make_shared<kv::CellTable>(live);
-    if (seq < 0) out->table->clear();
-    else KVRT_TRY(out->table->seq_rm(seq, -1, -1));
-    out->group_cells.resize(m);
-    const uint32_t k = pick_load_cells(live, *out->table, m, out->group_cells.data());
-    if (k < m)
-        return fail(KVRT_ERROR_CACHE_FULL, "the state's windowed layers hold %u cells, the window group has %u for them",
-                    m, k);
-    kv::Placement placement;
-    KVRT_TRY(out->table->plan(tokens.data(), m, &placement, out->group_cells.data(), true));
-    return out->table->apply(placement);
 }
 
 Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at,
@@ -356,7 +316,7 @@ Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector
                             : kv::Token{d.cells[g.record].pos, &seq, 1};
         g_load.cells.push_back(at[g.record]);
     }
-    KVRT_TRY(plan_group_table(seq, tokens, &g_load));
+    KVRT_TRY(group_->plan_load(seq, tokens, &g_load));
 
     // The rows, layer by layer: a windowed layer's are the group's records
     // (from a state without a group: those of every cell).
@@ -371,7 +331,7 @@ Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector
             KVRT_TRY(make_rows(plan, array, array == Array::K ? geo_.k : geo_.v, geo_.n_kv_heads, nullptr, &r,
                                static_cast<int32_t>(l)));
             if (windowed)
-                KVRT_TRY(win_->record_array(tx.stream(), array, rows, g_load.group_cells.data(),
+                KVRT_TRY(group_->rows().record_array(tx.stream(), array, rows, g_load.group_cells.data(),
                                             static_cast<uint32_t>(geo_.window_local[l]), 0, r.src));
             else
                 KVRT_TRY(record_array(tx.stream(), array, rows, at.data(), l, 0, r.src));
@@ -379,7 +339,7 @@ Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector
     }
     // Both tables and the links at once; the undo puts all of them back.
     std::swap(table_, *other);
-    std::function<void()> undo_group = commit_group_load(g_load);
+    std::function<void()> undo_group = group_->commit_load(g_load);
     tx.on_undo([this, other, undo_group]() {
         std::swap(table_, *other);
         undo_group();
@@ -433,7 +393,8 @@ Result StaticLayout::load(int32_t seq, const state::Plan& plan) {
     return r;
 }
 
-Result PagedLayout::plan_group_load(int32_t seq, const state::Plan& plan, const std::vector<std::vector<uint32_t>>& per_seq,
+Result PagedLayout::plan_group_load(int32_t seq, const state::Plan& plan,
+                                    const std::vector<std::vector<uint32_t>>& per_seq,
                                     uint32_t first, uint32_t last, GroupLoad* out) const {
     const state::Description& d = plan.desc;
     const uint32_t n = d.header.n_cells;
@@ -473,7 +434,7 @@ Result PagedLayout::plan_group_load(int32_t seq, const state::Plan& plan, const 
     std::vector<kv::Token> tokens(out->cells.size());
     for (size_t i = 0; i < tokens.size(); ++i)
         tokens[i] = {pos[i], seqs[i].data(), static_cast<uint32_t>(seqs[i].size())};
-    return c_.plan_group_table(seq, tokens, out);
+    return c_.group_->plan_load(seq, tokens, out);
 }
 
 Result Cache::record_group_load(vk::Stream& stream, const state::Plan& plan, const std::vector<uint32_t>& cells,
@@ -487,7 +448,7 @@ Result Cache::record_group_load(vk::Stream& stream, const state::Plan& plan, con
             KVRT_TRY(make_rows(plan, array, array == Array::K ? geo_.k : geo_.v, geo_.n_kv_heads,
                                windowed ? &group.rows : &order, &r, static_cast<int32_t>(l)));
             if (windowed)
-                KVRT_TRY(win_->record_array(stream, array, rows, group.group_cells.data(),
+                KVRT_TRY(group_->rows().record_array(stream, array, rows, group.group_cells.data(),
                                             static_cast<uint32_t>(geo_.window_local[l]), 0, r.src));
             else
                 KVRT_TRY(record_array(stream, array, rows, cells.data(), l, 0, r.src));
@@ -496,22 +457,6 @@ Result Cache::record_group_load(vk::Stream& stream, const state::Plan& plan, con
     return KVRT_SUCCESS;
 }
 
-std::function<void()> Cache::commit_group_load(const GroupLoad& group) {
-    auto links = std::make_shared<std::pair<std::vector<int32_t>, std::vector<uint32_t>>>(win_of_, cell_of_);
-    std::shared_ptr<kv::CellTable> table = group.table;
-    std::swap(win_->table_, *table);
-    for (size_t i = 0; i < group.cells.size(); ++i) {
-        win_of_[group.cells[i]] = static_cast<int32_t>(group.group_cells[i]);
-        cell_of_[group.group_cells[i]] = group.cells[i];
-    }
-    window_forget_floors();
-    return [this, table, links]() {
-        std::swap(win_->table_, *table);
-        std::swap(win_of_, links->first);
-        std::swap(cell_of_, links->second);
-        window_forget_floors();
-    };
-}
 
 Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
     const state::Description& d = plan.desc;
@@ -606,7 +551,7 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
     // The window group's cells: one per loaded cell whose record the group
     // held for the sequence (for all the sequences that map the cell).
     GroupLoad group;
-    if (c_.win_) r = plan_group_load(seq, plan, per_seq, first, last, &group);
+    if (c_.group_) r = plan_group_load(seq, plan, per_seq, first, last, &group);
     if (r != KVRT_SUCCESS) {
         restore();
         return r;
@@ -616,7 +561,7 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
     LoadRows k, v;
     const uint32_t n = uint32_t(cells.size());
     vk::Transaction tx(&c_, nullptr, c_.own_);
-    if (!c_.win_) {
+    if (!c_.group_) {
         r = make_rows(plan, Array::K, c_.geo_.k, c_.geo_.n_kv_heads, &order, &k);
         if (r == KVRT_SUCCESS) r = make_rows(plan, Array::V, c_.geo_.v, c_.geo_.n_kv_heads, &order, &v);
         if (r == KVRT_SUCCESS) r = tx.begin();
@@ -648,8 +593,8 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
         restore();
         return r;
     }
-    if (c_.win_) {
-        auto undo = c_.commit_group_load(group);
+    if (c_.group_) {
+        auto undo = c_.group_->commit_load(group);
         tx.on_undo([restore, undo]() {
             restore();
             undo();
@@ -667,7 +612,7 @@ Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
     KVRT_TRY(state::parse(data, size, &plan));
     KVRT_TRY(check_state_fits(seq, plan));
     if (plan.desc.header.flags & state::kFlagWindowGroup) {
-        if (!win_)
+        if (!group_)
             return fail(KVRT_ERROR_INVALID_ARGUMENT,
                         "the state keeps its windowed layers' rows in a window group (the cells their windows still "
                         "see); load it into a cache with the same windowed layers and a kvrt_window_layout_desc");

@@ -70,7 +70,8 @@ Result StaticLayout::seq_add(int32_t, int32_t, int32_t, int32_t) { return requir
 
 Result StaticLayout::seq_div(int32_t, int32_t, int32_t, int32_t) { return require_cells("kvrt_cache_seq_div"); }
 
-Result StaticLayout::tree_accept(uint32_t, const int32_t*, const int32_t*, const uint32_t*, const std::vector<uint8_t>&) {
+Result StaticLayout::tree_accept(uint32_t, const int32_t*, const int32_t*, const uint32_t*,
+                                 const std::vector<uint8_t>&) {
     return require_cells("kvrt_cache_tree_accept");
 }
 
@@ -219,7 +220,8 @@ Result StaticLayout::append(vk::Stream* stream, const kv::Token* tokens, uint32_
                         t.n_seq);
         const int32_t seq = t.seq_ids[0];
         if (seq < 0 || static_cast<uint32_t>(seq) >= c_.geo_.max_seqs)
-            return fail(KVRT_ERROR_INVALID_ARGUMENT, "token %u has sequence %d outside [0, %u)", i, seq, c_.geo_.max_seqs);
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "token %u has sequence %d outside [0, %u)", i, seq,
+                        c_.geo_.max_seqs);
         if (t.pos < 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "token %u has negative position %d", i, t.pos);
         auto& list = of_seq[seq];
         const int32_t prev = list.empty() ? c_.table_.seq_pos_max(seq) : tokens[list.back()].pos;
@@ -426,14 +428,16 @@ Result StaticLayout::mask(int32_t seq, kvrt_type type, void* out, uint64_t out_b
         return w.mask_f16(static_cast<uint16_t*>(out), static_cast<size_t>(S));
     }
     KVRT_TRY(kv::check_type("element_type", type));
-    return fail(KVRT_ERROR_INVALID_ARGUMENT, "the mask's element_type must be F32 or F16 (got %s)", kv::type_name(type));
+    return fail(KVRT_ERROR_INVALID_ARGUMENT, "the mask's element_type must be F32 or F16 (got %s)",
+                kv::type_name(type));
 }
 
 Result StaticLayout::stats(int32_t seq, kvrt_static_stats* out) const {
     if (seq >= 0 && static_cast<uint32_t>(seq) >= c_.geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, c_.geo_.max_seqs - 1);
     out->rows_appended = out->slides = out->rows_moved = out->bytes_moved = 0;
-    const uint64_t per_row = uint64_t{c_.geo_.n_layers} * c_.geo_.n_kv_heads * (c_.geo_.k.head_bytes + c_.geo_.v.head_bytes);
+    const kv::CacheGeometry& geo = c_.geo_;
+    const uint64_t per_row = uint64_t{geo.n_layers} * geo.n_kv_heads * (geo.k.head_bytes + geo.v.head_bytes);
     for (uint32_t s = 0; s < c_.geo_.max_seqs; ++s) {
         if (seq >= 0 && s != static_cast<uint32_t>(seq)) continue;
         const kv::StaticWindow& w = windows_[s];

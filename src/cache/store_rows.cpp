@@ -164,7 +164,7 @@ Result Cache::record_writes(vk::Stream& s, uint32_t n, const uint32_t* cells, in
     const uint32_t last = layer < 0 ? geo_.n_layers : first + 1;
     for (uint32_t l = first; l < last && r == KVRT_SUCCESS; ++l) {
         if (geo_.in_window_group(l)) {
-            r = record_window_writes(s, n, cells, l, l - first, k, v);
+            r = group_->record_writes(s, n, cells, l, l - first, k, v);
             continue;
         }
         r = record_array(s, Array::K, n, cells, l, l - first, k);

@@ -961,4 +961,15 @@ Result CellTable::verify() const {
     return KVRT_SUCCESS;
 }
 
+uint32_t pick_load_cells(const CellTable& before, const CellTable& after, uint32_t n, uint32_t* out) {
+    uint32_t k = 0;
+    for (uint32_t c = 0; c < before.capacity() && k < n; ++c)
+        if (before.cell_is_empty(c)) out[k++] = c;
+    if (k == n) return k;
+    k = 0;
+    for (uint32_t c = 0; c < after.capacity() && k < n; ++c)
+        if (after.cell_is_empty(c)) out[k++] = c;
+    return k;
+}
+
 }  // namespace kvrt::kv

@@ -456,4 +456,11 @@ private:
     uint32_t changed_hi_ = 0;
 };
 
+// Cells for `n` loaded records, in `out`: the first n cells free in `before`
+// (the table as it is), so that rows written there cannot harm it whatever
+// happens on the device; when those are too few, the first n free in
+// `after` (the table the load plans, which frees what it replaces). Returns
+// how many it found (< n: too few either way).
+uint32_t pick_load_cells(const CellTable& before, const CellTable& after, uint32_t n, uint32_t* out);
+
 }  // namespace kvrt::kv
