@@ -9,7 +9,7 @@
 
 #include "cache/arena.hpp"
 #include "cache/layout.hpp"
-#include "cache/tree.hpp"
+#include "cache/types.hpp"
 #include "cache/window_group.hpp"
 #include "core/result.hpp"
 #include "kv/cell_table.hpp"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cache/arena.hpp"
+#include "cache/types.hpp"
 #include "core/result.hpp"
 #include "kv/cell_table.hpp"
 #include "ops/attention.hpp"
@@ -24,11 +25,6 @@
 #include "vk/stream.hpp"
 
 namespace kvrt::cache {
-
-class Cache;
-template <class Host>
-struct TensorRows;
-using Source = TensorRows<const uint8_t>;
 
 class Layout {
 public:

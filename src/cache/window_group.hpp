@@ -17,18 +17,12 @@
 #include <vector>
 
 #include "cache/arena.hpp"
-#include "cache/tree.hpp"
+#include "cache/types.hpp"
 #include "core/result.hpp"
 #include "kv/cell_table.hpp"
 #include "vk/stream.hpp"
 
 namespace kvrt::cache {
-
-class Cache;
-template <class Host>
-struct TensorRows;
-using Source = TensorRows<const uint8_t>;
-using Output = TensorRows<void>;
 
 // The loaded cells of a cache with a window group: each one's group cell,
 // and for the paged layout the state's row of it in the windowed layers,
