@@ -468,7 +468,6 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
     std::vector<View> before(last - first);
     std::vector<uint32_t> cells, order;
     size_t n_set = 0, n_drop = 0;
-    std::shared_ptr<kv::BlockPool> pool_before;
     std::shared_ptr<kv::CellTable> table_before;
     try {
         per_seq.resize(c_.geo_.max_seqs);
@@ -487,16 +486,18 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
         }
         cells.reserve(n_set);
         order.reserve(n_set);
-        pool_before = std::make_shared<kv::BlockPool>(pool_);
         table_before = std::make_shared<kv::CellTable>(c_.table_);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory to load %u cells", d.header.n_cells);
     }
     KVRT_TRY(reserve(n_set, n_drop));
-    auto restore = [this, pool_before, table_before]() {
-        std::swap(pool_, *pool_before);
+    // The pool's undo record gives back what the load changes in it, the
+    // table's copy the table.
+    auto restore = [this, table_before]() {
+        pool_.rewind();
         std::swap(c_.table_, *table_before);
     };
+    pool_.mark();
 
     // The pool: the replaced sequences emptied, then each loaded one in turn.
     // A whole-cache state keeps its sharing where it can: a sequence whose
@@ -604,7 +605,11 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
     }
     // Past a timed-out wait the rows land later: the new pool and table describe them.
     tx.keep_on_timeout();
-    return tx.finish();
+    r = tx.finish();
+    // Kept: done, or submitted and landing later. Otherwise the transaction
+    // runs the undo (the rewind) as it goes.
+    if (r == KVRT_SUCCESS || r == KVRT_ERROR_TIMEOUT) pool_.commit();
+    return r;
 }
 
 Result Cache::state_load(int32_t seq, const void* data, uint64_t size) {
