@@ -1171,15 +1171,21 @@ KVRT_API kvrt_result kvrt_cache_write(kvrt_cache cache, kvrt_stream stream, uint
                                       const uint32_t* cells, int32_t layer, const kvrt_tensor_ref* k,
                                       const kvrt_tensor_ref* v);
 
-/* Reads back K and V of `n_cells` cells of one layer, dequantized to f32:
- * `k_out` gets n_cells * n_kv_heads * head_dim_k floats and `v_out`
- * n_cells * n_kv_heads * head_dim_v (either may be NULL). Waits (up to the
- * context's wait timeout) for submitted work that writes the cache. Fails
- * with KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_ARGUMENT for a layer out
- * of range, a NULL `cells` with n_cells > 0, or a cell out of range;
- * KVRT_ERROR_TIMEOUT or a device error while waiting. Thread-safety: Unsafe. */
-KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n_cells,
-                                     const uint32_t* cells, float* k_out, float* v_out);
+/* Reads back K and V of `n_cells` cells of one layer, dequantized to f32,
+ * cell after cell in the order of `cells`: `k_out` gets n_cells *
+ * n_kv_heads * head_dim_k floats and `v_out` n_cells * n_kv_heads *
+ * head_dim_v. `k_out_bytes` and `v_out_bytes` are the sizes of the two
+ * buffers in bytes and must hold those floats (4 bytes each); bytes beyond
+ * them are not written. Either buffer may be NULL: that array is not read
+ * and its size is ignored. Waits (up to the context's wait timeout) for
+ * submitted work that writes the cache. Fails with
+ * KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_ARGUMENT (nothing written)
+ * for a layer out of range, a NULL `cells` with n_cells > 0, a cell out of
+ * range, or `k_out_bytes` or `v_out_bytes` too small; KVRT_ERROR_TIMEOUT or
+ * a device error while waiting (the buffers' contents are then unspecified).
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n_cells, const uint32_t* cells,
+                                     float* k_out, uint64_t k_out_bytes, float* v_out, uint64_t v_out_bytes);
 
 /* Which array of a cache. */
 typedef enum kvrt_kv_array {

@@ -99,7 +99,7 @@ void CacheRun::attend(const AttentionIO& io, const TokenBatch& b, const std::vec
     checked_cells(&used, &mirror_used);
     std::vector<float> cache_k(used.size() * kvd), cache_v(used.size() * kvd);
     KVRT_REQUIRE_OK(kvrt_cache_read(cache_, io.layer, static_cast<uint32_t>(used.size()), used.data(), cache_k.data(),
-                                    cache_v.data()));
+                                    bytes_of(cache_k), cache_v.data(), bytes_of(cache_v)));
     AttentionCall call;
     call.layer = io.layer;
     call.n = io.n;

@@ -225,6 +225,13 @@ struct CacheSpec {
     kvrt_result estimate(kvrt_context ctx, kvrt_cache_estimate* out) const;
 };
 
+// The bytes of a vector's elements: the size of an output buffer that kvrt
+// writes into (kvrt_cache_read, kvrt_memory_get_state).
+template <class T>
+uint64_t bytes_of(const std::vector<T>& v) {
+    return uint64_t{v.size()} * sizeof(T);
+}
+
 // Structs the tests pass by pointer, each started from its KVRT_*_INIT macro
 // (so `type` and the defaults are the header's) with the fields a test sets.
 inline kvrt_batch make_batch(uint32_t n_tokens, const int32_t* positions, const int32_t* seq_ids,

@@ -86,7 +86,7 @@ std::vector<float> ShiftCache::exact(const std::vector<int32_t>& pos, const std:
 std::vector<float> ShiftCache::read_k(const std::vector<uint32_t>& cells, uint32_t layer) const {
     std::vector<float> k(cells.size() * row());
     KVRT_REQUIRE_OK(kvrt_cache_read(cache, static_cast<int32_t>(layer), static_cast<uint32_t>(cells.size()),
-                                    cells.data(), k.data(), nullptr));
+                                    cells.data(), k.data(), bytes_of(k), nullptr, 0));
     return k;
 }
 

@@ -96,7 +96,8 @@ std::vector<std::pair<int32_t, std::vector<float>>> sequence(kvrt_cache c, int32
         std::vector<float> rows;
         for (uint32_t l = 0; l < kLayers; ++l) {
             std::vector<float> k(kKvHeads * kDim), v(k.size());
-            KVRT_REQUIRE_OK(kvrt_cache_read(c, static_cast<int32_t>(l), 1, &cell, k.data(), v.data()));
+            KVRT_REQUIRE_OK(kvrt_cache_read(c, static_cast<int32_t>(l), 1, &cell, k.data(), bytes_of(k), v.data(),
+                                            bytes_of(v)));
             rows.insert(rows.end(), k.begin(), k.end());
             rows.insert(rows.end(), v.begin(), v.end());
         }

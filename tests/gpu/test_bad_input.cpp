@@ -189,7 +189,8 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
             const size_t n = size_t{World::kCapacity} * World::kKvHeads * World::kDim;
             std::vector<float> k(n), v(n);
             for (int32_t l = 0; l < static_cast<int32_t>(World::kLayers); ++l) {
-                KVRT_REQUIRE_OK(kvrt_cache_read(w.cache, l, World::kCapacity, cells.data(), k.data(), v.data()));
+                KVRT_REQUIRE_OK(kvrt_cache_read(w.cache, l, World::kCapacity, cells.data(), k.data(), bytes_of(k),
+                                                v.data(), bytes_of(v)));
                 put(k.data(), k.size() * 4);
                 put(v.data(), v.size() * 4);
             }
@@ -215,7 +216,7 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
         case Target::Memory: {
             std::vector<float> state(size_t{World::kMemHeads} * World::kMemSlots * World::kMemDim);
             for (int32_t s = 0; s < static_cast<int32_t>(World::kMemSeqs); ++s) {
-                KVRT_REQUIRE_OK(kvrt_memory_get_state(w.memory, s, 0, state.data()));
+                KVRT_REQUIRE_OK(kvrt_memory_get_state(w.memory, s, 0, state.data(), bytes_of(state)));
                 put(state.data(), state.size() * 4);
             }
             break;

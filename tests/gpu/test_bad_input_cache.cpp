@@ -282,7 +282,7 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_cache_read", what, hnd, N, [c] {
             const uint32_t cell = 0;
             std::vector<float> k(World::kKvHeads * World::kDim);
-            return out(kvrt_cache_read(c, 0, 1, &cell, k.data(), nullptr));
+            return out(kvrt_cache_read(c, 0, 1, &cell, k.data(), bytes_of(k), nullptr, 0));
         }));
         r.push_back(err("kvrt_cache_read_raw", what, hnd, N, [c] {
             const uint32_t cell = 0;
@@ -493,7 +493,7 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_cache_read", "layer " + std::to_string(layer), inv, N, [&w, layer] {
             const uint32_t cell = 0;
             std::vector<float> k(World::kKvHeads * World::kDim);
-            return out(kvrt_cache_read(w.cache, layer, 1, &cell, k.data(), nullptr));
+            return out(kvrt_cache_read(w.cache, layer, 1, &cell, k.data(), bytes_of(k), nullptr, 0));
         }));
         r.push_back(err("kvrt_cache_read_raw", "layer " + std::to_string(layer), inv, N, [&w, layer] {
             const uint32_t cell = 0;
@@ -504,7 +504,7 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     for (uint32_t cell : {World::kCapacity, kMaxU32}) {
         r.push_back(err("kvrt_cache_read", "cell " + std::to_string(cell), inv, N, [&w, cell] {
             std::vector<float> k(World::kKvHeads * World::kDim);
-            return out(kvrt_cache_read(w.cache, 0, 1, &cell, k.data(), nullptr));
+            return out(kvrt_cache_read(w.cache, 0, 1, &cell, k.data(), bytes_of(k), nullptr, 0));
         }));
         r.push_back(err("kvrt_cache_read_raw", "cell " + std::to_string(cell), inv, N, [&w, cell] {
             std::vector<uint8_t> bytes(4096);
@@ -513,8 +513,25 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     }
     r.push_back(err("kvrt_cache_read", "cells NULL", inv, N, [&w] {
         std::vector<float> k(World::kKvHeads * World::kDim);
-        return out(kvrt_cache_read(w.cache, 0, 1, nullptr, k.data(), nullptr));
+        return out(kvrt_cache_read(w.cache, 0, 1, nullptr, k.data(), bytes_of(k), nullptr, 0));
     }));
+    // Sized outputs: one cell's row is kKvHeads * kDim floats (128 bytes);
+    // a buffer short of it is refused before anything is read or written.
+    const uint64_t row = uint64_t{World::kKvHeads} * World::kDim * sizeof(float);
+    for (uint64_t room : {uint64_t{0}, uint64_t{4}, row - 4, 2 * row - 1}) {
+        const std::string of = " (2 cells are " + std::to_string(2 * row) + ")";
+        for (bool v_short : {false, true})
+            r.push_back(err("kvrt_cache_read", (v_short ? "v_out_bytes " : "k_out_bytes ") + std::to_string(room) + of,
+                            inv, N, [&w, room, row, v_short] {
+                                const uint32_t cells[2] = {0, 1};
+                                std::vector<float> k(2 * row / 4, 12345.0f), v(k);
+                                Outcome o = out(kvrt_cache_read(w.cache, 0, 2, cells, k.data(), v_short ? bytes_of(k) : room,
+                                                                v.data(), v_short ? room : bytes_of(v)));
+                                for (size_t i = 0; i < k.size(); ++i)
+                                    if (k[i] != 12345.0f || v[i] != 12345.0f) o.r = KVRT_ERROR_INTERNAL;  // written
+                                return o;
+                            }));
+    }
     for (int32_t a : {-7, 0, 3, 12345, kMin32})
         r.push_back(err("kvrt_cache_read_raw", "array " + std::to_string(a), inv, N, [&w, a] {
             const uint32_t cell = 0;

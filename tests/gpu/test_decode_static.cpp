@@ -282,8 +282,9 @@ void StaticRun::check_windows() {
         std::vector<float> k(static_cast<size_t>(cfg.n_layers) * cells.size() * kvd), v(k.size());
         for (int l = 0; l < cfg.n_layers; ++l) {
             const size_t off = static_cast<size_t>(l) * cells.size() * kvd;
+            const uint64_t layer_bytes = uint64_t{cells.size()} * kvd * sizeof(float);
             KVRT_REQUIRE_OK(kvrt_cache_read(cache_, l, static_cast<uint32_t>(cells.size()), cells.data(), k.data() + off,
-                                            v.data() + off));
+                                            layer_bytes, v.data() + off, layer_bytes));
         }
         window_checker_->check(cache_, s, windows_[s], mirror_.pos_max(static_cast<int>(s)), k, v);
     }

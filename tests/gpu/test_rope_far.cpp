@@ -189,7 +189,7 @@ TEST_CASE("a shift of f32 K to any position up to 2^24 is exact", "[shift][rope-
             KVRT_REQUIRE_OK(kvrt_cache_seq_add(c.cache, 0, 0, -1, first));
             KVRT_REQUIRE_OK(kvrt_cache_apply_shifts(c.cache, nullptr));
             std::vector<float> k(raw_k.size());
-            KVRT_REQUIRE_OK(kvrt_cache_read(c.cache, 0, kTokens, cells.data(), k.data(), nullptr));
+            KVRT_REQUIRE_OK(kvrt_cache_read(c.cache, 0, kTokens, cells.data(), k.data(), bytes_of(k), nullptr, 0));
             // The exact K at the new positions, rotated in double from the raw
             // K (a shift is a pure rotation; the magnitude came with the store).
             const std::vector<float> want = rotated(p, raw_k, kKvHeads, first);

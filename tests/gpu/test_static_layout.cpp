@@ -197,7 +197,7 @@ TEST_CASE("static layout: chunks, several sequences, place and write, removal", 
         check_windows(c, sh, 0, S, W, next[0] - 1);
         // kvrt_cache_read of that cell gives the token back.
         std::vector<float> rk(size_t{sh.kv_heads} * sh.dk), rv(size_t{sh.kv_heads} * sh.dv);
-        KVRT_REQUIRE_OK(kvrt_cache_read(c, 1, 1, &cell, rk.data(), rv.data()));
+        KVRT_REQUIRE_OK(kvrt_cache_read(c, 1, 1, &cell, rk.data(), bytes_of(rk), rv.data(), bytes_of(rv)));
         for (size_t i = 0; i < rk.size(); ++i) REQUIRE(rk[i] == k[size_t{sh.kv_heads} * sh.dk + i]);
         for (size_t i = 0; i < rv.size(); ++i) REQUIRE(rv[i] == v[size_t{sh.kv_heads} * sh.dv + i]);
     }

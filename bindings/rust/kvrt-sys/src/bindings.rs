@@ -1122,7 +1122,9 @@ unsafe extern "C" {
         n_cells: u32,
         cells: *const u32,
         k_out: *mut f32,
+        k_out_bytes: u64,
         v_out: *mut f32,
+        v_out_bytes: u64,
     ) -> kvrt_result;
 }
 pub const KVRT_KV_ARRAY_UNDEFINED: kvrt_kv_array = 0;

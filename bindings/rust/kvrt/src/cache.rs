@@ -1,6 +1,7 @@
 //! The KV cache.
 
 use std::marker::PhantomData;
+use std::mem;
 use std::ptr;
 use std::sync::Arc;
 
@@ -668,7 +669,9 @@ impl Cache {
 
     /// Reads K and V of `cells` in `layer`, dequantized to f32
     /// (`kvrt_cache_read`): `k_out` needs cells × n_kv_heads × head_dim_k
-    /// values and `v_out` cells × n_kv_heads × head_dim_v.
+    /// values and `v_out` cells × n_kv_heads × head_dim_v; a shorter slice
+    /// is an [`Error::InvalidArgument`] and nothing is written. Values
+    /// beyond those are left as they were.
     pub fn read(
         &self,
         layer: u32,
@@ -676,30 +679,15 @@ impl Cache {
         k_out: Option<&mut [f32]>,
         v_out: Option<&mut [f32]>,
     ) -> Result<()> {
-        let n = cells.len() as u64;
-        let need_k = n * u64::from(self.n_kv_heads) * u64::from(self.head_dim_k);
-        let need_v = n * u64::from(self.n_kv_heads) * u64::from(self.head_dim_v);
-        if let Some(k) = &k_out {
-            if (k.len() as u64) < need_k {
-                return Err(Error::invalid(format!(
-                    "k_out holds {} values, {need_k} needed",
-                    k.len()
-                )));
-            }
-        }
-        if let Some(v) = &v_out {
-            if (v.len() as u64) < need_v {
-                return Err(Error::invalid(format!(
-                    "v_out holds {} values, {need_v} needed",
-                    v.len()
-                )));
-            }
-        }
         let layer = Layers::One(layer).raw()?;
-        let kp = k_out.map_or(ptr::null_mut(), |k| k.as_mut_ptr());
-        let vp = v_out.map_or(ptr::null_mut(), |v| v.as_mut_ptr());
-        // SAFETY: Unsafe on the cache (not Sync); outputs were checked to hold
-        // what the geometry needs.
+        let (kp, k_bytes) = k_out.map_or((ptr::null_mut(), 0), |k| {
+            (k.as_mut_ptr(), mem::size_of_val(k) as u64)
+        });
+        let (vp, v_bytes) = v_out.map_or((ptr::null_mut(), 0), |v| {
+            (v.as_mut_ptr(), mem::size_of_val(v) as u64)
+        });
+        // SAFETY: Unsafe on the cache (not Sync); each output is passed with
+        // its size in bytes, which the library checks before writing.
         check(unsafe {
             sys::kvrt_cache_read(
                 self.raw,
@@ -707,7 +695,9 @@ impl Cache {
                 len_u32(cells.len(), "cells")?,
                 cells.as_ptr(),
                 kp,
+                k_bytes,
                 vp,
+                v_bytes,
             )
         })
     }
