@@ -109,6 +109,21 @@
  *
  * Log messages reach the application only through the callback it gives at
  * context creation; the library itself never writes to stdout or stderr.
+ *
+ * Environment variables
+ * ---------------------
+ * A few environment variables let a user steer kvrt without changing the
+ * application. They choose only what the application left to kvrt, never
+ * against an explicit choice:
+ * - KVRT_DEVICE picks the device where kvrt_context_desc.device is NULL or
+ *   "" (kvrt_context_create; an imported context has the application's).
+ * - KVRT_KERNELS picks the kernel variants where no kernel flag
+ *   (KVRT_CONTEXT_PORTABLE_KERNELS, _SHUFFLE_KERNELS, _TILED_KERNELS) is set.
+ * Where the application chose, the variable is not read (a bad value is then
+ * no error), and a log message at KVRT_LOG_LEVEL_INFO says it was ignored.
+ * KVRT_VALIDATION=1 (or gpu) can only add validation: it turns
+ * KVRT_CONTEXT_VALIDATION on, never off. KVRT_DEVICE_PROFILE is for tests
+ * (kvrt_enumerate_devices).
  */
 #ifndef KVRT_H
 #define KVRT_H
@@ -418,11 +433,12 @@ typedef enum kvrt_context_flag_bits {
      * more invocations (kvrt_device_info.subgroup_ops, .subgroup_size); it
      * never falls back. Excludes KVRT_CONTEXT_PORTABLE_KERNELS.
      *
-     * Without any of these flags kvrt picks per device. The environment
-     * variable KVRT_KERNELS, when set, overrides the three flags:
-     * "portable", "shuffle", "tiled" (each as its flag) or "auto" (kvrt's
-     * pick); any other value fails creation with
-     * KVRT_ERROR_INVALID_ARGUMENT. */
+     * Without any of these flags kvrt picks per device, and the environment
+     * variable KVRT_KERNELS, when set, may make the choice instead (see
+     * "Environment variables"): "portable", "shuffle", "tiled" (each as its
+     * flag) or "auto" (kvrt's pick); any other value then fails creation
+     * with KVRT_ERROR_INVALID_ARGUMENT. With one of the flags set, the flag
+     * stands and KVRT_KERNELS is not read. */
     KVRT_CONTEXT_SHUFFLE_KERNELS = 0x00000008,
     /* Run every attention call with the kernel that loads K/V tiles into
      * shared memory once per workgroup of query rows (meant for prefill and
@@ -437,10 +453,12 @@ typedef struct kvrt_context_desc {
     kvrt_struct_type type;
     const void* next;
     kvrt_flags flags;           /* kvrt_context_flag_bits */
-    /* Which device kvrt_context_create picks: NULL or "" for the default
-     * (discrete > integrated > virtual > CPU, first of each), a decimal index in
-     * kvrt_enumerate_devices order, or a case-insensitive substring of the
-     * device name. The environment variable KVRT_DEVICE, when set, overrides it. */
+    /* Which device kvrt_context_create picks: NULL or "" leaves the choice to
+     * kvrt (the device named by the environment variable KVRT_DEVICE when it
+     * is set and not empty, else discrete > integrated > virtual > CPU, first
+     * of each); otherwise a decimal index in kvrt_enumerate_devices order, or
+     * a case-insensitive substring of the device name, which stands whatever
+     * KVRT_DEVICE says (see "Environment variables"). */
     const char* device;
     kvrt_log_fn log_callback;   /* NULL: messages are dropped */
     void* log_user_data;
@@ -509,13 +527,16 @@ typedef struct kvrt_context_stats {
 KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* count);
 
 /* Creates a context: its own Vulkan instance and device on the device chosen by
- * desc->device (or KVRT_DEVICE), with one compute queue. `desc` may be NULL for
+ * desc->device (or, where that is NULL or "", by KVRT_DEVICE), with one
+ * compute queue. `desc` may be NULL for
  * all defaults; it accepts a kvrt_pipeline_cache_desc on its chain. Fails
  * with KVRT_ERROR_INVALID_ARGUMENT for a NULL `out_context`, a wrong
  * desc->type, a bad chain, unknown or conflicting flags, or a bad
- * KVRT_KERNELS or KVRT_DEVICE_PROFILE; KVRT_ERROR_UNSUPPORTED when there is no Vulkan loader, no
- * matching device, a requested layer is missing, or the device cannot run
- * the kernels forced by KVRT_CONTEXT_SHUFFLE_KERNELS or KVRT_KERNELS;
+ * KVRT_KERNELS (where it applies) or KVRT_DEVICE_PROFILE;
+ * KVRT_ERROR_UNSUPPORTED when there is no Vulkan loader, no device matching
+ * desc->device (or KVRT_DEVICE where it applies), a requested layer is
+ * missing, or the device cannot run the kernels forced by
+ * KVRT_CONTEXT_SHUFFLE_KERNELS or KVRT_KERNELS;
  * KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY when Vulkan runs out;
  * KVRT_ERROR_DEVICE_LOST or KVRT_ERROR_INTERNAL for other Vulkan failures.
  * Thread-safety: Safe. */

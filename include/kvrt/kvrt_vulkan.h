@@ -62,8 +62,9 @@ typedef struct kvrt_vulkan_import_desc {
  * NULL arguments, mistyped or badly chained structs and missing handles;
  * KVRT_ERROR_UNSUPPORTED for a device below Vulkan 1.1, a queue family
  * without compute, or a device that cannot run the kernels forced by
- * KVRT_CONTEXT_SHUFFLE_KERNELS or KVRT_KERNELS; KVRT_ERROR_OUT_OF_HOST_MEMORY
- * or _OUT_OF_DEVICE_MEMORY.
+ * KVRT_CONTEXT_SHUFFLE_KERNELS or by KVRT_KERNELS (read only when `desc` sets
+ * no kernel flag; see "Environment variables" in kvrt.h);
+ * KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY.
  * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_context_import(const kvrt_context_desc* desc,
                                          const kvrt_vulkan_import_desc* vulkan,

@@ -358,14 +358,33 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
         d.next = &foreign;
         r.push_back(err("kvrt_context_create", "a foreign struct chained", inv, N, create(d)));
         d.next = nullptr;
-        if (!std::getenv("KVRT_DEVICE")) {
-            d.device = "no device has this name";
-            r.push_back(err("kvrt_context_create", "device \"no device has this name\"", KVRT_ERROR_UNSUPPORTED, N,
-                            create(d)));
-            d.device = "4294967295";
-            r.push_back(err("kvrt_context_create", "device index 4294967295", KVRT_ERROR_UNSUPPORTED, N,
-                            create(d)));
-        }
+        // An explicit device stands whatever KVRT_DEVICE says.
+        d.device = "no device has this name";
+        r.push_back(err("kvrt_context_create", "device \"no device has this name\"", KVRT_ERROR_UNSUPPORTED, N,
+                        create(d)));
+        d.device = "4294967295";
+        r.push_back(err("kvrt_context_create", "device index 4294967295", KVRT_ERROR_UNSUPPORTED, N, create(d)));
+        const auto with_env = [](const char* name, const char* value, std::function<Outcome()> call) {
+            return [name, value, call] {
+                ScopedEnv env(name, value);
+                return call();
+            };
+        };
+        d.device = "no device has this name";
+        r.push_back(err("kvrt_context_create", "device \"no device has this name\" while KVRT_DEVICE=0: not replaced",
+                        KVRT_ERROR_UNSUPPORTED, N, with_env("KVRT_DEVICE", "0", create(d))));
+        d.device = nullptr;
+        r.push_back(err("kvrt_context_create", "KVRT_DEVICE naming no device, desc->device NULL: the variable chooses",
+                        KVRT_ERROR_UNSUPPORTED, N, with_env("KVRT_DEVICE", "no device has this name", create(d))));
+        r.push_back(err("kvrt_context_create", "KVRT_KERNELS='fast' with no kernel flag: the variable is read", inv, N,
+                        with_env("KVRT_KERNELS", "fast", create(d))));
+        d.flags = KVRT_CONTEXT_PORTABLE_KERNELS;
+        r.push_back(noop("kvrt_context_create", "KVRT_KERNELS='fast' with a kernel flag: not read, created", N,
+                         with_env("KVRT_KERNELS", "fast", [create, d] {
+                             const Outcome o = create(d)();
+                             return Outcome{holds(o.r == KVRT_SUCCESS), o.message};
+                         })));
+        d.flags = 0;
     }
     const auto import = [](kvrt_vulkan_import_desc v, const kvrt_context_desc* desc) {
         return [v, desc] {
