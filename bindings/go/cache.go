@@ -24,8 +24,8 @@ type RoPEMode int32
 
 // The RoPE modes.
 const (
-	RoPENormal RoPEMode = C.KVRT_ROPE_NORMAL // pairs (2i, 2i+1)
-	RoPENeox   RoPEMode = C.KVRT_ROPE_NEOX   // pairs (i, i + n_rot/2)
+	RoPENormal RoPEMode = C.KVRT_ROPE_MODE_NORMAL // pairs (2i, 2i+1)
+	RoPENeox   RoPEMode = C.KVRT_ROPE_MODE_NEOX   // pairs (i, i + n_rot/2)
 )
 
 // RoPE is the model's rotary embedding (kvrt_rope_desc), used when kvrt

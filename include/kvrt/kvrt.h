@@ -407,7 +407,7 @@ typedef struct kvrt_device_info {
             {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f                    \
     }
 
-/* Options of kvrt_context_create and kvrt_context_import. */
+/* Options of kvrt_context_create and kvrt_context_import_vulkan. */
 typedef enum kvrt_context_flag_bits {
     /* Enable the Khronos validation layer (core and synchronization checks) and
      * route its messages to the log callback. Also enabled when the environment
@@ -415,8 +415,8 @@ typedef enum kvrt_context_flag_bits {
      * layer's GPU-assisted mode instead of synchronization validation (every
      * kernel instrumented to report accesses outside its bindings; much
      * slower). Creation fails with KVRT_ERROR_UNSUPPORTED if the layer is not
-     * installed. Ignored by kvrt_context_import (the application owns the
-     * instance). */
+     * installed. Ignored by kvrt_context_import_vulkan (the application owns
+     * the instance). */
     KVRT_CONTEXT_VALIDATION = 0x00000001,
     /* Never map device memory: all uploads and downloads go through staging
      * buffers, as on GPUs whose device-local memory is not host-visible. Meant
@@ -788,8 +788,8 @@ typedef enum kvrt_layout {
 } kvrt_layout;
 
 typedef enum kvrt_rope_mode {
-    KVRT_ROPE_NORMAL = 0, /* pairs (2i, 2i+1) */
-    KVRT_ROPE_NEOX = 1,   /* pairs (i, i + n_rot/2) */
+    KVRT_ROPE_MODE_NORMAL = 0, /* pairs (2i, 2i+1) */
+    KVRT_ROPE_MODE_NEOX = 1,   /* pairs (i, i + n_rot/2) */
     KVRT_ROPE_MODE_MAX_ENUM = 0x7FFFFFFF
 } kvrt_rope_mode;
 
@@ -813,7 +813,7 @@ typedef struct kvrt_rope_desc {
 } kvrt_rope_desc;
 
 #define KVRT_ROPE_DESC_INIT \
-    { KVRT_STRUCT_TYPE_ROPE_DESC, NULL, KVRT_ROPE_NORMAL, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0 }
+    { KVRT_STRUCT_TYPE_ROPE_DESC, NULL, KVRT_ROPE_MODE_NORMAL, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0 }
 
 typedef enum kvrt_cache_flag_bits {
     /* Deferred RoPE: the engine stores K before rotation, and attention

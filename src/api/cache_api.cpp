@@ -392,7 +392,7 @@ KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32
 
 extern "C" {
 
-KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
+KVRT_API kvrt_result kvrt_cache_static_get_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
                                                   kvrt_kv_array array, kvrt_static_window* out) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
@@ -434,7 +434,7 @@ KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq,
     });
 }
 
-KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
+KVRT_API kvrt_result kvrt_cache_static_get_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
                                                 uint64_t out_bytes) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
@@ -444,7 +444,7 @@ KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, k
     });
 }
 
-KVRT_API kvrt_result kvrt_cache_get_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
+KVRT_API kvrt_result kvrt_cache_static_get_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_STATIC_STATS));

@@ -44,7 +44,7 @@ kvrt_cache_desc CacheRun::cache_desc() const {
 
 kvrt_rope_desc CacheRun::model_rope() const {
     kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
-    rope.mode = KVRT_ROPE_NORMAL;
+    rope.mode = KVRT_ROPE_MODE_NORMAL;
     rope.freq_base = static_cast<float>(model_.config().rope_base);
     return rope;
 }

@@ -149,12 +149,12 @@ TEST_CASE("output structs keep the caller's type and next, and nothing after the
         KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, c.out()));
         store(c, 0, 0, 3);
         Guarded<kvrt_static_window> w(kvrt_static_window KVRT_STATIC_WINDOW_INIT);
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 0, 1, 0, KVRT_KV_ARRAY_K, &w.value));
-        check_kept(w, KVRT_STRUCT_TYPE_STATIC_WINDOW, "kvrt_cache_get_static_window");
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, 0, 1, 0, KVRT_KV_ARRAY_K, &w.value));
+        check_kept(w, KVRT_STRUCT_TYPE_STATIC_WINDOW, "kvrt_cache_static_get_window");
         CHECK(w.value.n_valid == 3);
         Guarded<kvrt_static_stats> st(kvrt_static_stats KVRT_STATIC_STATS_INIT);
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(c, 0, &st.value));
-        check_kept(st, KVRT_STRUCT_TYPE_STATIC_STATS, "kvrt_cache_get_static_stats");
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(c, 0, &st.value));
+        check_kept(st, KVRT_STRUCT_TYPE_STATIC_STATS, "kvrt_cache_static_get_stats");
         CHECK(st.value.rows_appended == 3);
     }
     {
@@ -253,8 +253,8 @@ TEST_CASE("KVRT_TYPE_UNDEFINED is refused wherever a type is required", "[abi]")
         sd.next = &sl;
         KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &sd, c.out()));
         float mask[8];
-        CHECK(kvrt_cache_get_static_mask(c, 0, U, mask, sizeof mask) == A);
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
+        CHECK(kvrt_cache_static_get_mask(c, 0, U, mask, sizeof mask) == A);
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
     }
 
     const Geometry g = shape(1, 2, 16, 8, 8, 1);

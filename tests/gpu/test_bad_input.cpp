@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 using namespace kvrt_test;
 using namespace kvrt_test::bad_input;
@@ -198,10 +199,10 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
         }
         case Target::StaticCache: {
             kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-            KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(w.static_cache, -1, &st));
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(w.static_cache, -1, &st));
             put(&st.rows_appended, sizeof st.rows_appended);
             kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
-            KVRT_REQUIRE_OK(kvrt_cache_get_static_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
             put(&win.offset, sizeof win.offset);
             put(&win.n_valid, sizeof win.n_valid);
             put(&win.pos_last, sizeof win.pos_last);
@@ -209,7 +210,7 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
             KVRT_REQUIRE_OK(kvrt_buffer_download(win.buffer, win.offset, rows.data(), rows.size()));
             put(rows.data(), rows.size());
             float mask[World::kStaticSeqLen];
-            KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(w.static_cache, 0, KVRT_TYPE_F32, mask, sizeof mask));
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_mask(w.static_cache, 0, KVRT_TYPE_F32, mask, sizeof mask));
             put(mask, sizeof mask);
             break;
         }
@@ -276,6 +277,11 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
     }));
     r.push_back(noop("kvrt_version", "no arguments: the header's version", N,
                      [] { return Outcome{holds(kvrt_version() == KVRT_VERSION), ""}; }));
+    r.push_back(noop("kvrt_version", "KVRT_VERSION and KVRT_MAKE_VERSION are of its type", N, [] {
+        const bool same = std::is_same<decltype(KVRT_VERSION), decltype(kvrt_version())>::value &&
+                          std::is_same<decltype(KVRT_MAKE_VERSION(1, 2, 3)), decltype(kvrt_version())>::value;
+        return Outcome{holds(same && KVRT_MAKE_VERSION(1, 2, 3) == ((1u << 22) | (2u << 12) | 3u)), ""};
+    }));
     r.push_back(noop("kvrt_version_string", "no arguments: never NULL", N, [] {
         const char* s = kvrt_version_string();
         return Outcome{holds(s && *s), ""};
@@ -323,7 +329,7 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
         uint32_t n = 1;
         return out(kvrt_enumerate_devices(&info, &n));
     }));
-    // kvrt_context_create and kvrt_context_import: `out` must stay NULL.
+    // kvrt_context_create and kvrt_context_import_vulkan: `out` must stay NULL.
     const auto create = [](kvrt_context_desc d) {
         return [d]() mutable {
             kvrt_context c = reinterpret_cast<kvrt_context>(&d);
@@ -389,7 +395,7 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
     const auto import = [](kvrt_vulkan_import_desc v, const kvrt_context_desc* desc) {
         return [v, desc] {
             kvrt_context c = reinterpret_cast<kvrt_context>(&c);
-            Outcome o = out(kvrt_context_import(desc, &v, &c));
+            Outcome o = out(kvrt_context_import_vulkan(desc, &v, &c));
             if (c) {
                 if (c != reinterpret_cast<kvrt_context>(&c)) kvrt_context_destroy(c);
                 if (o.r != KVRT_SUCCESS) o.r = KVRT_ERROR_INTERNAL;  // a handle despite the error
@@ -399,24 +405,24 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
     };
     {
         kvrt_vulkan_import_desc v = KVRT_VULKAN_IMPORT_DESC_INIT;
-        r.push_back(err("kvrt_context_import", "vulkan NULL", inv, N, [] {
+        r.push_back(err("kvrt_context_import_vulkan", "vulkan NULL", inv, N, [] {
             kvrt_context c = nullptr;
-            return out(kvrt_context_import(nullptr, nullptr, &c));
+            return out(kvrt_context_import_vulkan(nullptr, nullptr, &c));
         }));
-        r.push_back(err("kvrt_context_import", "out_context NULL", inv, N, [v] { return out(kvrt_context_import(nullptr, &v, nullptr)); }));
-        r.push_back(err("kvrt_context_import", "every Vulkan handle VK_NULL_HANDLE", inv, N, import(v, nullptr)));
+        r.push_back(err("kvrt_context_import_vulkan", "out_context NULL", inv, N, [v] { return out(kvrt_context_import_vulkan(nullptr, &v, nullptr)); }));
+        r.push_back(err("kvrt_context_import_vulkan", "every Vulkan handle VK_NULL_HANDLE", inv, N, import(v, nullptr)));
         v.type = bad_enum<kvrt_struct_type>(-7);
-        r.push_back(err("kvrt_context_import", "vulkan->type -7", inv, N, import(v, nullptr)));
+        r.push_back(err("kvrt_context_import_vulkan", "vulkan->type -7", inv, N, import(v, nullptr)));
         v = kvrt_vulkan_import_desc KVRT_VULKAN_IMPORT_DESC_INIT;
         static const Foreign foreign;
         v.next = &foreign;
-        r.push_back(err("kvrt_context_import", "a foreign struct chained", inv, N, import(v, nullptr)));
+        r.push_back(err("kvrt_context_import_vulkan", "a foreign struct chained", inv, N, import(v, nullptr)));
         static kvrt_context_desc bad_desc = [] {
             kvrt_context_desc d = KVRT_CONTEXT_DESC_INIT;
             d.type = KVRT_STRUCT_TYPE_STREAM_DESC;
             return d;
         }();
-        r.push_back(err("kvrt_context_import", "desc of another struct type", inv, N,
+        r.push_back(err("kvrt_context_import_vulkan", "desc of another struct type", inv, N,
                         import(kvrt_vulkan_import_desc KVRT_VULKAN_IMPORT_DESC_INIT, &bad_desc)));
     }
     r.push_back(noop("kvrt_context_destroy", "NULL", N, [] {
@@ -562,7 +568,7 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
     }));
     r.push_back(noop("kvrt_buffer_destroy", "a static window's buffer (the cache's)", Target::StaticCache, [&w] {
         kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
-        if (kvrt_cache_get_static_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_V, &win) != KVRT_SUCCESS)
+        if (kvrt_cache_static_get_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_V, &win) != KVRT_SUCCESS)
             return Outcome{KVRT_ERROR_INTERNAL, ""};
         kvrt_buffer_destroy(win.buffer);
         uint64_t size = 0;

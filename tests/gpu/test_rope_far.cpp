@@ -40,10 +40,10 @@ struct RopeCase {
     bool yarn;
 };
 const RopeCase kRopeCases[] = {
-    {"normal", KVRT_ROPE_NORMAL, false},
-    {"neox", KVRT_ROPE_NEOX, false},
-    {"normal yarn", KVRT_ROPE_NORMAL, true},
-    {"neox yarn", KVRT_ROPE_NEOX, true},
+    {"normal", KVRT_ROPE_MODE_NORMAL, false},
+    {"neox", KVRT_ROPE_MODE_NEOX, false},
+    {"normal yarn", KVRT_ROPE_MODE_NORMAL, true},
+    {"neox yarn", KVRT_ROPE_MODE_NEOX, true},
 };
 
 kvrt_rope_desc rope_desc(const RopeCase& rc) {
@@ -64,7 +64,7 @@ kvrt_rope_desc rope_desc(const RopeCase& rc) {
 ref::RopeParams ref_rope(const kvrt_rope_desc& r) {
     ref::RopeParams p;
     p.n_rot = static_cast<int>(kDim);
-    p.neox = r.mode == KVRT_ROPE_NEOX;
+    p.neox = r.mode == KVRT_ROPE_MODE_NEOX;
     p.freq_base = r.freq_base;
     if (r.freq_scale != 0.0f) p.freq_scale = r.freq_scale;
     p.ext_factor = r.ext_factor;

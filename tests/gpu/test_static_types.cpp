@@ -431,7 +431,7 @@ namespace {
 ref::RopeParams ref_rope(const kvrt_rope_desc& rp, uint32_t dim) {
     ref::RopeParams r;
     r.n_rot = rp.n_rot ? static_cast<int>(rp.n_rot) : static_cast<int>(dim);
-    r.neox = rp.mode == KVRT_ROPE_NEOX;
+    r.neox = rp.mode == KVRT_ROPE_MODE_NEOX;
     return r;
 }
 
@@ -464,7 +464,7 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
     for (kvrt_type t : {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}) {
-        for (kvrt_rope_mode mode : {KVRT_ROPE_NORMAL, KVRT_ROPE_NEOX}) {
+        for (kvrt_rope_mode mode : {KVRT_ROPE_MODE_NORMAL, KVRT_ROPE_MODE_NEOX}) {
             // Whole and partial rotation. Rows of whole words take the
             // streaming kernel, U8 rotating 22 of 32 dims keeps the codes
             // of the rest of its last word, and U8 heads of 10 bytes (2-byte
@@ -559,7 +559,7 @@ TEST_CASE("deferred RoPE over static-scale K: shifts leave K alone and attention
         s.dv = 64;
         s.capacity = 128;
         s.k_type = s.v_type = t;
-        s.rope.mode = KVRT_ROPE_NEOX;
+        s.rope.mode = KVRT_ROPE_MODE_NEOX;
         s.flags = KVRT_CACHE_DEFERRED_ROPE;
         StaticCache shifted(ctx, s), fresh(ctx, s);
         const uint32_t n = 60;

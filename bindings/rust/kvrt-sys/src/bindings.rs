@@ -587,8 +587,8 @@ pub const KVRT_LAYOUT_STATIC: kvrt_layout = 2;
 pub const KVRT_LAYOUT_PAGED: kvrt_layout = 3;
 pub const KVRT_LAYOUT_MAX_ENUM: kvrt_layout = 2147483647;
 pub type kvrt_layout = ::core::ffi::c_uint;
-pub const KVRT_ROPE_NORMAL: kvrt_rope_mode = 0;
-pub const KVRT_ROPE_NEOX: kvrt_rope_mode = 1;
+pub const KVRT_ROPE_MODE_NORMAL: kvrt_rope_mode = 0;
+pub const KVRT_ROPE_MODE_NEOX: kvrt_rope_mode = 1;
 pub const KVRT_ROPE_MODE_MAX_ENUM: kvrt_rope_mode = 2147483647;
 pub type kvrt_rope_mode = ::core::ffi::c_uint;
 #[repr(C)]

@@ -340,8 +340,8 @@ impl CacheDesc {
         let mut next: *const std::ffi::c_void = ptr::null();
         if let Some(r) = &self.rope {
             rope.mode = match r.mode {
-                RopeMode::Normal => sys::KVRT_ROPE_NORMAL,
-                RopeMode::Neox => sys::KVRT_ROPE_NEOX,
+                RopeMode::Normal => sys::KVRT_ROPE_MODE_NORMAL,
+                RopeMode::Neox => sys::KVRT_ROPE_MODE_NEOX,
             };
             rope.n_rot = r.n_rot;
             rope.freq_base = r.freq_base;
@@ -869,7 +869,7 @@ impl Cache {
     }
 
     /// The current window of `seq` for (`layer`, `kv_head`, `array`) of a
-    /// static-layout cache (`kvrt_cache_get_static_window`). It borrows the
+    /// static-layout cache (`kvrt_cache_static_get_window`). It borrows the
     /// cache: store again only after dropping it.
     pub fn static_window(
         &self,
@@ -882,7 +882,7 @@ impl Cache {
         let layer = Layers::One(layer).raw()?;
         // SAFETY: Unsafe on the cache (not Sync).
         check(unsafe {
-            sys::kvrt_cache_get_static_window(self.raw, seq, layer, kv_head, array.raw(), &mut w)
+            sys::kvrt_cache_static_get_window(self.raw, seq, layer, kv_head, array.raw(), &mut w)
         })?;
         let mut size = 0u64;
         // SAFETY: the window's buffer is owned by the cache and live.
@@ -907,11 +907,11 @@ impl Cache {
     }
 
     /// The attention mask of `seq`'s next step as f32 (S entries: 0 for
-    /// valid rows and the new token, -inf for padding) (`kvrt_cache_get_static_mask`).
+    /// valid rows and the new token, -inf for padding) (`kvrt_cache_static_get_mask`).
     pub fn static_mask(&self, seq: i32, out: &mut [f32]) -> Result<()> {
         // SAFETY: Unsafe on the cache (not Sync); `out_bytes` bounds the write.
         check(unsafe {
-            sys::kvrt_cache_get_static_mask(
+            sys::kvrt_cache_static_get_mask(
                 self.raw,
                 seq,
                 sys::KVRT_TYPE_F32,
@@ -925,7 +925,7 @@ impl Cache {
     pub fn static_mask_f16(&self, seq: i32, out: &mut [u16]) -> Result<()> {
         // SAFETY: as in static_mask.
         check(unsafe {
-            sys::kvrt_cache_get_static_mask(
+            sys::kvrt_cache_static_get_mask(
                 self.raw,
                 seq,
                 sys::KVRT_TYPE_F16,
@@ -936,11 +936,11 @@ impl Cache {
     }
 
     /// The window counters of `seq`, or of every sequence with `None`
-    /// (`kvrt_cache_get_static_stats`).
+    /// (`kvrt_cache_static_get_stats`).
     pub fn static_stats(&self, seq: Option<i32>) -> Result<StaticStats> {
         let mut s = sys::KVRT_STATIC_STATS_INIT;
         // SAFETY: Unsafe on the cache (not Sync).
-        check(unsafe { sys::kvrt_cache_get_static_stats(self.raw, seq.unwrap_or(-1), &mut s) })?;
+        check(unsafe { sys::kvrt_cache_static_get_stats(self.raw, seq.unwrap_or(-1), &mut s) })?;
         Ok(StaticStats {
             rows_appended: s.rows_appended,
             slides: s.slides,
