@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 1
+#define KVRT_VERSION_MINOR 2
 #define KVRT_VERSION_PATCH 0
 
 /* Packs a version the way Vulkan does: 10 bits major, 10 bits minor, 12 bits
