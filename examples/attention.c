@@ -73,7 +73,7 @@ static void store_tokens(kvrt_cache cache, int first, int count) {
 
 int main(void) {
     /* 1. A context on the default device (KVRT_DEVICE=<index|name> picks
-     * another one). */
+     * another one: the descriptor leaves the device to kvrt). */
     kvrt_context_desc context_desc = KVRT_CONTEXT_DESC_INIT;
     context_desc.log_callback = log_message;
     kvrt_context ctx;

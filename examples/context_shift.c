@@ -62,7 +62,7 @@ int main(void) {
      * here the model's RoPE, which kvrt needs to rotate keys when positions
      * move. The library refuses a chained struct it does not know. */
     kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
-    rope.mode = KVRT_ROPE_NEOX;
+    rope.mode = KVRT_ROPE_MODE_NEOX;
     rope.freq_base = 10000.0f;
 
     kvrt_cache_desc cache_desc = KVRT_CACHE_DESC_INIT;

@@ -112,7 +112,7 @@ int main(void) {
 
     /* The state after the update, for comparison. */
     float state[N_SLOTS][DIM];
-    check(kvrt_memory_get_state(memory, 0, 0, &state[0][0]), "kvrt_memory_get_state");
+    check(kvrt_memory_get_state(memory, 0, 0, &state[0][0], sizeof state), "kvrt_memory_get_state");
 
     /* The same on the CPU. */
     double mv[N_SLOTS][DIM] = {{0}}, ww[N_SLOTS], want[DIM] = {0}, max_err = 0.0;

@@ -87,7 +87,7 @@ static void append(kvrt_cache cache, int t) {
  * Returns 1 on a mismatch. */
 static int show(kvrt_cache cache, const char* what, int oldest, int newest, uint64_t* first_offset) {
     kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
-    check(kvrt_cache_get_static_window(cache, 0, 0, 0, KVRT_KV_ARRAY_K, &w), "kvrt_cache_get_static_window");
+    check(kvrt_cache_static_get_window(cache, 0, 0, 0, KVRT_KV_ARRAY_K, &w), "kvrt_cache_static_get_window");
     if (*first_offset == UINT64_MAX) *first_offset = w.offset - w.row_stride; /* after the first append */
 
     /* What the graph binds: the window's bytes (here copied to the host) and
@@ -98,7 +98,7 @@ static int show(kvrt_cache cache, const char* what, int oldest, int newest, uint
         exit(1);
     }
     check(kvrt_buffer_download(w.buffer, w.offset, rows, w.bytes), "kvrt_buffer_download");
-    check(kvrt_cache_get_static_mask(cache, 0, KVRT_TYPE_F32, mask, sizeof mask), "kvrt_cache_get_static_mask");
+    check(kvrt_cache_static_get_mask(cache, 0, KVRT_TYPE_F32, mask, sizeof mask), "kvrt_cache_static_get_mask");
 
     printf("%-8s %2d: window at row %llu of the region, %u valid (positions %d..%d)", what, newest,
            (unsigned long long)((w.offset - *first_offset) / w.row_stride), w.n_valid, w.pos_first, w.pos_last);
@@ -154,7 +154,7 @@ int main(void) {
     /* The slides so far: with R = 2 a window slides once per S-1 appends
      * after the first fill, copying the rows it keeps. */
     kvrt_static_stats stats = KVRT_STATIC_STATS_INIT;
-    check(kvrt_cache_get_static_stats(cache, 0, &stats), "kvrt_cache_get_static_stats");
+    check(kvrt_cache_static_get_stats(cache, 0, &stats), "kvrt_cache_static_get_stats");
     printf("%llu rows appended, %llu slides, %llu rows moved per window\n",
            (unsigned long long)stats.rows_appended, (unsigned long long)stats.slides,
            (unsigned long long)stats.rows_moved);

@@ -24,8 +24,8 @@ type RoPEMode int32
 
 // The RoPE modes.
 const (
-	RoPENormal RoPEMode = C.KVRT_ROPE_NORMAL // pairs (2i, 2i+1)
-	RoPENeox   RoPEMode = C.KVRT_ROPE_NEOX   // pairs (i, i + n_rot/2)
+	RoPENormal RoPEMode = C.KVRT_ROPE_MODE_NORMAL // pairs (2i, 2i+1)
+	RoPENeox   RoPEMode = C.KVRT_ROPE_MODE_NEOX   // pairs (i, i + n_rot/2)
 )
 
 // RoPE is the model's rotary embedding (kvrt_rope_desc), used when kvrt
@@ -542,7 +542,9 @@ func (c *Cache) Write(s *Stream, cells []uint32, layer int, k, v Tensor) error {
 
 // Read reads K and V of cells in one layer, dequantized to f32
 // (kvrt_cache_read): k gets len(cells)*KVHeads*HeadDimK values and v
-// len(cells)*KVHeads*HeadDimV; either may be nil.
+// len(cells)*KVHeads*HeadDimV; either may be nil. A shorter slice is
+// ErrInvalidArgument and nothing is written; values beyond those needed are
+// left as they were.
 func (c *Cache) Read(layer int, cells []uint32, k, v []float32) error {
 	const op = "kvrt_cache_read"
 	if _, err := c.layerCount(op, layer); err != nil || layer == AllLayers {
@@ -552,15 +554,21 @@ func (c *Cache) Read(layer int, cells []uint32, k, v []float32) error {
 		return err
 	}
 	n := len(cells)
-	if k != nil && len(k) < n*int(c.kvHeads*c.dimK) {
-		return argError(op, "k holds %d values, %d cells need %d", len(k), n, n*int(c.kvHeads*c.dimK))
+	// An empty slice that is not nil asks for the array: the library gets a
+	// pointer (to one unused value) and its size, 0 bytes, and refuses it.
+	var none [1]float32
+	kp, vp := slicePtr(k), slicePtr(v)
+	if k != nil && len(k) == 0 {
+		kp = unsafe.Pointer(&none[0])
 	}
-	if v != nil && len(v) < n*int(c.kvHeads*c.dimV) {
-		return argError(op, "v holds %d values, %d cells need %d", len(v), n, n*int(c.kvHeads*c.dimV))
+	if v != nil && len(v) == 0 {
+		vp = unsafe.Pointer(&none[0])
 	}
-	cp, kp, vp := slicePtr(cells), slicePtr(k), slicePtr(v)
+	kb, vb := C.uint64_t(len(k))*4, C.uint64_t(len(v))*4
+	cp := slicePtr(cells)
 	return c.run(op, nil, nil, func(h C.kvrt_cache, _ C.kvrt_stream) C.kvrt_result {
-		return C.kvrt_cache_read(h, C.int32_t(layer), C.uint32_t(n), (*C.uint32_t)(cp), (*C.float)(kp), (*C.float)(vp))
+		return C.kvrt_cache_read(h, C.int32_t(layer), C.uint32_t(n), (*C.uint32_t)(cp), (*C.float)(kp), kb,
+			(*C.float)(vp), vb)
 	})
 }
 

@@ -61,16 +61,17 @@ type ContextOptions struct {
 	PortableKernels bool
 	// ShuffleKernels forces the subgroup-shuffle kernels, also on CPU drivers
 	// (KVRT_CONTEXT_SHUFFLE_KERNELS); NewContext fails with ErrUnsupported on a
-	// device without them. KVRT_KERNELS=portable|shuffle|tiled|auto overrides
-	// these options.
+	// device without them. KVRT_KERNELS=portable|shuffle|tiled|auto in the
+	// environment chooses only when none of these options is set.
 	ShuffleKernels bool
 	// TiledKernels runs every attention call with the kernel that loads K/V
 	// tiles into shared memory once per workgroup of query rows
 	// (KVRT_CONTEXT_TILED_KERNELS); it excludes the two options above.
 	TiledKernels bool
-	// Device picks the device: "" for the default, a decimal index in Devices
-	// order, or a case-insensitive substring of the name. KVRT_DEVICE in the
-	// environment overrides it.
+	// Device picks the device: a decimal index in Devices order, or a
+	// case-insensitive substring of the name; "" leaves the choice to kvrt
+	// (KVRT_DEVICE in the environment, else the default). A device given here
+	// stands whatever KVRT_DEVICE says.
 	Device string
 	// Log receives the context's log messages at LogLevel and above; nil
 	// drops them.

@@ -543,6 +543,25 @@ func TestMisuse(t *testing.T) {
 		kvrt.Output{F32: make([]float32, 3)}, nil); !errors.Is(err, kvrt.ErrInvalidArgument) {
 		t.Fatalf("short out: %v", err)
 	}
+	// Read outputs shorter than the cells need: the library refuses them
+	// (it gets each slice's size) and writes nothing; an empty slice that is
+	// not nil is refused too.
+	cells := storeTokens(t, c, nil, 0, 0, 2)
+	k, v := make([]float32, 2*nKVHeads*headDim), make([]float32, 2*nKVHeads*headDim-1)
+	for i := range v {
+		k[i], v[i] = 7, 7
+	}
+	if err := c.Read(0, cells, k, v); !errors.Is(err, kvrt.ErrInvalidArgument) {
+		t.Fatalf("short v: %v", err)
+	}
+	for i := range v {
+		if k[i] != 7 || v[i] != 7 {
+			t.Fatalf("a refused Read wrote value %d", i)
+		}
+	}
+	if err := c.Read(0, cells, []float32{}, nil); !errors.Is(err, kvrt.ErrInvalidArgument) {
+		t.Fatalf("empty k: %v", err)
+	}
 	// An error from the library carries its detail message.
 	err = c.SeqRm(99, 0, -1)
 	if !errors.Is(err, kvrt.ErrInvalidArgument) || !errors.As(err, &kerr) || kerr.Message == "" {

@@ -327,7 +327,8 @@ func (m *Memory) State(seq int32, layer int) ([]float32, error) {
 		return nil, argError("kvrt_memory_get_state", "layer %d out of range (the memory has %d)", layer, m.layers)
 	}
 	err := m.run("kvrt_memory_get_state", nil, nil, func(h C.kvrt_memory, _ C.kvrt_stream) C.kvrt_result {
-		return C.kvrt_memory_get_state(h, C.int32_t(seq), C.int32_t(layer), (*C.float)(slicePtr(out)))
+		return C.kvrt_memory_get_state(h, C.int32_t(seq), C.int32_t(layer), (*C.float)(slicePtr(out)),
+			C.uint64_t(len(out))*4)
 	})
 	if err != nil {
 		return nil, err

@@ -27,14 +27,14 @@ type StaticWindow struct {
 }
 
 // StaticWindow describes the current window of seq for (layer, kvHead,
-// array) (kvrt_cache_get_static_window). The offset moves with every append:
+// array) (kvrt_cache_static_get_window). The offset moves with every append:
 // ask again after each Store.
 func (c *Cache) StaticWindow(seq int32, layer int, kvHead uint32, array KVArray) (StaticWindow, error) {
-	const op = "kvrt_cache_get_static_window"
+	const op = "kvrt_cache_static_get_window"
 	w := C.go_static_window_init()
 	var out StaticWindow
 	err := c.meta(op, func(h C.kvrt_cache) C.kvrt_result {
-		r := C.kvrt_cache_get_static_window(h, C.int32_t(seq), C.int32_t(layer), C.uint32_t(kvHead),
+		r := C.kvrt_cache_static_get_window(h, C.int32_t(seq), C.int32_t(layer), C.uint32_t(kvHead),
 			C.kvrt_kv_array(array), &w)
 		if r == C.KVRT_SUCCESS {
 			out.Buffer = c.windowBuffer(unsafe.Pointer(w.buffer)) // c.o is locked
@@ -70,20 +70,20 @@ func (c *Cache) windowBuffer(h unsafe.Pointer) *Buffer {
 }
 
 // StaticMask writes the attention mask of seq's next step as f32
-// (kvrt_cache_get_static_mask): S entries, 0 for valid rows and the new
+// (kvrt_cache_static_get_mask): S entries, 0 for valid rows and the new
 // token, -Inf for padding; out must hold S values.
 func (c *Cache) StaticMask(seq int32, out []float32) error {
 	p := slicePtr(out)
-	return c.meta("kvrt_cache_get_static_mask", func(h C.kvrt_cache) C.kvrt_result {
-		return C.kvrt_cache_get_static_mask(h, C.int32_t(seq), C.KVRT_TYPE_F32, p, C.uint64_t(4*len(out)))
+	return c.meta("kvrt_cache_static_get_mask", func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_static_get_mask(h, C.int32_t(seq), C.KVRT_TYPE_F32, p, C.uint64_t(4*len(out)))
 	})
 }
 
 // StaticMaskF16 is StaticMask with f16 entries (0x0000 and 0xFC00).
 func (c *Cache) StaticMaskF16(seq int32, out []uint16) error {
 	p := slicePtr(out)
-	return c.meta("kvrt_cache_get_static_mask", func(h C.kvrt_cache) C.kvrt_result {
-		return C.kvrt_cache_get_static_mask(h, C.int32_t(seq), C.KVRT_TYPE_F16, p, C.uint64_t(2*len(out)))
+	return c.meta("kvrt_cache_static_get_mask", func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_static_get_mask(h, C.int32_t(seq), C.KVRT_TYPE_F16, p, C.uint64_t(2*len(out)))
 	})
 }
 
@@ -96,11 +96,11 @@ type StaticStats struct {
 }
 
 // StaticStats reads the counters of seq, or of every sequence when seq < 0
-// (kvrt_cache_get_static_stats).
+// (kvrt_cache_static_get_stats).
 func (c *Cache) StaticStats(seq int32) (StaticStats, error) {
 	st := C.go_static_stats_init()
-	err := c.meta("kvrt_cache_get_static_stats", func(h C.kvrt_cache) C.kvrt_result {
-		return C.kvrt_cache_get_static_stats(h, C.int32_t(seq), &st)
+	err := c.meta("kvrt_cache_static_get_stats", func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_static_get_stats(h, C.int32_t(seq), &st)
 	})
 	runtime.KeepAlive(c)
 	return StaticStats{uint64(st.rows_appended), uint64(st.slides), uint64(st.rows_moved), uint64(st.bytes_moved)}, err

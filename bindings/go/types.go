@@ -6,7 +6,7 @@ import "C"
 import "unsafe"
 
 // Version returns the loaded library's version, packed as
-// KVRT_MAKE_VERSION packs it (kvrt_version).
+// KVRT_MAKE_VERSION packs it: major<<22 | minor<<12 | patch (kvrt_version).
 func Version() uint32 { return uint32(C.kvrt_version()) }
 
 // VersionString returns the loaded library's version as "MAJOR.MINOR.PATCH"

@@ -109,6 +109,21 @@
  *
  * Log messages reach the application only through the callback it gives at
  * context creation; the library itself never writes to stdout or stderr.
+ *
+ * Environment variables
+ * ---------------------
+ * A few environment variables let a user steer kvrt without changing the
+ * application. They choose only what the application left to kvrt, never
+ * against an explicit choice:
+ * - KVRT_DEVICE picks the device where kvrt_context_desc.device is NULL or
+ *   "" (kvrt_context_create; an imported context has the application's).
+ * - KVRT_KERNELS picks the kernel variants where no kernel flag
+ *   (KVRT_CONTEXT_PORTABLE_KERNELS, _SHUFFLE_KERNELS, _TILED_KERNELS) is set.
+ * Where the application chose, the variable is not read (a bad value is then
+ * no error), and a log message at KVRT_LOG_LEVEL_INFO says it was ignored.
+ * KVRT_VALIDATION=1 (or gpu) can only add validation: it turns
+ * KVRT_CONTEXT_VALIDATION on, never off. KVRT_DEVICE_PROFILE is for tests
+ * (kvrt_enumerate_devices).
  */
 #ifndef KVRT_H
 #define KVRT_H
@@ -392,7 +407,7 @@ typedef struct kvrt_device_info {
             {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f                    \
     }
 
-/* Options of kvrt_context_create and kvrt_context_import. */
+/* Options of kvrt_context_create and kvrt_context_import_vulkan. */
 typedef enum kvrt_context_flag_bits {
     /* Enable the Khronos validation layer (core and synchronization checks) and
      * route its messages to the log callback. Also enabled when the environment
@@ -400,8 +415,8 @@ typedef enum kvrt_context_flag_bits {
      * layer's GPU-assisted mode instead of synchronization validation (every
      * kernel instrumented to report accesses outside its bindings; much
      * slower). Creation fails with KVRT_ERROR_UNSUPPORTED if the layer is not
-     * installed. Ignored by kvrt_context_import (the application owns the
-     * instance). */
+     * installed. Ignored by kvrt_context_import_vulkan (the application owns
+     * the instance). */
     KVRT_CONTEXT_VALIDATION = 0x00000001,
     /* Never map device memory: all uploads and downloads go through staging
      * buffers, as on GPUs whose device-local memory is not host-visible. Meant
@@ -418,11 +433,12 @@ typedef enum kvrt_context_flag_bits {
      * more invocations (kvrt_device_info.subgroup_ops, .subgroup_size); it
      * never falls back. Excludes KVRT_CONTEXT_PORTABLE_KERNELS.
      *
-     * Without any of these flags kvrt picks per device. The environment
-     * variable KVRT_KERNELS, when set, overrides the three flags:
-     * "portable", "shuffle", "tiled" (each as its flag) or "auto" (kvrt's
-     * pick); any other value fails creation with
-     * KVRT_ERROR_INVALID_ARGUMENT. */
+     * Without any of these flags kvrt picks per device, and the environment
+     * variable KVRT_KERNELS, when set, may make the choice instead (see
+     * "Environment variables"): "portable", "shuffle", "tiled" (each as its
+     * flag) or "auto" (kvrt's pick); any other value then fails creation
+     * with KVRT_ERROR_INVALID_ARGUMENT. With one of the flags set, the flag
+     * stands and KVRT_KERNELS is not read. */
     KVRT_CONTEXT_SHUFFLE_KERNELS = 0x00000008,
     /* Run every attention call with the kernel that loads K/V tiles into
      * shared memory once per workgroup of query rows (meant for prefill and
@@ -437,10 +453,12 @@ typedef struct kvrt_context_desc {
     kvrt_struct_type type;
     const void* next;
     kvrt_flags flags;           /* kvrt_context_flag_bits */
-    /* Which device kvrt_context_create picks: NULL or "" for the default
-     * (discrete > integrated > virtual > CPU, first of each), a decimal index in
-     * kvrt_enumerate_devices order, or a case-insensitive substring of the
-     * device name. The environment variable KVRT_DEVICE, when set, overrides it. */
+    /* Which device kvrt_context_create picks: NULL or "" leaves the choice to
+     * kvrt (the device named by the environment variable KVRT_DEVICE when it
+     * is set and not empty, else discrete > integrated > virtual > CPU, first
+     * of each); otherwise a decimal index in kvrt_enumerate_devices order, or
+     * a case-insensitive substring of the device name, which stands whatever
+     * KVRT_DEVICE says (see "Environment variables"). */
     const char* device;
     kvrt_log_fn log_callback;   /* NULL: messages are dropped */
     void* log_user_data;
@@ -509,13 +527,16 @@ typedef struct kvrt_context_stats {
 KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* count);
 
 /* Creates a context: its own Vulkan instance and device on the device chosen by
- * desc->device (or KVRT_DEVICE), with one compute queue. `desc` may be NULL for
+ * desc->device (or, where that is NULL or "", by KVRT_DEVICE), with one
+ * compute queue. `desc` may be NULL for
  * all defaults; it accepts a kvrt_pipeline_cache_desc on its chain. Fails
  * with KVRT_ERROR_INVALID_ARGUMENT for a NULL `out_context`, a wrong
  * desc->type, a bad chain, unknown or conflicting flags, or a bad
- * KVRT_KERNELS or KVRT_DEVICE_PROFILE; KVRT_ERROR_UNSUPPORTED when there is no Vulkan loader, no
- * matching device, a requested layer is missing, or the device cannot run
- * the kernels forced by KVRT_CONTEXT_SHUFFLE_KERNELS or KVRT_KERNELS;
+ * KVRT_KERNELS (where it applies) or KVRT_DEVICE_PROFILE;
+ * KVRT_ERROR_UNSUPPORTED when there is no Vulkan loader, no device matching
+ * desc->device (or KVRT_DEVICE where it applies), a requested layer is
+ * missing, or the device cannot run the kernels forced by
+ * KVRT_CONTEXT_SHUFFLE_KERNELS or KVRT_KERNELS;
  * KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY when Vulkan runs out;
  * KVRT_ERROR_DEVICE_LOST or KVRT_ERROR_INTERNAL for other Vulkan failures.
  * Thread-safety: Safe. */
@@ -767,8 +788,8 @@ typedef enum kvrt_layout {
 } kvrt_layout;
 
 typedef enum kvrt_rope_mode {
-    KVRT_ROPE_NORMAL = 0, /* pairs (2i, 2i+1) */
-    KVRT_ROPE_NEOX = 1,   /* pairs (i, i + n_rot/2) */
+    KVRT_ROPE_MODE_NORMAL = 0, /* pairs (2i, 2i+1) */
+    KVRT_ROPE_MODE_NEOX = 1,   /* pairs (i, i + n_rot/2) */
     KVRT_ROPE_MODE_MAX_ENUM = 0x7FFFFFFF
 } kvrt_rope_mode;
 
@@ -792,7 +813,7 @@ typedef struct kvrt_rope_desc {
 } kvrt_rope_desc;
 
 #define KVRT_ROPE_DESC_INIT \
-    { KVRT_STRUCT_TYPE_ROPE_DESC, NULL, KVRT_ROPE_NORMAL, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0 }
+    { KVRT_STRUCT_TYPE_ROPE_DESC, NULL, KVRT_ROPE_MODE_NORMAL, 0, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0 }
 
 typedef enum kvrt_cache_flag_bits {
     /* Deferred RoPE: the engine stores K before rotation, and attention
@@ -1171,15 +1192,21 @@ KVRT_API kvrt_result kvrt_cache_write(kvrt_cache cache, kvrt_stream stream, uint
                                       const uint32_t* cells, int32_t layer, const kvrt_tensor_ref* k,
                                       const kvrt_tensor_ref* v);
 
-/* Reads back K and V of `n_cells` cells of one layer, dequantized to f32:
- * `k_out` gets n_cells * n_kv_heads * head_dim_k floats and `v_out`
- * n_cells * n_kv_heads * head_dim_v (either may be NULL). Waits (up to the
- * context's wait timeout) for submitted work that writes the cache. Fails
- * with KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_ARGUMENT for a layer out
- * of range, a NULL `cells` with n_cells > 0, or a cell out of range;
- * KVRT_ERROR_TIMEOUT or a device error while waiting. Thread-safety: Unsafe. */
-KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n_cells,
-                                     const uint32_t* cells, float* k_out, float* v_out);
+/* Reads back K and V of `n_cells` cells of one layer, dequantized to f32,
+ * cell after cell in the order of `cells`: `k_out` gets n_cells *
+ * n_kv_heads * head_dim_k floats and `v_out` n_cells * n_kv_heads *
+ * head_dim_v. `k_out_bytes` and `v_out_bytes` are the sizes of the two
+ * buffers in bytes and must hold those floats (4 bytes each); bytes beyond
+ * them are not written. Either buffer may be NULL: that array is not read
+ * and its size is ignored. Waits (up to the context's wait timeout) for
+ * submitted work that writes the cache. Fails with
+ * KVRT_ERROR_INVALID_HANDLE; KVRT_ERROR_INVALID_ARGUMENT (nothing written)
+ * for a layer out of range, a NULL `cells` with n_cells > 0, a cell out of
+ * range, or `k_out_bytes` or `v_out_bytes` too small; KVRT_ERROR_TIMEOUT or
+ * a device error while waiting (the buffers' contents are then unspecified).
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n_cells, const uint32_t* cells,
+                                     float* k_out, uint64_t k_out_bytes, float* v_out, uint64_t v_out_bytes);
 
 /* Which array of a cache. */
 typedef enum kvrt_kv_array {

@@ -241,13 +241,17 @@ KVRT_API kvrt_result kvrt_memory_seq_rm(kvrt_memory memory, kvrt_stream stream, 
 KVRT_API kvrt_result kvrt_memory_seq_cp(kvrt_memory memory, kvrt_stream stream, int32_t src, int32_t dst);
 
 /* Copies the state MV of sequence `seq` at `layer` into `out` as f32:
- * n_heads * n_slots * value_dim values, head-major, row-major. Waits (up to the
- * context's wait timeout) for submitted work on the memory; work recorded but
- * not yet submitted is not included. For tests and debugging. Fails with
- * KVRT_ERROR_INVALID_HANDLE for a bad memory, KVRT_ERROR_INVALID_ARGUMENT for
- * an unknown sequence, a layer out of range or NULL `out`, KVRT_ERROR_TIMEOUT
- * or a device error while waiting. Thread-safety: Unsafe. */
-KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int32_t layer, float* out);
+ * n_heads * n_slots * value_dim values, head-major, row-major. `out_bytes`
+ * is the size of `out` in bytes and must hold them (4 bytes each); bytes
+ * beyond them are not written. Waits (up to the context's wait timeout) for
+ * submitted work on the memory; work recorded but not yet submitted is not
+ * included. For tests and debugging. Fails with KVRT_ERROR_INVALID_HANDLE
+ * for a bad memory; KVRT_ERROR_INVALID_ARGUMENT (nothing written) for an
+ * unknown sequence, a layer out of range, a NULL `out` or `out_bytes` too
+ * small; KVRT_ERROR_TIMEOUT or a device error while waiting (the contents of
+ * `out` are then unspecified). Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int32_t layer, float* out,
+                                           uint64_t out_bytes);
 
 #ifdef __cplusplus
 }

@@ -78,7 +78,7 @@ extern "C" {
  *   more than 2^30 reserved rows in all (max_seqs * ceil(R*(S-1)); checked
  *   first, so a region that large fails with this code). */
 
-/* Where one window lies (kvrt_cache_get_static_window). */
+/* Where one window lies (kvrt_cache_static_get_window). */
 typedef struct kvrt_static_window {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_WINDOW */
     const void* next;
@@ -112,7 +112,7 @@ typedef struct kvrt_static_window {
  * cache of another layout, an unknown sequence, a layer or head out of range,
  * or an undefined array.
  * Thread-safety: Unsafe (on the cache). */
-KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
+KVRT_API kvrt_result kvrt_cache_static_get_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
                                                   kvrt_kv_array array, kvrt_static_window* out);
 
 /* Writes the attention mask of `seq`'s next step: S entries, entry i < S-1
@@ -124,10 +124,10 @@ KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq,
  * KVRT_ERROR_INVALID_ARGUMENT for another element type, a NULL `out` or
  * `out_bytes` too small, a cache of another layout or an unknown sequence.
  * Thread-safety: Unsafe. */
-KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
+KVRT_API kvrt_result kvrt_cache_static_get_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
                                                 uint64_t out_bytes);
 
-/* Counters of the windows' movement (kvrt_cache_get_static_stats). */
+/* Counters of the windows' movement (kvrt_cache_static_get_stats). */
 typedef struct kvrt_static_stats {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_STATS */
     const void* next;
@@ -147,7 +147,7 @@ typedef struct kvrt_static_stats {
  * a NULL, mistyped or badly chained `out`, a cache of another layout or an
  * unknown sequence.
  * Thread-safety: Unsafe. */
-KVRT_API kvrt_result kvrt_cache_get_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out);
+KVRT_API kvrt_result kvrt_cache_static_get_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out);
 
 /* Copies sequence `src_seq` of `src` into sequence `dst_seq` of `dst`, which
  * must hold no token: positions and rows, bit for bit, between any two

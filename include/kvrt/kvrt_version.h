@@ -15,16 +15,22 @@
 #ifndef KVRT_VERSION_H
 #define KVRT_VERSION_H
 
+#include <stdint.h>
+
 #define KVRT_VERSION_MAJOR 0
-#define KVRT_VERSION_MINOR 1
+#define KVRT_VERSION_MINOR 2
 #define KVRT_VERSION_PATCH 0
 
-/* Packs a version the way Vulkan does: 10 bits major, 10 bits minor, 12 bits patch. */
+/* Packs a version the way Vulkan does: 10 bits major, 10 bits minor, 12 bits
+ * patch, as a uint32_t, the type kvrt_version() returns. A C expression, not
+ * a preprocessor number: in #if, compare KVRT_VERSION_MAJOR, _MINOR and
+ * _PATCH. */
 #define KVRT_MAKE_VERSION(major, minor, patch) \
-    ((((unsigned long)(major)) << 22) | (((unsigned long)(minor)) << 12) | ((unsigned long)(patch)))
+    ((((uint32_t)(major)) << 22) | (((uint32_t)(minor)) << 12) | ((uint32_t)(patch)))
 
-/* The version of the headers the application was compiled against. Compare with
- * kvrt_version() to detect a mismatch with the library loaded at run time. */
+/* The version of the headers the application was compiled against, a uint32_t
+ * packed by KVRT_MAKE_VERSION. Compare with kvrt_version() to detect a
+ * mismatch with the library loaded at run time. */
 #define KVRT_VERSION KVRT_MAKE_VERSION(KVRT_VERSION_MAJOR, KVRT_VERSION_MINOR, KVRT_VERSION_PATCH)
 
 #endif /* KVRT_VERSION_H */

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-/* The application's Vulkan objects, for kvrt_context_import. The instance must
+/* The application's Vulkan objects, for kvrt_context_import_vulkan. The instance must
  * be Vulkan 1.1 or newer, and the queue must support compute. */
 typedef struct kvrt_vulkan_import_desc {
     kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC */
@@ -62,12 +62,13 @@ typedef struct kvrt_vulkan_import_desc {
  * NULL arguments, mistyped or badly chained structs and missing handles;
  * KVRT_ERROR_UNSUPPORTED for a device below Vulkan 1.1, a queue family
  * without compute, or a device that cannot run the kernels forced by
- * KVRT_CONTEXT_SHUFFLE_KERNELS or KVRT_KERNELS; KVRT_ERROR_OUT_OF_HOST_MEMORY
- * or _OUT_OF_DEVICE_MEMORY.
+ * KVRT_CONTEXT_SHUFFLE_KERNELS or by KVRT_KERNELS (read only when `desc` sets
+ * no kernel flag; see "Environment variables" in kvrt.h);
+ * KVRT_ERROR_OUT_OF_HOST_MEMORY or _OUT_OF_DEVICE_MEMORY.
  * Thread-safety: Safe. */
-KVRT_API kvrt_result kvrt_context_import(const kvrt_context_desc* desc,
-                                         const kvrt_vulkan_import_desc* vulkan,
-                                         kvrt_context* out_context);
+KVRT_API kvrt_result kvrt_context_import_vulkan(const kvrt_context_desc* desc,
+                                                const kvrt_vulkan_import_desc* vulkan,
+                                                kvrt_context* out_context);
 
 /* The VkBuffer that holds byte `offset` of a kvrt buffer. A kvrt buffer is made
  * of pieces no larger than the device's largest binding; this returns the piece

@@ -6,6 +6,7 @@
 #include "api/handles.hpp"
 #include "cache/paged_layout.hpp"
 #include "cache/static_layout.hpp"
+#include "core/checked.hpp"
 #include "core/raw_enum.hpp"
 #include "kv/geometry.hpp"
 #include "kv/token_tree.hpp"
@@ -30,6 +31,20 @@ void destroy_cache(void* h) {
 Result check_cache(kvrt_cache_T* c, const char* arg = "cache") {
     KVRT_TRY(check_handle(c, Kind::Cache, arg));
     return check_context(c->owner, "the cache's context");
+}
+
+// A sized f32 output of kvrt_cache_read: NULL (not read), or room for
+// n_cells * n_kv_heads * head_dim floats.
+Result check_output_size(const char* what, const float* out, uint64_t out_bytes, uint32_t n_cells,
+                         uint32_t n_kv_heads, uint32_t head_dim) {
+    if (!out) return KVRT_SUCCESS;
+    uint64_t need = 0;
+    if (!checked_mul(uint64_t{n_cells} * n_kv_heads, uint64_t{head_dim} * sizeof(float), &need) || need > out_bytes)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "%s_bytes %llu is below %u cells of %u KV heads of %u floats (%llu bytes)", what,
+                    static_cast<unsigned long long>(out_bytes), n_cells, n_kv_heads, head_dim,
+                    static_cast<unsigned long long>(need));
+    return KVRT_SUCCESS;
 }
 
 // A stream argument: NULL, or a live stream of the cache's context.
@@ -221,9 +236,12 @@ KVRT_API kvrt_result kvrt_cache_write(kvrt_cache cache, kvrt_stream stream, uint
 }
 
 KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n_cells, const uint32_t* cells,
-                                     float* k_out, float* v_out) {
+                                     float* k_out, uint64_t k_out_bytes, float* v_out, uint64_t v_out_bytes) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_cache(cache));
+        const kv::CacheGeometry& geo = cache->cache->geometry();
+        KVRT_TRY(check_output_size("k_out", k_out, k_out_bytes, n_cells, geo.n_kv_heads, geo.k.head_dim));
+        KVRT_TRY(check_output_size("v_out", v_out, v_out_bytes, n_cells, geo.n_kv_heads, geo.v.head_dim));
         return cache->cache->read(layer, n_cells, cells, k_out, v_out);
     });
 }
@@ -376,7 +394,7 @@ KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32
 
 extern "C" {
 
-KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
+KVRT_API kvrt_result kvrt_cache_static_get_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
                                                   kvrt_kv_array array, kvrt_static_window* out) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
@@ -388,7 +406,7 @@ KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq,
                         static_cast<int>(a));
         const cache::Array arr = a == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V;
         const cache::StaticLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->static_layout("kvrt_cache_get_static_window", &layout));
+        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_get_window", &layout));
         cache::StaticLayout::WindowView w;
         KVRT_TRY(layout->window(seq, layer, kv_head, arr, &w));
         // One handle per (layer, K|V) buffer, made on first use and kept
@@ -420,24 +438,24 @@ KVRT_API kvrt_result kvrt_cache_get_static_window(kvrt_cache cache, int32_t seq,
     });
 }
 
-KVRT_API kvrt_result kvrt_cache_get_static_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
+KVRT_API kvrt_result kvrt_cache_static_get_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
                                                 uint64_t out_bytes) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
         // Checked as the caller passed it before it is used as a kvrt_type.
         KVRT_TRY(kv::check_type("element_type", element_type));
         const cache::StaticLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->static_layout("kvrt_cache_get_static_mask", &layout));
+        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_get_mask", &layout));
         return layout->mask(seq, element_type, out, out_bytes);
     });
 }
 
-KVRT_API kvrt_result kvrt_cache_get_static_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
+KVRT_API kvrt_result kvrt_cache_static_get_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_STATIC_STATS));
         const cache::StaticLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->static_layout("kvrt_cache_get_static_stats", &layout));
+        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_get_stats", &layout));
         return layout->stats(seq, out);
     });
 }

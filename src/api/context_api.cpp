@@ -82,8 +82,8 @@ KVRT_API kvrt_result kvrt_context_create(const kvrt_context_desc* desc, kvrt_con
     });
 }
 
-KVRT_API kvrt_result kvrt_context_import(const kvrt_context_desc* desc, const kvrt_vulkan_import_desc* vulkan,
-                                         kvrt_context* out_context) {
+KVRT_API kvrt_result kvrt_context_import_vulkan(const kvrt_context_desc* desc, const kvrt_vulkan_import_desc* vulkan,
+                                                kvrt_context* out_context) {
     return guarded([&]() -> Result {
         if (!out_context) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_context is NULL");
         *out_context = nullptr;

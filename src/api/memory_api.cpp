@@ -304,7 +304,8 @@ KVRT_API kvrt_result kvrt_memory_seq_cp(kvrt_memory memory, kvrt_stream stream, 
     });
 }
 
-KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int32_t layer, float* out) {
+KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int32_t layer, float* out,
+                                           uint64_t out_bytes) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_memory(memory));
         KVRT_TRY(check_seq(memory, seq, false, "seq"));
@@ -312,6 +313,12 @@ KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int3
         if (layer < 0 || static_cast<uint32_t>(layer) >= geo.n_layers)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is outside 0..%u", layer, geo.n_layers - 1);
         if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+        const uint64_t need = uint64_t{geo.n_heads} * geo.m * geo.d * sizeof(float);
+        if (out_bytes < need)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "out_bytes %llu is below %u heads of %u slots of %u floats (%llu bytes)",
+                        static_cast<unsigned long long>(out_bytes), geo.n_heads, geo.m, geo.d,
+                        static_cast<unsigned long long>(need));
         return memory->memory->get_state(static_cast<uint32_t>(seq), static_cast<uint32_t>(layer), out);
     });
 }

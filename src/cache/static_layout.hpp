@@ -46,7 +46,7 @@ public:
     uint32_t max_seq_tokens() const override { return geometry_.window_rows; }
     void drop_placed(int32_t seq, const uint32_t* cells, uint32_t n) override;
 
-    // Where one window lies (kvrt_cache_get_static_window without the handle).
+    // Where one window lies (kvrt_cache_static_get_window without the handle).
     struct WindowView {
         std::shared_ptr<vk::Buffer> buffer;
         uint64_t offset = 0, row_stride = 0, bytes = 0;
@@ -55,7 +55,7 @@ public:
         kvrt_type type = KVRT_TYPE_F16;
         kv::StaticScale scale;
     };
-    // kvrt_cache_get_static_window / _static_mask / _static_stats.
+    // kvrt_cache_static_get_window / _get_mask / _get_stats.
     Result window(int32_t seq, int32_t layer, uint32_t head, Array array, WindowView* out) const;
     Result mask(int32_t seq, kvrt_type type, void* out, uint64_t out_bytes) const;
     Result stats(int32_t seq, kvrt_static_stats* out) const;

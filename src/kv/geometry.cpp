@@ -163,7 +163,7 @@ Result resolve_rope(const kvrt_rope_desc* given, uint32_t head_dim_k, kvrt_rope_
     r.next = nullptr;
     // The mode as the caller stored it: checked before it is read as the enum.
     const int32_t mode = raw_enum(r.mode);
-    if (mode != KVRT_ROPE_NORMAL && mode != KVRT_ROPE_NEOX)
+    if (mode != KVRT_ROPE_MODE_NORMAL && mode != KVRT_ROPE_MODE_NEOX)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_rope_desc.mode %d is not a kvrt_rope_mode", static_cast<int>(mode));
     if (r.n_rot == 0) r.n_rot = head_dim_k;
     if (r.n_rot > head_dim_k || r.n_rot % 2 != 0)

@@ -19,7 +19,7 @@ double corr_dim(int n_rot, int n_ctx_orig, double turns, double base) {
 
 Rope Rope::from_params(const kvrt_rope_desc& p, int head_dim) {
     Rope r;
-    r.neox = p.mode == KVRT_ROPE_NEOX;
+    r.neox = p.mode == KVRT_ROPE_MODE_NEOX;
     r.n_rot = p.n_rot ? static_cast<int>(p.n_rot) : head_dim;
     if (p.freq_base != 0.0f) r.freq_base = p.freq_base;
     if (p.freq_scale != 0.0f) r.freq_scale = p.freq_scale;

@@ -180,15 +180,32 @@ Result ContextOptions::from_desc(const kvrt_context_desc* desc, ContextOptions* 
     }
     if (env_flag("KVRT_VALIDATION")) o.validation = true;
     if (const char* v = std::getenv("KVRT_VALIDATION"); v && std::strcmp(v, "gpu") == 0) o.gpu_assisted = true;
-    if (const char* dev = std::getenv("KVRT_DEVICE"); dev && *dev) o.device_selector = dev;
-    if (const char* k = std::getenv("KVRT_KERNELS")) {  // set, even to "": one of the four names
-        if (std::strcmp(k, "auto") == 0) o.kernels = KernelChoice::Auto;
-        else if (std::strcmp(k, "portable") == 0) o.kernels = KernelChoice::Portable;
-        else if (std::strcmp(k, "shuffle") == 0) o.kernels = KernelChoice::Shuffle;
-        else if (std::strcmp(k, "tiled") == 0) o.kernels = KernelChoice::Tiled;
+    // KVRT_DEVICE and KVRT_KERNELS choose only what the application left to
+    // kvrt: a device when desc->device is NULL or "", kernels when no kernel
+    // flag is set. An explicit choice stands, and the variable is then not
+    // read at all (a bad value included); the log says so.
+    if (const char* dev = std::getenv("KVRT_DEVICE"); dev && *dev) {
+        if (o.device_selector.empty())
+            o.device_selector = dev;
         else
+            o.logger.log(KVRT_LOG_LEVEL_INFO, "KVRT_DEVICE='%s' is ignored: the application chose the device '%s'", dev,
+                         o.device_selector.c_str());
+    }
+    if (const char* k = std::getenv("KVRT_KERNELS")) {  // set, even to "": one of the four names
+        if (o.kernels != KernelChoice::Auto) {
+            o.logger.log(KVRT_LOG_LEVEL_INFO, "KVRT_KERNELS='%s' is ignored: the application chose the kernels", k);
+        } else if (std::strcmp(k, "auto") == 0) {
+            o.kernels = KernelChoice::Auto;
+        } else if (std::strcmp(k, "portable") == 0) {
+            o.kernels = KernelChoice::Portable;
+        } else if (std::strcmp(k, "shuffle") == 0) {
+            o.kernels = KernelChoice::Shuffle;
+        } else if (std::strcmp(k, "tiled") == 0) {
+            o.kernels = KernelChoice::Tiled;
+        } else {
             return fail(KVRT_ERROR_INVALID_ARGUMENT,
                         "KVRT_KERNELS is '%s'; it may be portable, shuffle, tiled or auto", k);
+        }
     }
     *out = std::move(o);
     return KVRT_SUCCESS;

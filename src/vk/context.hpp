@@ -76,7 +76,8 @@ struct ContextOptions {
     uint64_t max_binding_bytes = 0;
 
     // Reads `desc` (may be NULL) and the KVRT_DEVICE / KVRT_VALIDATION /
-    // KVRT_KERNELS environment variables.
+    // KVRT_KERNELS environment variables; KVRT_DEVICE and KVRT_KERNELS only
+    // where `desc` leaves the choice to kvrt.
     static Result from_desc(const kvrt_context_desc* desc, ContextOptions* out);
 };
 

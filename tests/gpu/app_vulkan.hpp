@@ -1,5 +1,5 @@
 // An application's own Vulkan objects, as an engine that hands them to kvrt
-// (kvrt_context_import) has them: an instance with the validation layer on
+// (kvrt_context_import_vulkan) has them: an instance with the validation layer on
 // (its errors counted, synchronization checks optional), a device, a compute
 // queue, loaded through libvulkan's vkGetInstanceProcAddr; and the app's own
 // buffers, semaphores, fences and command buffers.

@@ -171,7 +171,8 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
 
         // The cache's own K/V, dequantized, are the reference's inputs.
         std::vector<float> kd(size_t{c.capacity} * ke), vd(size_t{c.capacity} * ve);
-        KVRT_REQUIRE_OK(kvrt_cache_read(cache, static_cast<int32_t>(l), c.capacity, all_cells.data(), kd.data(), vd.data()));
+        KVRT_REQUIRE_OK(kvrt_cache_read(cache, static_cast<int32_t>(l), c.capacity, all_cells.data(), kd.data(),
+                                        bytes_of(kd), vd.data(), bytes_of(vd)));
         const auto expect = kvrt::ref::attention(rp, q.data(), ref_q, kd.data(), vd.data(), ref_cells);
         const auto expect32 = kvrt::ref::attention(rp, q.data(), ref_q, k_f32[l].data(), v_f32[l].data(), ref_cells);
         for (size_t i = 0; i < got.size(); ++i) {

@@ -44,7 +44,7 @@ kvrt_cache_desc CacheRun::cache_desc() const {
 
 kvrt_rope_desc CacheRun::model_rope() const {
     kvrt_rope_desc rope = KVRT_ROPE_DESC_INIT;
-    rope.mode = KVRT_ROPE_NORMAL;
+    rope.mode = KVRT_ROPE_MODE_NORMAL;
     rope.freq_base = static_cast<float>(model_.config().rope_base);
     return rope;
 }
@@ -99,7 +99,7 @@ void CacheRun::attend(const AttentionIO& io, const TokenBatch& b, const std::vec
     checked_cells(&used, &mirror_used);
     std::vector<float> cache_k(used.size() * kvd), cache_v(used.size() * kvd);
     KVRT_REQUIRE_OK(kvrt_cache_read(cache_, io.layer, static_cast<uint32_t>(used.size()), used.data(), cache_k.data(),
-                                    cache_v.data()));
+                                    bytes_of(cache_k), cache_v.data(), bytes_of(cache_v)));
     AttentionCall call;
     call.layer = io.layer;
     call.n = io.n;

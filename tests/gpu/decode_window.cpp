@@ -79,8 +79,8 @@ void WindowChecker::check_mask(kvrt_cache cache, uint32_t seq, uint32_t n_valid)
     const size_t s = static_cast<size_t>(w_) + 1;
     std::vector<float> f32(s, 1.0f);
     std::vector<uint16_t> f16(s, 0x3C00);
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(cache, static_cast<int32_t>(seq), KVRT_TYPE_F32, f32.data(), s * 4));
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(cache, static_cast<int32_t>(seq), KVRT_TYPE_F16, f16.data(), s * 2));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_mask(cache, static_cast<int32_t>(seq), KVRT_TYPE_F32, f32.data(), s * 4));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_mask(cache, static_cast<int32_t>(seq), KVRT_TYPE_F16, f16.data(), s * 2));
     const size_t pad = w_ - n_valid;  // leading -inf entries; the rest, and the step's own entry, 0
     for (size_t i = 0; i < s; ++i) {
         const bool padding = i < pad;
@@ -122,7 +122,7 @@ void WindowChecker::check_window(kvrt_cache cache, uint32_t seq, const WindowMod
     const QuantScale scale =
         is_static_scale(type_) ? (a ? v_scales_ : k_scales_)[static_cast<size_t>(layer)] : QuantScale{};
     kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_window(cache, static_cast<int32_t>(seq), layer, static_cast<uint32_t>(head),
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_window(cache, static_cast<int32_t>(seq), layer, static_cast<uint32_t>(head),
                                                  a ? KVRT_KV_ARRAY_V : KVRT_KV_ARRAY_K, &win));
     uint64_t buffer_size = 0;
     KVRT_REQUIRE_OK(kvrt_buffer_get_size(win.buffer, &buffer_size));

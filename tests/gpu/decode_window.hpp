@@ -6,10 +6,10 @@
 //   which appends slide (and how many rows each slide copies);
 // - WindowChecker keeps the K/V rows the test gave kvrt for the tokens still
 //   in the windows and checks, for every layer, KV head, K and V,
-//   kvrt_cache_get_static_window's description and the window's bytes
+//   kvrt_cache_static_get_window's description and the window's bytes
 //   (downloaded from its buffer at its offset) against them, bit for bit
 //   against the reference encoding (tests/reference/quant.hpp, half.hpp), and
-//   the sequence's kvrt_cache_get_static_mask.
+//   the sequence's kvrt_cache_static_get_mask.
 #pragma once
 
 #include <cstdint>

@@ -60,12 +60,13 @@ struct KernelVariant {
 // The kernel variants this device runs: the portable kernels, and the
 // subgroup-shuffle kernels where the device has what they need (found by
 // creating a context that forces them). The shared-memory tiled attention
-// kernel has tests of its own (test_kernel_variants.cpp). When KVRT_KERNELS is set it decides
-// for every context, so the list is that one choice.
+// kernel has tests of its own (test_kernel_variants.cpp). When KVRT_KERNELS is set, the list
+// is that one choice: contexts created without a kernel flag, which the variable decides.
 const std::vector<KernelVariant>& kernel_variants();
 
 // kvrt's own pick of kernels, then each kernel forced: portable, tiled and
-// shuffle where the device has it. KVRT_KERNELS, when set, decides alone.
+// shuffle where the device has it. With KVRT_KERNELS set, only the pick (which the
+// variable then makes).
 std::vector<KernelVariant> pick_and_forced_variants();
 
 // Runs the enclosing test case once per kernel variant of kernel_variants()
@@ -224,6 +225,13 @@ struct CacheSpec {
     // kvrt_cache_estimate_size of the same descriptor.
     kvrt_result estimate(kvrt_context ctx, kvrt_cache_estimate* out) const;
 };
+
+// The bytes of a vector's elements: the size of an output buffer that kvrt
+// writes into (kvrt_cache_read, kvrt_memory_get_state).
+template <class T>
+uint64_t bytes_of(const std::vector<T>& v) {
+    return uint64_t{v.size()} * sizeof(T);
+}
 
 // Structs the tests pass by pointer, each started from its KVRT_*_INIT macro
 // (so `type` and the defaults are the header's) with the fields a test sets.

@@ -117,7 +117,8 @@ double run_both(Op op, kvrt_memory m, Reference& r, const Batch& b, const Geomet
 
 std::vector<float> get_state(kvrt_memory m, const Geometry& g, uint32_t seq, uint32_t layer) {
     std::vector<float> v(static_cast<size_t>(g.heads) * g.m * g.d, NAN);
-    KVRT_REQUIRE_OK(kvrt_memory_get_state(m, static_cast<int32_t>(seq), static_cast<int32_t>(layer), v.data()));
+    KVRT_REQUIRE_OK(kvrt_memory_get_state(m, static_cast<int32_t>(seq), static_cast<int32_t>(layer), v.data(),
+                                          bytes_of(v)));
     return v;
 }
 

@@ -28,7 +28,7 @@ ShiftCache::ShiftCache(kvrt_context ctx, kvrt_type t, kvrt_rope_desc rp, uint32_
     d.flags = flags;
     KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, cache.out()));
     rope.n_rot = rp.n_rot ? static_cast<int>(rp.n_rot) : static_cast<int>(dim);
-    rope.neox = rp.mode == KVRT_ROPE_NEOX;
+    rope.neox = rp.mode == KVRT_ROPE_MODE_NEOX;
     if (rp.freq_base) rope.freq_base = rp.freq_base;
     if (rp.freq_scale) rope.freq_scale = rp.freq_scale;
     rope.ext_factor = rp.ext_factor;
@@ -86,7 +86,7 @@ std::vector<float> ShiftCache::exact(const std::vector<int32_t>& pos, const std:
 std::vector<float> ShiftCache::read_k(const std::vector<uint32_t>& cells, uint32_t layer) const {
     std::vector<float> k(cells.size() * row());
     KVRT_REQUIRE_OK(kvrt_cache_read(cache, static_cast<int32_t>(layer), static_cast<uint32_t>(cells.size()),
-                                    cells.data(), k.data(), nullptr));
+                                    cells.data(), k.data(), bytes_of(k), nullptr, 0));
     return k;
 }
 

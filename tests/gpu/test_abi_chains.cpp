@@ -394,17 +394,17 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
         const kvrt_tensor_ref k = host_tensor(rows_f32.data());
         KVRT_REQUIRE_OK(kvrt_cache_store(static_cache, nullptr, &b, -1, &k, &k, nullptr));
     }
-    rows.push_back({"kvrt_cache_get_static_window: out", KVRT_STRUCT_TYPE_STATIC_WINDOW, KVRT_STRUCT_TYPE_UNDEFINED,
+    rows.push_back({"kvrt_cache_static_get_window: out", KVRT_STRUCT_TYPE_STATIC_WINDOW, KVRT_STRUCT_TYPE_UNDEFINED,
                     [&](const Tamper& t) {
                         kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
                         apply(t, &w);
-                        return outcome(kvrt_cache_get_static_window(static_cache, 0, 1, 1, KVRT_KV_ARRAY_V, &w));
+                        return outcome(kvrt_cache_static_get_window(static_cache, 0, 1, 1, KVRT_KV_ARRAY_V, &w));
                     }});
-    rows.push_back({"kvrt_cache_get_static_stats: out", KVRT_STRUCT_TYPE_STATIC_STATS, KVRT_STRUCT_TYPE_UNDEFINED,
+    rows.push_back({"kvrt_cache_static_get_stats: out", KVRT_STRUCT_TYPE_STATIC_STATS, KVRT_STRUCT_TYPE_UNDEFINED,
                     [&](const Tamper& t) {
                         kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
                         apply(t, &st);
-                        return outcome(kvrt_cache_get_static_stats(static_cache, -1, &st));
+                        return outcome(kvrt_cache_static_get_stats(static_cache, -1, &st));
                     }});
 
     // The paged layout's output struct.
@@ -514,29 +514,29 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
 TEST_CASE("the interop entry points refuse unknown, unaccepted and repeated chained structs", "[abi][import]") {
     AppVulkan app;
     std::vector<Row> rows;
-    rows.push_back({"kvrt_context_import: vulkan", KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC, KVRT_STRUCT_TYPE_UNDEFINED,
+    rows.push_back({"kvrt_context_import_vulkan: vulkan", KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC, KVRT_STRUCT_TYPE_UNDEFINED,
                     [&](const Tamper& t) {
                         kvrt_vulkan_import_desc vk = app.import_desc();
                         apply(t, &vk);
                         kvrt_context c = nullptr;
-                        const Outcome r = outcome(kvrt_context_import(nullptr, &vk, &c));
+                        const Outcome r = outcome(kvrt_context_import_vulkan(nullptr, &vk, &c));
                         kvrt_context_destroy(c);
                         return r;
                     }});
-    rows.push_back({"kvrt_context_import: desc", KVRT_STRUCT_TYPE_CONTEXT_DESC, KVRT_STRUCT_TYPE_UNDEFINED,
+    rows.push_back({"kvrt_context_import_vulkan: desc", KVRT_STRUCT_TYPE_CONTEXT_DESC, KVRT_STRUCT_TYPE_UNDEFINED,
                     [&](const Tamper& t) {
                         const kvrt_vulkan_import_desc vk = app.import_desc();
                         kvrt_context_desc d = KVRT_CONTEXT_DESC_INIT;
                         apply(t, &d);
                         kvrt_context c = nullptr;
-                        const Outcome r = outcome(kvrt_context_import(&d, &vk, &c));
+                        const Outcome r = outcome(kvrt_context_import_vulkan(&d, &vk, &c));
                         kvrt_context_destroy(c);
                         return r;
                     }});
     kvrt_context ctx = nullptr;
     {
         const kvrt_vulkan_import_desc vk = app.import_desc();
-        KVRT_REQUIRE_OK(kvrt_context_import(nullptr, &vk, &ctx));
+        KVRT_REQUIRE_OK(kvrt_context_import_vulkan(nullptr, &vk, &ctx));
     }
     {
         Buffer buffer(ctx, 4096);

@@ -96,7 +96,8 @@ std::vector<std::pair<int32_t, std::vector<float>>> sequence(kvrt_cache c, int32
         std::vector<float> rows;
         for (uint32_t l = 0; l < kLayers; ++l) {
             std::vector<float> k(kKvHeads * kDim), v(k.size());
-            KVRT_REQUIRE_OK(kvrt_cache_read(c, static_cast<int32_t>(l), 1, &cell, k.data(), v.data()));
+            KVRT_REQUIRE_OK(kvrt_cache_read(c, static_cast<int32_t>(l), 1, &cell, k.data(), bytes_of(k), v.data(),
+                                            bytes_of(v)));
             rows.insert(rows.end(), k.begin(), k.end());
             rows.insert(rows.end(), v.begin(), v.end());
         }
@@ -148,12 +149,12 @@ TEST_CASE("output structs keep the caller's type and next, and nothing after the
         KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, c.out()));
         store(c, 0, 0, 3);
         Guarded<kvrt_static_window> w(kvrt_static_window KVRT_STATIC_WINDOW_INIT);
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 0, 1, 0, KVRT_KV_ARRAY_K, &w.value));
-        check_kept(w, KVRT_STRUCT_TYPE_STATIC_WINDOW, "kvrt_cache_get_static_window");
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, 0, 1, 0, KVRT_KV_ARRAY_K, &w.value));
+        check_kept(w, KVRT_STRUCT_TYPE_STATIC_WINDOW, "kvrt_cache_static_get_window");
         CHECK(w.value.n_valid == 3);
         Guarded<kvrt_static_stats> st(kvrt_static_stats KVRT_STATIC_STATS_INIT);
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(c, 0, &st.value));
-        check_kept(st, KVRT_STRUCT_TYPE_STATIC_STATS, "kvrt_cache_get_static_stats");
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(c, 0, &st.value));
+        check_kept(st, KVRT_STRUCT_TYPE_STATIC_STATS, "kvrt_cache_static_get_stats");
         CHECK(st.value.rows_appended == 3);
     }
     {
@@ -252,8 +253,8 @@ TEST_CASE("KVRT_TYPE_UNDEFINED is refused wherever a type is required", "[abi]")
         sd.next = &sl;
         KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &sd, c.out()));
         float mask[8];
-        CHECK(kvrt_cache_get_static_mask(c, 0, U, mask, sizeof mask) == A);
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
+        CHECK(kvrt_cache_static_get_mask(c, 0, U, mask, sizeof mask) == A);
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
     }
 
     const Geometry g = shape(1, 2, 16, 8, 8, 1);

@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 using namespace kvrt_test;
 using namespace kvrt_test::bad_input;
@@ -189,7 +190,8 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
             const size_t n = size_t{World::kCapacity} * World::kKvHeads * World::kDim;
             std::vector<float> k(n), v(n);
             for (int32_t l = 0; l < static_cast<int32_t>(World::kLayers); ++l) {
-                KVRT_REQUIRE_OK(kvrt_cache_read(w.cache, l, World::kCapacity, cells.data(), k.data(), v.data()));
+                KVRT_REQUIRE_OK(kvrt_cache_read(w.cache, l, World::kCapacity, cells.data(), k.data(), bytes_of(k),
+                                                v.data(), bytes_of(v)));
                 put(k.data(), k.size() * 4);
                 put(v.data(), v.size() * 4);
             }
@@ -197,10 +199,10 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
         }
         case Target::StaticCache: {
             kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-            KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(w.static_cache, -1, &st));
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(w.static_cache, -1, &st));
             put(&st.rows_appended, sizeof st.rows_appended);
             kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
-            KVRT_REQUIRE_OK(kvrt_cache_get_static_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
             put(&win.offset, sizeof win.offset);
             put(&win.n_valid, sizeof win.n_valid);
             put(&win.pos_last, sizeof win.pos_last);
@@ -208,14 +210,14 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
             KVRT_REQUIRE_OK(kvrt_buffer_download(win.buffer, win.offset, rows.data(), rows.size()));
             put(rows.data(), rows.size());
             float mask[World::kStaticSeqLen];
-            KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(w.static_cache, 0, KVRT_TYPE_F32, mask, sizeof mask));
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_mask(w.static_cache, 0, KVRT_TYPE_F32, mask, sizeof mask));
             put(mask, sizeof mask);
             break;
         }
         case Target::Memory: {
             std::vector<float> state(size_t{World::kMemHeads} * World::kMemSlots * World::kMemDim);
             for (int32_t s = 0; s < static_cast<int32_t>(World::kMemSeqs); ++s) {
-                KVRT_REQUIRE_OK(kvrt_memory_get_state(w.memory, s, 0, state.data()));
+                KVRT_REQUIRE_OK(kvrt_memory_get_state(w.memory, s, 0, state.data(), bytes_of(state)));
                 put(state.data(), state.size() * 4);
             }
             break;
@@ -275,6 +277,11 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
     }));
     r.push_back(noop("kvrt_version", "no arguments: the header's version", N,
                      [] { return Outcome{holds(kvrt_version() == KVRT_VERSION), ""}; }));
+    r.push_back(noop("kvrt_version", "KVRT_VERSION and KVRT_MAKE_VERSION are of its type", N, [] {
+        const bool same = std::is_same<decltype(KVRT_VERSION), decltype(kvrt_version())>::value &&
+                          std::is_same<decltype(KVRT_MAKE_VERSION(1, 2, 3)), decltype(kvrt_version())>::value;
+        return Outcome{holds(same && KVRT_MAKE_VERSION(1, 2, 3) == ((1u << 22) | (2u << 12) | 3u)), ""};
+    }));
     r.push_back(noop("kvrt_version_string", "no arguments: never NULL", N, [] {
         const char* s = kvrt_version_string();
         return Outcome{holds(s && *s), ""};
@@ -322,7 +329,7 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
         uint32_t n = 1;
         return out(kvrt_enumerate_devices(&info, &n));
     }));
-    // kvrt_context_create and kvrt_context_import: `out` must stay NULL.
+    // kvrt_context_create and kvrt_context_import_vulkan: `out` must stay NULL.
     const auto create = [](kvrt_context_desc d) {
         return [d]() mutable {
             kvrt_context c = reinterpret_cast<kvrt_context>(&d);
@@ -357,19 +364,38 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
         d.next = &foreign;
         r.push_back(err("kvrt_context_create", "a foreign struct chained", inv, N, create(d)));
         d.next = nullptr;
-        if (!std::getenv("KVRT_DEVICE")) {
-            d.device = "no device has this name";
-            r.push_back(err("kvrt_context_create", "device \"no device has this name\"", KVRT_ERROR_UNSUPPORTED, N,
-                            create(d)));
-            d.device = "4294967295";
-            r.push_back(err("kvrt_context_create", "device index 4294967295", KVRT_ERROR_UNSUPPORTED, N,
-                            create(d)));
-        }
+        // An explicit device stands whatever KVRT_DEVICE says.
+        d.device = "no device has this name";
+        r.push_back(err("kvrt_context_create", "device \"no device has this name\"", KVRT_ERROR_UNSUPPORTED, N,
+                        create(d)));
+        d.device = "4294967295";
+        r.push_back(err("kvrt_context_create", "device index 4294967295", KVRT_ERROR_UNSUPPORTED, N, create(d)));
+        const auto with_env = [](const char* name, const char* value, std::function<Outcome()> call) {
+            return [name, value, call] {
+                ScopedEnv env(name, value);
+                return call();
+            };
+        };
+        d.device = "no device has this name";
+        r.push_back(err("kvrt_context_create", "device \"no device has this name\" while KVRT_DEVICE=0: not replaced",
+                        KVRT_ERROR_UNSUPPORTED, N, with_env("KVRT_DEVICE", "0", create(d))));
+        d.device = nullptr;
+        r.push_back(err("kvrt_context_create", "KVRT_DEVICE naming no device, desc->device NULL: the variable chooses",
+                        KVRT_ERROR_UNSUPPORTED, N, with_env("KVRT_DEVICE", "no device has this name", create(d))));
+        r.push_back(err("kvrt_context_create", "KVRT_KERNELS='fast' with no kernel flag: the variable is read", inv, N,
+                        with_env("KVRT_KERNELS", "fast", create(d))));
+        d.flags = KVRT_CONTEXT_PORTABLE_KERNELS;
+        r.push_back(noop("kvrt_context_create", "KVRT_KERNELS='fast' with a kernel flag: not read, created", N,
+                         with_env("KVRT_KERNELS", "fast", [create, d] {
+                             const Outcome o = create(d)();
+                             return Outcome{holds(o.r == KVRT_SUCCESS), o.message};
+                         })));
+        d.flags = 0;
     }
     const auto import = [](kvrt_vulkan_import_desc v, const kvrt_context_desc* desc) {
         return [v, desc] {
             kvrt_context c = reinterpret_cast<kvrt_context>(&c);
-            Outcome o = out(kvrt_context_import(desc, &v, &c));
+            Outcome o = out(kvrt_context_import_vulkan(desc, &v, &c));
             if (c) {
                 if (c != reinterpret_cast<kvrt_context>(&c)) kvrt_context_destroy(c);
                 if (o.r != KVRT_SUCCESS) o.r = KVRT_ERROR_INTERNAL;  // a handle despite the error
@@ -379,24 +405,24 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
     };
     {
         kvrt_vulkan_import_desc v = KVRT_VULKAN_IMPORT_DESC_INIT;
-        r.push_back(err("kvrt_context_import", "vulkan NULL", inv, N, [] {
+        r.push_back(err("kvrt_context_import_vulkan", "vulkan NULL", inv, N, [] {
             kvrt_context c = nullptr;
-            return out(kvrt_context_import(nullptr, nullptr, &c));
+            return out(kvrt_context_import_vulkan(nullptr, nullptr, &c));
         }));
-        r.push_back(err("kvrt_context_import", "out_context NULL", inv, N, [v] { return out(kvrt_context_import(nullptr, &v, nullptr)); }));
-        r.push_back(err("kvrt_context_import", "every Vulkan handle VK_NULL_HANDLE", inv, N, import(v, nullptr)));
+        r.push_back(err("kvrt_context_import_vulkan", "out_context NULL", inv, N, [v] { return out(kvrt_context_import_vulkan(nullptr, &v, nullptr)); }));
+        r.push_back(err("kvrt_context_import_vulkan", "every Vulkan handle VK_NULL_HANDLE", inv, N, import(v, nullptr)));
         v.type = bad_enum<kvrt_struct_type>(-7);
-        r.push_back(err("kvrt_context_import", "vulkan->type -7", inv, N, import(v, nullptr)));
+        r.push_back(err("kvrt_context_import_vulkan", "vulkan->type -7", inv, N, import(v, nullptr)));
         v = kvrt_vulkan_import_desc KVRT_VULKAN_IMPORT_DESC_INIT;
         static const Foreign foreign;
         v.next = &foreign;
-        r.push_back(err("kvrt_context_import", "a foreign struct chained", inv, N, import(v, nullptr)));
+        r.push_back(err("kvrt_context_import_vulkan", "a foreign struct chained", inv, N, import(v, nullptr)));
         static kvrt_context_desc bad_desc = [] {
             kvrt_context_desc d = KVRT_CONTEXT_DESC_INIT;
             d.type = KVRT_STRUCT_TYPE_STREAM_DESC;
             return d;
         }();
-        r.push_back(err("kvrt_context_import", "desc of another struct type", inv, N,
+        r.push_back(err("kvrt_context_import_vulkan", "desc of another struct type", inv, N,
                         import(kvrt_vulkan_import_desc KVRT_VULKAN_IMPORT_DESC_INIT, &bad_desc)));
     }
     r.push_back(noop("kvrt_context_destroy", "NULL", N, [] {
@@ -542,7 +568,7 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
     }));
     r.push_back(noop("kvrt_buffer_destroy", "a static window's buffer (the cache's)", Target::StaticCache, [&w] {
         kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
-        if (kvrt_cache_get_static_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_V, &win) != KVRT_SUCCESS)
+        if (kvrt_cache_static_get_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_V, &win) != KVRT_SUCCESS)
             return Outcome{KVRT_ERROR_INTERNAL, ""};
         kvrt_buffer_destroy(win.buffer);
         uint64_t size = 0;

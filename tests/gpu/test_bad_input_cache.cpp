@@ -282,7 +282,7 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_cache_read", what, hnd, N, [c] {
             const uint32_t cell = 0;
             std::vector<float> k(World::kKvHeads * World::kDim);
-            return out(kvrt_cache_read(c, 0, 1, &cell, k.data(), nullptr));
+            return out(kvrt_cache_read(c, 0, 1, &cell, k.data(), bytes_of(k), nullptr, 0));
         }));
         r.push_back(err("kvrt_cache_read_raw", what, hnd, N, [c] {
             const uint32_t cell = 0;
@@ -322,17 +322,17 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
             Attend a;
             return out(kvrt_cache_attention(c, nullptr, 0, &a.batch, &a.qt, &a.ot, nullptr));
         }));
-        r.push_back(err("kvrt_cache_get_static_window", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_static_get_window", what, hnd, N, [c] {
             kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
-            return out(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
+            return out(kvrt_cache_static_get_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
         }));
-        r.push_back(err("kvrt_cache_get_static_mask", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_static_get_mask", what, hnd, N, [c] {
             float mask[World::kStaticSeqLen];
-            return out(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
+            return out(kvrt_cache_static_get_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
         }));
-        r.push_back(err("kvrt_cache_get_static_stats", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_static_get_stats", what, hnd, N, [c] {
             kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-            return out(kvrt_cache_get_static_stats(c, 0, &st));
+            return out(kvrt_cache_static_get_stats(c, 0, &st));
         }));
         r.push_back(err("kvrt_cache_paged_admit", what, hnd, N, [c] {
             const int32_t id = 1, pos = 0;
@@ -493,7 +493,7 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_cache_read", "layer " + std::to_string(layer), inv, N, [&w, layer] {
             const uint32_t cell = 0;
             std::vector<float> k(World::kKvHeads * World::kDim);
-            return out(kvrt_cache_read(w.cache, layer, 1, &cell, k.data(), nullptr));
+            return out(kvrt_cache_read(w.cache, layer, 1, &cell, k.data(), bytes_of(k), nullptr, 0));
         }));
         r.push_back(err("kvrt_cache_read_raw", "layer " + std::to_string(layer), inv, N, [&w, layer] {
             const uint32_t cell = 0;
@@ -504,7 +504,7 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     for (uint32_t cell : {World::kCapacity, kMaxU32}) {
         r.push_back(err("kvrt_cache_read", "cell " + std::to_string(cell), inv, N, [&w, cell] {
             std::vector<float> k(World::kKvHeads * World::kDim);
-            return out(kvrt_cache_read(w.cache, 0, 1, &cell, k.data(), nullptr));
+            return out(kvrt_cache_read(w.cache, 0, 1, &cell, k.data(), bytes_of(k), nullptr, 0));
         }));
         r.push_back(err("kvrt_cache_read_raw", "cell " + std::to_string(cell), inv, N, [&w, cell] {
             std::vector<uint8_t> bytes(4096);
@@ -513,8 +513,25 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     }
     r.push_back(err("kvrt_cache_read", "cells NULL", inv, N, [&w] {
         std::vector<float> k(World::kKvHeads * World::kDim);
-        return out(kvrt_cache_read(w.cache, 0, 1, nullptr, k.data(), nullptr));
+        return out(kvrt_cache_read(w.cache, 0, 1, nullptr, k.data(), bytes_of(k), nullptr, 0));
     }));
+    // Sized outputs: one cell's row is kKvHeads * kDim floats (128 bytes);
+    // a buffer short of it is refused before anything is read or written.
+    const uint64_t row = uint64_t{World::kKvHeads} * World::kDim * sizeof(float);
+    for (uint64_t room : {uint64_t{0}, uint64_t{4}, row - 4, 2 * row - 1}) {
+        const std::string of = " (2 cells are " + std::to_string(2 * row) + ")";
+        for (bool v_short : {false, true})
+            r.push_back(err("kvrt_cache_read", (v_short ? "v_out_bytes " : "k_out_bytes ") + std::to_string(room) + of,
+                            inv, N, [&w, room, row, v_short] {
+                                const uint32_t cells[2] = {0, 1};
+                                std::vector<float> k(2 * row / 4, 12345.0f), v(k);
+                                Outcome o = out(kvrt_cache_read(w.cache, 0, 2, cells, k.data(), v_short ? bytes_of(k) : room,
+                                                                v.data(), v_short ? room : bytes_of(v)));
+                                for (size_t i = 0; i < k.size(); ++i)
+                                    if (k[i] != 12345.0f || v[i] != 12345.0f) o.r = KVRT_ERROR_INTERNAL;  // written
+                                return o;
+                            }));
+    }
     for (int32_t a : {-7, 0, 3, 12345, kMin32})
         r.push_back(err("kvrt_cache_read_raw", "array " + std::to_string(a), inv, N, [&w, a] {
             const uint32_t cell = 0;
@@ -830,53 +847,53 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     const auto window = [&w](int32_t seq, int32_t layer, uint32_t head, int32_t array, kvrt_cache c) {
         return [&w, seq, layer, head, array, c] {
             kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
-            return out(kvrt_cache_get_static_window(c ? c : w.static_cache, seq, layer, head, bad_enum<kvrt_kv_array>(array), &win));
+            return out(kvrt_cache_static_get_window(c ? c : w.static_cache, seq, layer, head, bad_enum<kvrt_kv_array>(array), &win));
         };
     };
     for (int32_t a : {-7, 0, 3, 12345, kMin32})
-        r.push_back(err("kvrt_cache_get_static_window", "array " + std::to_string(a), inv, S, window(0, 0, 0, a, nullptr)));
+        r.push_back(err("kvrt_cache_static_get_window", "array " + std::to_string(a), inv, S, window(0, 0, 0, a, nullptr)));
     for (int32_t l : {kMin32, -1, 1, kMax32})
-        r.push_back(err("kvrt_cache_get_static_window", "layer " + std::to_string(l), inv, S, window(0, l, 0, KVRT_KV_ARRAY_K, nullptr)));
+        r.push_back(err("kvrt_cache_static_get_window", "layer " + std::to_string(l), inv, S, window(0, l, 0, KVRT_KV_ARRAY_K, nullptr)));
     for (int32_t s : {kMin32, -1, 2, kMax32})
-        r.push_back(err("kvrt_cache_get_static_window", "sequence " + std::to_string(s), inv, S, window(s, 0, 0, KVRT_KV_ARRAY_K, nullptr)));
-    r.push_back(err("kvrt_cache_get_static_window", "kv_head UINT32_MAX", inv, S, window(0, 0, kMaxU32, KVRT_KV_ARRAY_K, nullptr)));
-    r.push_back(err("kvrt_cache_get_static_window", "a cache of the cell layout", inv, C, window(0, 0, 0, KVRT_KV_ARRAY_K, w.cache)));
-    r.push_back(err("kvrt_cache_get_static_window", "out NULL", inv, S,
-                    [&w] { return out(kvrt_cache_get_static_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, nullptr)); }));
-    r.push_back(err("kvrt_cache_get_static_window", "out->type -7", inv, S, [&w] {
+        r.push_back(err("kvrt_cache_static_get_window", "sequence " + std::to_string(s), inv, S, window(s, 0, 0, KVRT_KV_ARRAY_K, nullptr)));
+    r.push_back(err("kvrt_cache_static_get_window", "kv_head UINT32_MAX", inv, S, window(0, 0, kMaxU32, KVRT_KV_ARRAY_K, nullptr)));
+    r.push_back(err("kvrt_cache_static_get_window", "a cache of the cell layout", inv, C, window(0, 0, 0, KVRT_KV_ARRAY_K, w.cache)));
+    r.push_back(err("kvrt_cache_static_get_window", "out NULL", inv, S,
+                    [&w] { return out(kvrt_cache_static_get_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, nullptr)); }));
+    r.push_back(err("kvrt_cache_static_get_window", "out->type -7", inv, S, [&w] {
         kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
         win.type = bad_enum<kvrt_struct_type>(-7);
-        return out(kvrt_cache_get_static_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
+        return out(kvrt_cache_static_get_window(w.static_cache, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
     }));
     const auto mask = [&w](int32_t seq, int32_t type, uint64_t room, kvrt_cache c) {
         return [&w, seq, type, room, c] {
             float m[World::kStaticSeqLen];
-            return out(kvrt_cache_get_static_mask(c ? c : w.static_cache, seq, bad_enum<kvrt_type>(type), m, room));
+            return out(kvrt_cache_static_get_mask(c ? c : w.static_cache, seq, bad_enum<kvrt_type>(type), m, room));
         };
     };
     for (int32_t t : {-7, 0, 12345, kMin32, static_cast<int32_t>(KVRT_TYPE_Q8_0)})
-        r.push_back(err("kvrt_cache_get_static_mask", "element_type " + std::to_string(t), inv, S, mask(0, t, 32, nullptr)));
+        r.push_back(err("kvrt_cache_static_get_mask", "element_type " + std::to_string(t), inv, S, mask(0, t, 32, nullptr)));
     for (int32_t s : {kMin32, -1, 2, kMax32})
-        r.push_back(err("kvrt_cache_get_static_mask", "sequence " + std::to_string(s), inv, S, mask(s, KVRT_TYPE_F32, 32, nullptr)));
+        r.push_back(err("kvrt_cache_static_get_mask", "sequence " + std::to_string(s), inv, S, mask(s, KVRT_TYPE_F32, 32, nullptr)));
     for (uint64_t room : {uint64_t{0}, uint64_t{4}, uint64_t{31}})
-        r.push_back(err("kvrt_cache_get_static_mask", "out_bytes " + std::to_string(room) + " (8 floats)", inv, S,
+        r.push_back(err("kvrt_cache_static_get_mask", "out_bytes " + std::to_string(room) + " (8 floats)", inv, S,
                         mask(0, KVRT_TYPE_F32, room, nullptr)));
-    r.push_back(err("kvrt_cache_get_static_mask", "a cache of the cell layout", inv, C, mask(0, KVRT_TYPE_F32, 32, w.cache)));
-    r.push_back(err("kvrt_cache_get_static_mask", "out NULL", inv, S,
-                    [&w] { return out(kvrt_cache_get_static_mask(w.static_cache, 0, KVRT_TYPE_F32, nullptr, 32)); }));
+    r.push_back(err("kvrt_cache_static_get_mask", "a cache of the cell layout", inv, C, mask(0, KVRT_TYPE_F32, 32, w.cache)));
+    r.push_back(err("kvrt_cache_static_get_mask", "out NULL", inv, S,
+                    [&w] { return out(kvrt_cache_static_get_mask(w.static_cache, 0, KVRT_TYPE_F32, nullptr, 32)); }));
     const auto stats = [&w](int32_t seq, kvrt_cache c, bool mistype) {
         return [&w, seq, c, mistype] {
             kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
             if (mistype) st.type = bad_enum<kvrt_struct_type>(-7);
-            return out(kvrt_cache_get_static_stats(c ? c : w.static_cache, seq, &st));
+            return out(kvrt_cache_static_get_stats(c ? c : w.static_cache, seq, &st));
         };
     };
     for (int32_t s : {2, kMax32})
-        r.push_back(err("kvrt_cache_get_static_stats", "sequence " + std::to_string(s), inv, S, stats(s, nullptr, false)));
-    r.push_back(err("kvrt_cache_get_static_stats", "a cache of the cell layout", inv, C, stats(0, w.cache, false)));
-    r.push_back(err("kvrt_cache_get_static_stats", "out->type -7", inv, S, stats(0, nullptr, true)));
-    r.push_back(err("kvrt_cache_get_static_stats", "out NULL", inv, S,
-                    [&w] { return out(kvrt_cache_get_static_stats(w.static_cache, 0, nullptr)); }));
+        r.push_back(err("kvrt_cache_static_get_stats", "sequence " + std::to_string(s), inv, S, stats(s, nullptr, false)));
+    r.push_back(err("kvrt_cache_static_get_stats", "a cache of the cell layout", inv, C, stats(0, w.cache, false)));
+    r.push_back(err("kvrt_cache_static_get_stats", "out->type -7", inv, S, stats(0, nullptr, true)));
+    r.push_back(err("kvrt_cache_static_get_stats", "out NULL", inv, S,
+                    [&w] { return out(kvrt_cache_static_get_stats(w.static_cache, 0, nullptr)); }));
 
     // The paged calls on a cache of the cell layout (the paged layout's own
     // bad input: tests/gpu/test_paged_layout.cpp).

@@ -220,7 +220,7 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_memory_seq_cp", what, hnd, N, [m] { return out(kvrt_memory_seq_cp(m, nullptr, 0, 1)); }));
         r.push_back(err("kvrt_memory_get_state", what, hnd, N, [m] {
             std::vector<float> s(World::kMemHeads * World::kMemSlots * World::kMemDim);
-            return out(kvrt_memory_get_state(m, 0, 0, s.data()));
+            return out(kvrt_memory_get_state(m, 0, 0, s.data(), bytes_of(s)));
         }));
     }
 
@@ -338,15 +338,29 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_memory_seq_cp", "dst " + what, inv, M, [&w, s] { return out(kvrt_memory_seq_cp(w.memory, nullptr, 0, s)); }));
         r.push_back(err("kvrt_memory_get_state", what, inv, N, [&w, s] {
             std::vector<float> st(World::kMemHeads * World::kMemSlots * World::kMemDim);
-            return out(kvrt_memory_get_state(w.memory, s, 0, st.data()));
+            return out(kvrt_memory_get_state(w.memory, s, 0, st.data(), bytes_of(st)));
         }));
     }
     for (int32_t l : {kMin32, -1, 1, kMax32})
         r.push_back(err("kvrt_memory_get_state", "layer " + std::to_string(l), inv, N, [&w, l] {
             std::vector<float> st(World::kMemHeads * World::kMemSlots * World::kMemDim);
-            return out(kvrt_memory_get_state(w.memory, 0, l, st.data()));
+            return out(kvrt_memory_get_state(w.memory, 0, l, st.data(), bytes_of(st)));
         }));
-    r.push_back(err("kvrt_memory_get_state", "out NULL", inv, N, [&w] { return out(kvrt_memory_get_state(w.memory, 0, 0, nullptr)); }));
+    // The state of one layer is kMemHeads * kMemSlots * kMemDim floats; a
+    // buffer short of it is refused and not written.
+    const uint64_t state_bytes = uint64_t{World::kMemHeads} * World::kMemSlots * World::kMemDim * sizeof(float);
+    for (uint64_t room : {uint64_t{0}, uint64_t{4}, state_bytes - 4})
+        r.push_back(err("kvrt_memory_get_state",
+                        "out_bytes " + std::to_string(room) + " (the state is " + std::to_string(state_bytes) + ")", inv,
+                        N, [&w, room, state_bytes] {
+                            std::vector<float> st(state_bytes / 4, 12345.0f);
+                            Outcome o = out(kvrt_memory_get_state(w.memory, 0, 0, st.data(), room));
+                            for (float x : st)
+                                if (x != 12345.0f) o.r = KVRT_ERROR_INTERNAL;  // written
+                            return o;
+                        }));
+    r.push_back(err("kvrt_memory_get_state", "out NULL", inv, N,
+                    [&w] { return out(kvrt_memory_get_state(w.memory, 0, 0, nullptr, 0)); }));
 }
 
 }  // namespace kvrt_test::bad_input

@@ -118,7 +118,8 @@ public:
             const uint32_t n = static_cast<uint32_t>(cells.size());
             std::vector<float> k(size_t{n} * kRowElems), v(k.size());
             for (uint32_t l = 0; l < kLayers && n > 0; ++l) {
-                KVRT_REQUIRE_OK(kvrt_cache_read(cache_, static_cast<int32_t>(l), n, cells.data(), k.data(), v.data()));
+                KVRT_REQUIRE_OK(kvrt_cache_read(cache_, static_cast<int32_t>(l), n, cells.data(), k.data(), bytes_of(k),
+                                                v.data(), bytes_of(v)));
                 for (uint32_t i = 0; i < n; ++i) {
                     const int32_t pos = t.cell_pos(cells[i]);
                     const auto it = seqs_[s].find(pos);

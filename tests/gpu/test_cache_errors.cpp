@@ -86,7 +86,8 @@ Snapshot snapshot(kvrt_cache cache) {
     const uint32_t n = static_cast<uint32_t>(cells.size());
     std::vector<float> k(size_t{n} * kRowElems), v(k.size());
     for (uint32_t l = 0; l < kLayers && n > 0; ++l) {
-        KVRT_REQUIRE_OK(kvrt_cache_read(cache, static_cast<int32_t>(l), n, cells.data(), k.data(), v.data()));
+        KVRT_REQUIRE_OK(kvrt_cache_read(cache, static_cast<int32_t>(l), n, cells.data(), k.data(), bytes_of(k),
+                                        v.data(), bytes_of(v)));
         s.data.insert(s.data.end(), k.begin(), k.end());
         s.data.insert(s.data.end(), v.begin(), v.end());
     }
@@ -416,7 +417,7 @@ TEST_CASE("every cache entry point rejects NULL, destroyed and mixed-up cache ha
         CHECK_REJECTED(fx, H, kvrt_cache_store(h, nullptr, &batch, -1, &call.kref, &call.vref, nullptr));
         CHECK_REJECTED(fx, H, kvrt_cache_place(h, &batch, nullptr));
         CHECK_REJECTED(fx, H, kvrt_cache_write(h, nullptr, 2, cells, -1, &call.kref, &call.vref));
-        CHECK_REJECTED(fx, H, kvrt_cache_read(h, 0, 2, cells, out.data(), out.data()));
+        CHECK_REJECTED(fx, H, kvrt_cache_read(h, 0, 2, cells, out.data(), bytes_of(out), out.data(), bytes_of(out)));
         CHECK_REJECTED(fx, H, kvrt_cache_seq_rm(h, 0, -1, -1));
         CHECK_REJECTED(fx, H, kvrt_cache_seq_cp(h, 0, 2, -1, -1));
         CHECK_REJECTED(fx, H, kvrt_cache_seq_keep(h, 0));
@@ -759,15 +760,15 @@ TEST_CASE("write and read reject empty, repeated and out-of-range cells", "[cach
         return true;
     };
     for (const auto& cells : std::vector<std::vector<uint32_t>>{{0, kCapacity}, {UINT32_MAX, 0}}) {
-        CHECK_REJECTED(fx, A, kvrt_cache_read(fx, 0, 2, cells.data(), k.data(), v.data()));
+        CHECK_REJECTED(fx, A, kvrt_cache_read(fx, 0, 2, cells.data(), k.data(), bytes_of(k), v.data(), bytes_of(v)));
         CHECK(outputs_untouched());
     }
     const uint32_t ok[2] = {0, 1};
     for (int32_t layer : {-1, static_cast<int32_t>(kLayers), INT32_MIN}) {
-        CHECK_REJECTED(fx, A, kvrt_cache_read(fx, layer, 2, ok, k.data(), v.data()));
+        CHECK_REJECTED(fx, A, kvrt_cache_read(fx, layer, 2, ok, k.data(), bytes_of(k), v.data(), bytes_of(v)));
         CHECK(outputs_untouched());
     }
-    CHECK_REJECTED(fx, A, kvrt_cache_read(fx, 0, 2, nullptr, k.data(), v.data()));
+    CHECK_REJECTED(fx, A, kvrt_cache_read(fx, 0, 2, nullptr, k.data(), bytes_of(k), v.data(), bytes_of(v)));
     CHECK(outputs_untouched());
 
     // Placed cells can be written; then nothing else changed but those rows.

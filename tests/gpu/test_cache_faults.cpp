@@ -208,7 +208,8 @@ public:
         const uint32_t n = static_cast<uint32_t>(s.cells.size());
         std::vector<float> k(size_t{n} * kRowElems), v(k.size());
         for (uint32_t l = 0; l < kLayers && n > 0; ++l) {
-            KVRT_REQUIRE_OK(kvrt_cache_read(cache_, static_cast<int32_t>(l), n, s.cells.data(), k.data(), v.data()));
+            KVRT_REQUIRE_OK(kvrt_cache_read(cache_, static_cast<int32_t>(l), n, s.cells.data(), k.data(), bytes_of(k),
+                                            v.data(), bytes_of(v)));
             s.data.insert(s.data.end(), k.begin(), k.end());
             s.data.insert(s.data.end(), v.begin(), v.end());
         }
@@ -246,7 +247,8 @@ void require_rows_stored(Scenario& s, const Input& in, const std::vector<uint32_
                          uint32_t block) {
     const uint32_t n = static_cast<uint32_t>(cells.size());
     std::vector<float> k(size_t{n} * kRowElems), v(k.size());
-    KVRT_REQUIRE_OK(kvrt_cache_read(s.cache(), static_cast<int32_t>(layer), n, cells.data(), k.data(), v.data()));
+    KVRT_REQUIRE_OK(kvrt_cache_read(s.cache(), static_cast<int32_t>(layer), n, cells.data(), k.data(), bytes_of(k),
+                                    v.data(), bytes_of(v)));
     std::vector<uint8_t> q(ref::row_bytes(ref::Type::Q8_0, kRowElems));
     std::vector<float> expect_v(kRowElems);
     for (uint32_t i = 0; i < n; ++i) {

@@ -357,7 +357,8 @@ private:
         std::vector<uint32_t> token_of(kCapacity, UINT32_MAX);
         std::vector<float> k(size_t{n} * kRowElems), v(k.size());
         for (uint32_t l = 0; l < kLayers && n > 0; ++l) {
-            if (kvrt_cache_read(cache_, static_cast<int32_t>(l), n, used.data(), k.data(), v.data()) != KVRT_SUCCESS)
+            if (kvrt_cache_read(cache_, static_cast<int32_t>(l), n, used.data(), k.data(), bytes_of(k), v.data(),
+                                bytes_of(v)) != KVRT_SUCCESS)
                 return std::string("kvrt_cache_read: ") + kvrt_last_error_message();
             for (uint32_t i = 0; i < n; ++i) {
                 const uint32_t c = used[i];

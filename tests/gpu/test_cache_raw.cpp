@@ -351,7 +351,7 @@ TEST_CASE("pre-quantized rows store into the static layout bit for bit", "[raw][
         pos += static_cast<int32_t>(per_step);
     }
     kvrt_static_stats stats = KVRT_STATIC_STATS_INIT;
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(by_bytes, 0, &stats));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(by_bytes, 0, &stats));
     CHECK(stats.slides > 0);
     // Every row of every region, valid or not.
     const uint32_t rows = 2 * 7;  // ceil(reserve * (seq_len - 1)), one sequence

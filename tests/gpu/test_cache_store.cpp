@@ -155,7 +155,8 @@ void run_store_case(kvrt_context ctx, kvrt_type cache_type, kvrt_type input_type
 
     for (uint32_t l = 0; l < s.layers; ++l) {
         std::vector<float> kg(size_t{n} * ke), vg(size_t{n} * ve);
-        KVRT_REQUIRE_OK(kvrt_cache_read(cache, static_cast<int32_t>(l), n, cells.data(), kg.data(), vg.data()));
+        KVRT_REQUIRE_OK(kvrt_cache_read(cache, static_cast<int32_t>(l), n, cells.data(), kg.data(), bytes_of(kg),
+                                        vg.data(), bytes_of(vg)));
         for (uint32_t i = 0; i < n; ++i) {
             check_row(cache_type, &k_in[(size_t{l} * n + i) * ke], &kg[size_t{i} * ke], ke, outcome);
             check_row(cache_type, &v_in[(size_t{l} * n + i) * ve], &vg[size_t{i} * ve], ve, outcome);
@@ -179,14 +180,14 @@ void run_store_case(kvrt_context ctx, kvrt_type cache_type, kvrt_type input_type
     const int32_t last = static_cast<int32_t>(s.layers - 1);
     KVRT_REQUIRE_OK(kvrt_cache_store(cache, nullptr, &batch, last, &k1, &v1, cells2.data()));
     std::vector<float> kg(size_t{n} * ke), vg(size_t{n} * ve);
-    KVRT_REQUIRE_OK(kvrt_cache_read(cache, last, n, cells2.data(), kg.data(), vg.data()));
+    KVRT_REQUIRE_OK(kvrt_cache_read(cache, last, n, cells2.data(), kg.data(), bytes_of(kg), vg.data(), bytes_of(vg)));
     const size_t block = s.layers > 1 ? n : 0;  // the rows read were layer block 1 (or 0 with one layer)
     for (uint32_t i = 0; i < n; ++i) {
         check_row(cache_type, &k_in[(block + i) * ke], &kg[size_t{i} * ke], ke, outcome);
         check_row(cache_type, &v_in[(block + i) * ve], &vg[size_t{i} * ve], ve, outcome);
     }
     // The first tokens still read back what they stored.
-    KVRT_REQUIRE_OK(kvrt_cache_read(cache, 0, n, cells.data(), kg.data(), nullptr));
+    KVRT_REQUIRE_OK(kvrt_cache_read(cache, 0, n, cells.data(), kg.data(), bytes_of(kg), nullptr, 0));
     for (uint32_t i = 0; i < n; ++i) check_row(cache_type, &k_in[size_t{i} * ke], &kg[size_t{i} * ke], ke, outcome);
 
     kvrt_buffer_destroy(kwrap);

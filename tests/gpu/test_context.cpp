@@ -122,7 +122,7 @@ TEST_CASE("context creation checks its arguments", "[context]") {
 }
 
 TEST_CASE("the device can be picked by index or name", "[context]") {
-    if (std::getenv("KVRT_DEVICE")) return;  // the environment overrides desc->device
+    // desc->device stands whatever KVRT_DEVICE says: these run under any.
     kvrt_context_desc desc = KVRT_CONTEXT_DESC_INIT;
     kvrt_context ctx = nullptr;
 
@@ -149,6 +149,59 @@ TEST_CASE("the device can be picked by index or name", "[context]") {
 
     desc.device = "999";
     CHECK(kvrt_context_create(&desc, &ctx) == KVRT_ERROR_UNSUPPORTED);
+}
+
+TEST_CASE("KVRT_DEVICE picks the device only where desc->device leaves it to kvrt", "[context]") {
+    kvrt_context_desc desc = KVRT_CONTEXT_DESC_INIT;
+    kvrt_context ctx = nullptr;
+    uint32_t n_devices = 0;
+    KVRT_REQUIRE_OK(kvrt_enumerate_devices(nullptr, &n_devices));
+    REQUIRE(n_devices >= 1);
+    const std::string last = std::to_string(n_devices - 1);
+    {
+        // Left open (NULL or ""): the variable chooses, also a device that
+        // does not exist.
+        ScopedEnv env("KVRT_DEVICE", last.c_str());
+        for (const char* open : {static_cast<const char*>(nullptr), ""}) {
+            desc.device = open;
+            KVRT_REQUIRE_OK(kvrt_context_create(&desc, &ctx));
+            kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
+            KVRT_REQUIRE_OK(kvrt_context_get_device_info(ctx, &info));
+            CHECK(info.index == n_devices - 1);
+            kvrt_context_destroy(ctx);
+        }
+    }
+    {
+        ScopedEnv env("KVRT_DEVICE", "no device has this name");
+        desc.device = nullptr;
+        ctx = reinterpret_cast<kvrt_context>(0x1);
+        CHECK(kvrt_context_create(&desc, &ctx) == KVRT_ERROR_UNSUPPORTED);
+        CHECK(ctx == nullptr);
+        // An explicit index stands, and the log says the variable was ignored.
+        bool ignored = false;
+        desc.device = "0";
+        desc.log_level = KVRT_LOG_LEVEL_INFO;
+        desc.log_user_data = &ignored;
+        desc.log_callback = [](void* user, kvrt_log_level, const char* message) {
+            if (std::string(message).find("KVRT_DEVICE") != std::string::npos &&
+                std::string(message).find("ignored") != std::string::npos)
+                *static_cast<bool*>(user) = true;
+        };
+        KVRT_REQUIRE_OK(kvrt_context_create(&desc, &ctx));
+        kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
+        KVRT_REQUIRE_OK(kvrt_context_get_device_info(ctx, &info));
+        CHECK(info.index == 0);
+        CHECK(ignored);
+        kvrt_context_destroy(ctx);
+    }
+    {
+        // An explicit name that matches nothing is not rescued by the variable.
+        ScopedEnv env("KVRT_DEVICE", "0");
+        desc = kvrt_context_desc KVRT_CONTEXT_DESC_INIT;
+        desc.device = "no device has this name";
+        CHECK(kvrt_context_create(&desc, &ctx) == KVRT_ERROR_UNSUPPORTED);
+        CHECK(ctx == nullptr);
+    }
 }
 
 TEST_CASE("results have names and a thread-local detail", "[context]") {

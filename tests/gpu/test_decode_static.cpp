@@ -19,12 +19,12 @@
 // - the cells kvrt_cache_place returns (seq x reserved rows + row) against
 //   the test's own window model (decode_window.hpp);
 // - at every checkpoint, for every sequence, layer, KV head, K and V:
-//   kvrt_cache_get_static_window's buffer, offset, row stride, valid rows and
+//   kvrt_cache_static_get_window's buffer, offset, row stride, valid rows and
 //   positions, and the window's bytes downloaded from its buffer at its
 //   offset, bit for bit against the reference encoding of the rows given to
-//   kvrt and against kvrt_cache_read; kvrt_cache_get_static_mask in f32 and
+//   kvrt and against kvrt_cache_read; kvrt_cache_static_get_mask in f32 and
 //   f16;
-// - kvrt_cache_get_static_stats (slides, rows and bytes moved) against the
+// - kvrt_cache_static_get_stats (slides, rows and bytes moved) against the
 //   window model, and that the device memory never grew.
 //
 // Static-scale types need their scales when the cache is created, as a static
@@ -282,21 +282,22 @@ void StaticRun::check_windows() {
         std::vector<float> k(static_cast<size_t>(cfg.n_layers) * cells.size() * kvd), v(k.size());
         for (int l = 0; l < cfg.n_layers; ++l) {
             const size_t off = static_cast<size_t>(l) * cells.size() * kvd;
+            const uint64_t layer_bytes = uint64_t{cells.size()} * kvd * sizeof(float);
             KVRT_REQUIRE_OK(kvrt_cache_read(cache_, l, static_cast<uint32_t>(cells.size()), cells.data(), k.data() + off,
-                                            v.data() + off));
+                                            layer_bytes, v.data() + off, layer_bytes));
         }
         window_checker_->check(cache_, s, windows_[s], mirror_.pos_max(static_cast<int>(s)), k, v);
     }
     REQUIRE(info().device_bytes == cache_bytes_);
 }
 
-// The end of the run: the attention figures, kvrt_cache_get_static_stats
+// The end of the run: the attention figures, kvrt_cache_static_get_stats
 // against the window model, and the device memory.
 void StaticRun::finish() {
     check_.verify();
     REQUIRE(window_checker_->windows() > 0);
     kvrt_static_stats stats = KVRT_STATIC_STATS_INIT;
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(cache_, -1, &stats));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(cache_, -1, &stats));
     uint64_t appended = 0, slides = 0, moved = 0;
     for (const WindowModel& m : windows_) {
         appended += m.rows_appended();

@@ -130,7 +130,7 @@ TEST_CASE("a destroyed handle stays invalid after new objects of its kind are cr
     }
     for (kvrt_memory m : dead_memories) {
         REQUIRE(kvrt_memory_seq_rm(m, nullptr, 0) == KVRT_ERROR_INVALID_HANDLE);
-        REQUIRE(kvrt_memory_get_state(m, 0, 0, state.data()) == KVRT_ERROR_INVALID_HANDLE);
+        REQUIRE(kvrt_memory_get_state(m, 0, 0, state.data(), bytes_of(state)) == KVRT_ERROR_INVALID_HANDLE);
         kvrt_memory_destroy(m);
     }
 
@@ -141,7 +141,7 @@ TEST_CASE("a destroyed handle stays invalid after new objects of its kind are cr
     }
     for (kvrt_stream s : streams) KVRT_REQUIRE_OK(kvrt_stream_wait(s, 0));
     for (kvrt_cache c : caches) KVRT_REQUIRE_OK(kvrt_cache_get_info(c, &info));
-    for (kvrt_memory m : memories) KVRT_REQUIRE_OK(kvrt_memory_get_state(m, 0, 0, state.data()));
+    for (kvrt_memory m : memories) KVRT_REQUIRE_OK(kvrt_memory_get_state(m, 0, 0, state.data(), bytes_of(state)));
     for (kvrt_buffer b : buffers) kvrt_buffer_destroy(b);
     for (kvrt_stream s : streams) kvrt_stream_destroy(s);
     for (kvrt_cache c : caches) kvrt_cache_destroy(c);

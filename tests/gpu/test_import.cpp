@@ -1,4 +1,4 @@
-// kvrt_context_import: kvrt on an application's own VkInstance, VkDevice and
+// kvrt_context_import_vulkan: kvrt on an application's own VkInstance, VkDevice and
 // queue, loaded through the application's vkGetInstanceProcAddr.
 #include "app_vulkan.hpp"
 
@@ -27,7 +27,7 @@ TEST_CASE("kvrt runs on an application's imported Vulkan device", "[import]") {
     vk.queue_user_data = &ql;
 
     kvrt_context ctx = nullptr;
-    KVRT_REQUIRE_OK(kvrt_context_import(nullptr, &vk, &ctx));
+    KVRT_REQUIRE_OK(kvrt_context_import_vulkan(nullptr, &vk, &ctx));
     kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
     KVRT_REQUIRE_OK(kvrt_context_get_device_info(ctx, &info));
     // Only what the app enabled is reported (and used).
@@ -53,13 +53,13 @@ TEST_CASE("kvrt runs on an application's imported Vulkan device", "[import]") {
 
 TEST_CASE("context import checks its arguments", "[import]") {
     kvrt_context ctx = reinterpret_cast<kvrt_context>(0x1);
-    CHECK(kvrt_context_import(nullptr, nullptr, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(kvrt_context_import_vulkan(nullptr, nullptr, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
     CHECK(ctx == nullptr);
     kvrt_vulkan_import_desc vk = KVRT_VULKAN_IMPORT_DESC_INIT;
-    CHECK(kvrt_context_import(nullptr, &vk, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);  // no handles
-    CHECK(kvrt_context_import(nullptr, &vk, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(kvrt_context_import_vulkan(nullptr, &vk, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);  // no handles
+    CHECK(kvrt_context_import_vulkan(nullptr, &vk, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
     vk.type = KVRT_STRUCT_TYPE_CONTEXT_DESC;
-    CHECK(kvrt_context_import(nullptr, &vk, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(kvrt_context_import_vulkan(nullptr, &vk, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
 
     AppVulkan app;
     vk = kvrt_vulkan_import_desc KVRT_VULKAN_IMPORT_DESC_INIT;
@@ -69,9 +69,9 @@ TEST_CASE("context import checks its arguments", "[import]") {
     vk.queue = app.queue;
     vk.queue_family_index = 999;
     vk.get_instance_proc_addr = app.gipa;
-    CHECK(kvrt_context_import(nullptr, &vk, &ctx) == KVRT_ERROR_UNSUPPORTED);
+    CHECK(kvrt_context_import_vulkan(nullptr, &vk, &ctx) == KVRT_ERROR_UNSUPPORTED);
     vk.queue_family_index = app.family;
     vk.lock_queue = &QueueLock::lock;  // without unlock_queue
-    CHECK(kvrt_context_import(nullptr, &vk, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(kvrt_context_import_vulkan(nullptr, &vk, &ctx) == KVRT_ERROR_INVALID_ARGUMENT);
     CHECK(ctx == nullptr);
 }

@@ -125,7 +125,7 @@ struct Scene {
 kvrt_context import_context(AppVulkan& app, bool with_timeline) {
     const kvrt_vulkan_import_desc d = app.import_desc(with_timeline);
     kvrt_context ctx = nullptr;
-    KVRT_REQUIRE_OK(kvrt_context_import(nullptr, &d, &ctx));
+    KVRT_REQUIRE_OK(kvrt_context_import_vulkan(nullptr, &d, &ctx));
     return ctx;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "api/handles.hpp"
 #include "attention_check.hpp"
@@ -128,11 +129,7 @@ TEST_CASE("a forced kernel variant is the one attention records, and it is accur
 // GQA and MQA, f16 queries and outputs, every option, holes and shared
 // prefixes, windows, and cells spread over binding pieces.
 TEST_CASE("the tiled attention kernel matches the reference for every type and option", "[kernels][attention]") {
-    if (std::getenv("KVRT_KERNELS")) {
-        WARN("KVRT_KERNELS is set: it decides the kernels of every context");
-        return;
-    }
-    GpuContext ctx(KVRT_CONTEXT_TILED_KERNELS);
+    GpuContext ctx(KVRT_CONTEXT_TILED_KERNELS);  // the flag stands whatever KVRT_KERNELS says
     const kvrt::ops::Tuning t = tuning_of(ctx);
     REQUIRE(t.attn_tiled_forced);
     const auto check = [&](AttnCase c, const char* what) {
@@ -315,7 +312,7 @@ TEST_CASE("lane groups fit the subgroups of every kind of device", "[kernels]") 
 
 TEST_CASE("forcing kernels: conflicting flags, a device without subgroup shuffles, KVRT_KERNELS", "[kernels]") {
     if (std::getenv("KVRT_KERNELS")) {
-        WARN("KVRT_KERNELS is set: it overrides the flags this test checks");
+        WARN("KVRT_KERNELS is set: it decides the kernels of the contexts this test creates without a flag");
         return;
     }
     kvrt_context ctx = reinterpret_cast<kvrt_context>(0x1);
@@ -339,7 +336,7 @@ TEST_CASE("forcing kernels: conflicting flags, a device without subgroup shuffle
     kvrt_context_destroy(ctx);
     {
         ScopedEnv env("KVRT_KERNELS", "tiled");
-        REQUIRE(create_with(KVRT_CONTEXT_SHUFFLE_KERNELS, &ctx) == KVRT_SUCCESS);
+        REQUIRE(create_with(0, &ctx) == KVRT_SUCCESS);
         CHECK(tuning_of(ctx).attn_tiled_forced);
         kvrt_context_destroy(ctx);
     }
@@ -367,16 +364,16 @@ TEST_CASE("forcing kernels: conflicting flags, a device without subgroup shuffle
         CHECK(std::string(kvrt_last_error_message()).find("KVRT_KERNELS") != std::string::npos);
     }
     {
-        // The environment overrides the flags.
+        // Without a kernel flag the variable chooses.
         ScopedEnv env("KVRT_KERNELS", "portable");
-        REQUIRE(create_with(KVRT_CONTEXT_SHUFFLE_KERNELS, &ctx) == KVRT_SUCCESS);
+        REQUIRE(create_with(0, &ctx) == KVRT_SUCCESS);
         CHECK(tuning_of(ctx).attn_portable);
         kvrt_context_destroy(ctx);
     }
     kvrt_device_info info = KVRT_DEVICE_INFO_INIT;
     {
         ScopedEnv env("KVRT_KERNELS", "auto");
-        REQUIRE(create_with(KVRT_CONTEXT_PORTABLE_KERNELS, &ctx) == KVRT_SUCCESS);
+        REQUIRE(create_with(0, &ctx) == KVRT_SUCCESS);
         KVRT_REQUIRE_OK(kvrt_context_get_device_info(ctx, &info));
         const bool shuffle_ok = (info.subgroup_ops & KVRT_SUBGROUP_OP_BASIC) &&
                                 (info.subgroup_ops & KVRT_SUBGROUP_OP_SHUFFLE) && info.subgroup_size >= 2;
@@ -386,12 +383,51 @@ TEST_CASE("forcing kernels: conflicting flags, a device without subgroup shuffle
     }
     {
         ScopedEnv env("KVRT_KERNELS", "shuffle");
-        const kvrt_result r = create_with(KVRT_CONTEXT_PORTABLE_KERNELS, &ctx);
+        const kvrt_result r = create_with(0, &ctx);
         if (r == KVRT_SUCCESS) {
             CHECK(!tuning_of(ctx).attn_portable);
             kvrt_context_destroy(ctx);
         } else {
             CHECK(r == KVRT_ERROR_UNSUPPORTED);
+        }
+    }
+}
+
+TEST_CASE("KVRT_KERNELS never overrides a kernel flag the application set", "[kernels]") {
+    // Each flag against each other value of the variable, and a value that
+    // is no name at all: the flag stands, the variable is not read, and the
+    // log says it was ignored.
+    struct Forced {
+        kvrt_flags flag;
+        const char* name;
+    };
+    const bool shuffle_ok = kernel_variants().size() > 1;
+    std::vector<Forced> forced{{KVRT_CONTEXT_PORTABLE_KERNELS, "portable"}, {KVRT_CONTEXT_TILED_KERNELS, "tiled"}};
+    if (shuffle_ok) forced.push_back({KVRT_CONTEXT_SHUFFLE_KERNELS, "shuffle"});
+    for (const Forced& f : forced) {
+        for (const char* env_value : {"portable", "shuffle", "tiled", "auto", "fast", ""}) {
+            if (std::string(env_value) == f.name) continue;
+            INFO("flag " << f.name << ", KVRT_KERNELS='" << env_value << "'");
+            ScopedEnv env("KVRT_KERNELS", env_value);
+            struct Log {
+                bool ignored = false;
+            } log;
+            kvrt_context_desc desc = KVRT_CONTEXT_DESC_INIT;
+            desc.flags = f.flag;
+            desc.log_level = KVRT_LOG_LEVEL_INFO;
+            desc.log_user_data = &log;
+            desc.log_callback = [](void* user, kvrt_log_level, const char* message) {
+                if (std::string(message).find("KVRT_KERNELS") != std::string::npos &&
+                    std::string(message).find("ignored") != std::string::npos)
+                    static_cast<Log*>(user)->ignored = true;
+            };
+            kvrt_context ctx = nullptr;
+            REQUIRE(kvrt_context_create(&desc, &ctx) == KVRT_SUCCESS);
+            const kvrt::ops::Tuning t = tuning_of(ctx);
+            CHECK(t.attn_tiled_forced == (f.flag == KVRT_CONTEXT_TILED_KERNELS));
+            CHECK(t.attn_portable == (f.flag != KVRT_CONTEXT_SHUFFLE_KERNELS));
+            CHECK(log.ignored);
+            kvrt_context_destroy(ctx);
         }
     }
 }

@@ -174,14 +174,14 @@ TEST_CASE("memory: bad input is reported and changes nothing", "[memory]") {
         CHECK(kvrt_memory_seq_rm(m, nullptr, 2) == KVRT_ERROR_INVALID_ARGUMENT);
         CHECK(kvrt_memory_seq_rm(m, nullptr, 5) == KVRT_ERROR_INVALID_ARGUMENT);
         std::vector<float> st(static_cast<size_t>(g.heads) * g.m * g.d);
-        CHECK(kvrt_memory_get_state(m, 2, 0, st.data()) == KVRT_ERROR_INVALID_ARGUMENT);
-        CHECK(kvrt_memory_get_state(m, 0, 2, st.data()) == KVRT_ERROR_INVALID_ARGUMENT);
-        CHECK(kvrt_memory_get_state(m, 0, 0, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+        CHECK(kvrt_memory_get_state(m, 2, 0, st.data(), bytes_of(st)) == KVRT_ERROR_INVALID_ARGUMENT);
+        CHECK(kvrt_memory_get_state(m, 0, 2, st.data(), bytes_of(st)) == KVRT_ERROR_INVALID_ARGUMENT);
+        CHECK(kvrt_memory_get_state(m, 0, 0, nullptr, 0) == KVRT_ERROR_INVALID_ARGUMENT);
         kvrt_memory_batch mb = KVRT_MEMORY_BATCH_INIT;
         CHECK(kvrt_memory_update(nullptr, nullptr, &mb) == KVRT_ERROR_INVALID_HANDLE);
         CHECK(kvrt_memory_seq_rm(nullptr, nullptr, 0) == KVRT_ERROR_INVALID_HANDLE);
         CHECK(kvrt_memory_seq_cp(nullptr, nullptr, 0, 1) == KVRT_ERROR_INVALID_HANDLE);
-        CHECK(kvrt_memory_get_state(nullptr, 0, 0, st.data()) == KVRT_ERROR_INVALID_HANDLE);
+        CHECK(kvrt_memory_get_state(nullptr, 0, 0, st.data(), bytes_of(st)) == KVRT_ERROR_INVALID_HANDLE);
         // A destroyed memory, and handles of other kinds.
         kvrt_memory dead = nullptr;
         const MemoryDesc d(g);
@@ -401,7 +401,7 @@ TEST_CASE("memory: a dropped recording or a timed-out call leaves the state as i
             kvrt_result got = KVRT_ERROR_TIMEOUT;
             const auto t0 = std::chrono::steady_clock::now();
             while (got == KVRT_ERROR_TIMEOUT && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
-                got = kvrt_memory_get_state(m, 0, 0, st.data());
+                got = kvrt_memory_get_state(m, 0, 0, st.data(), bytes_of(st));
                 if (got == KVRT_ERROR_TIMEOUT) std::this_thread::sleep_for(std::chrono::milliseconds(1));
             }
             REQUIRE(got == KVRT_SUCCESS);

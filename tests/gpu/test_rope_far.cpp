@@ -40,10 +40,10 @@ struct RopeCase {
     bool yarn;
 };
 const RopeCase kRopeCases[] = {
-    {"normal", KVRT_ROPE_NORMAL, false},
-    {"neox", KVRT_ROPE_NEOX, false},
-    {"normal yarn", KVRT_ROPE_NORMAL, true},
-    {"neox yarn", KVRT_ROPE_NEOX, true},
+    {"normal", KVRT_ROPE_MODE_NORMAL, false},
+    {"neox", KVRT_ROPE_MODE_NEOX, false},
+    {"normal yarn", KVRT_ROPE_MODE_NORMAL, true},
+    {"neox yarn", KVRT_ROPE_MODE_NEOX, true},
 };
 
 kvrt_rope_desc rope_desc(const RopeCase& rc) {
@@ -64,7 +64,7 @@ kvrt_rope_desc rope_desc(const RopeCase& rc) {
 ref::RopeParams ref_rope(const kvrt_rope_desc& r) {
     ref::RopeParams p;
     p.n_rot = static_cast<int>(kDim);
-    p.neox = r.mode == KVRT_ROPE_NEOX;
+    p.neox = r.mode == KVRT_ROPE_MODE_NEOX;
     p.freq_base = r.freq_base;
     if (r.freq_scale != 0.0f) p.freq_scale = r.freq_scale;
     p.ext_factor = r.ext_factor;
@@ -189,7 +189,7 @@ TEST_CASE("a shift of f32 K to any position up to 2^24 is exact", "[shift][rope-
             KVRT_REQUIRE_OK(kvrt_cache_seq_add(c.cache, 0, 0, -1, first));
             KVRT_REQUIRE_OK(kvrt_cache_apply_shifts(c.cache, nullptr));
             std::vector<float> k(raw_k.size());
-            KVRT_REQUIRE_OK(kvrt_cache_read(c.cache, 0, kTokens, cells.data(), k.data(), nullptr));
+            KVRT_REQUIRE_OK(kvrt_cache_read(c.cache, 0, kTokens, cells.data(), k.data(), bytes_of(k), nullptr, 0));
             // The exact K at the new positions, rotated in double from the raw
             // K (a shift is a pure rotation; the magnitude came with the store).
             const std::vector<float> want = rotated(p, raw_k, kKvHeads, first);

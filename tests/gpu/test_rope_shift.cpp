@@ -30,12 +30,12 @@ TEST_CASE("a shift by +d then -d gives back K, each step as the CPU reference co
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
     for (kvrt_type t : {KVRT_TYPE_F32, KVRT_TYPE_F16}) {
-        for (kvrt_rope_mode mode : {KVRT_ROPE_NORMAL, KVRT_ROPE_NEOX}) {
+        for (kvrt_rope_mode mode : {KVRT_ROPE_MODE_NORMAL, KVRT_ROPE_MODE_NEOX}) {
             // Partial rotations that pick each F16 kernel: 16-byte units (48),
             // word units (44; also NeoX), and for NeoX pairs that are not
             // whole word pairs, the per-cell kernel (42). YaRN for NeoX.
             for (uint32_t n_rot : {48u, 44u, 42u}) {
-                ShiftCache c(ctx, t, rope_params(mode, n_rot, mode == KVRT_ROPE_NEOX));
+                ShiftCache c(ctx, t, rope_params(mode, n_rot, mode == KVRT_ROPE_MODE_NEOX));
                 const auto raw = random_raw(40, c.row(), 3);
                 const auto cells = c.store(iota(10, 40), 0, raw);
                 const auto before = c.read_k(cells, 1);
@@ -67,8 +67,8 @@ TEST_CASE("quantized K: every rotated range of every shift kernel matches the re
         kvrt_rope_mode mode;
         uint32_t n_rot, dim;
     };
-    const Shape shapes[] = {{KVRT_ROPE_NORMAL, 48, 64}, {KVRT_ROPE_NORMAL, 0, 128}, {KVRT_ROPE_NEOX, 32, 64},
-                            {KVRT_ROPE_NEOX, 48, 64},   {KVRT_ROPE_NEOX, 64, 128},  {KVRT_ROPE_NEOX, 0, 128}};
+    const Shape shapes[] = {{KVRT_ROPE_MODE_NORMAL, 48, 64}, {KVRT_ROPE_MODE_NORMAL, 0, 128}, {KVRT_ROPE_MODE_NEOX, 32, 64},
+                            {KVRT_ROPE_MODE_NEOX, 48, 64},   {KVRT_ROPE_MODE_NEOX, 64, 128},  {KVRT_ROPE_MODE_NEOX, 0, 128}};
     for (kvrt_type t : {KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0}) {
         for (const Shape& sh : shapes) {
             ShiftCache c(ctx, t, rope_params(sh.mode, sh.n_rot, false), 128, 0, sh.dim);
@@ -90,8 +90,8 @@ TEST_CASE("K stored at p and shifted by d equals the reference shift and K store
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
     for (kvrt_type t : kTypes) {
-        for (kvrt_rope_mode mode : {KVRT_ROPE_NORMAL, KVRT_ROPE_NEOX}) {
-            ShiftCache c(ctx, t, rope_params(mode, 0, mode == KVRT_ROPE_NEOX));
+        for (kvrt_rope_mode mode : {KVRT_ROPE_MODE_NORMAL, KVRT_ROPE_MODE_NEOX}) {
+            ShiftCache c(ctx, t, rope_params(mode, 0, mode == KVRT_ROPE_MODE_NEOX));
             const auto raw = random_raw(30, c.row(), 5);
             const int32_t d = -17;
             const auto shifted = c.store(iota(100, 30), 0, raw);
@@ -140,7 +140,7 @@ TEST_CASE("attention after a context shift equals attention over the cache rebui
     for (kvrt_type t : kTypes) {
         for (kvrt_flags flags : {0u, static_cast<kvrt_flags>(KVRT_CACHE_DEFERRED_ROPE)}) {
             const bool deferred = flags != 0;
-            const kvrt_rope_desc rp = rope_params(KVRT_ROPE_NORMAL, 0, false);
+            const kvrt_rope_desc rp = rope_params(KVRT_ROPE_MODE_NORMAL, 0, false);
             ShiftCache shifted(ctx, t, rp, 128, flags), fresh(ctx, t, rp, 128, flags), rebuilt(ctx, t, rp, 128, flags);
             const uint32_t n = 100, n_keep = 4;
             const auto raw = random_raw(n, shifted.row(), 9);
@@ -199,7 +199,7 @@ TEST_CASE("deferred attention equals attention over K rotated on the host", "[sh
     // attention outputs agree, for both pairings and YaRN.
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
-    for (kvrt_rope_mode mode : {KVRT_ROPE_NORMAL, KVRT_ROPE_NEOX}) {
+    for (kvrt_rope_mode mode : {KVRT_ROPE_MODE_NORMAL, KVRT_ROPE_MODE_NEOX}) {
         for (bool yarn : {false, true}) {
             const kvrt_rope_desc rp = rope_params(mode, 48, yarn);
             ShiftCache rotated(ctx, KVRT_TYPE_F32, rp), deferred(ctx, KVRT_TYPE_F32, rp, 128, KVRT_CACHE_DEFERRED_ROPE);
@@ -235,7 +235,7 @@ TEST_CASE("drift of K rotated in place over 1,000 context shifts", "[shift]") {
                             {KVRT_TYPE_Q4_0, 100, 1.05e-2, 3e-2, 1.78, 5.0}};
     for (const Drift& dr : drifts) {
         const kvrt_type t = dr.type;
-        ShiftCache c(ctx, t, rope_params(KVRT_ROPE_NORMAL, 0, false), 64);
+        ShiftCache c(ctx, t, rope_params(KVRT_ROPE_MODE_NORMAL, 0, false), 64);
         const auto raw = random_raw(32, c.row(), 21);
         const auto cells = c.store(iota(0, 32), 0, raw);
         // The CPU reference replays every shift on the stored K.
@@ -279,7 +279,7 @@ TEST_CASE("deferred RoPE: the error after 1,000 shifts equals the error after on
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
     for (kvrt_type t : {KVRT_TYPE_F16, KVRT_TYPE_Q8_0, KVRT_TYPE_Q4_0}) {
-        ShiftCache c(ctx, t, rope_params(KVRT_ROPE_NEOX, 0, false), 64, KVRT_CACHE_DEFERRED_ROPE);
+        ShiftCache c(ctx, t, rope_params(KVRT_ROPE_MODE_NEOX, 0, false), 64, KVRT_CACHE_DEFERRED_ROPE);
         const auto raw = random_raw(32, c.row(), 21);
         const auto cells = c.store(iota(0, 32), 0, raw, false);
         const auto k0 = c.read_k(cells, 0);
@@ -294,7 +294,7 @@ TEST_CASE("deferred RoPE: the error after 1,000 shifts equals the error after on
         CHECK(c.read_k(cells, 0) == k0);
         CHECK(after_999 == after_one);
         // And both equal a cache that stored the tokens at +3 in the first place.
-        ShiftCache fresh(ctx, t, rope_params(KVRT_ROPE_NEOX, 0, false), 64, KVRT_CACHE_DEFERRED_ROPE);
+        ShiftCache fresh(ctx, t, rope_params(KVRT_ROPE_MODE_NEOX, 0, false), 64, KVRT_CACHE_DEFERRED_ROPE);
         fresh.store(iota(3, 32), 0, raw, false);
         const double e = ref::nmse(after_999, attend(fresh, 40, 0, q));
         INFO("type " << t << " nmse against a fresh cache " << e);
@@ -306,7 +306,7 @@ TEST_CASE("SelfExtend grouping (seq_div) rotates K to the grouped positions", "[
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
     for (kvrt_type t : kTypes) {
-        ShiftCache c(ctx, t, rope_params(KVRT_ROPE_NEOX, 0, false));
+        ShiftCache c(ctx, t, rope_params(KVRT_ROPE_MODE_NEOX, 0, false));
         const auto raw = random_raw(40, c.row(), 13);
         const auto pos = iota(100, 40);
         const auto cells = c.store(pos, 0, raw);

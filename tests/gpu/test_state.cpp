@@ -549,7 +549,7 @@ TEST_CASE("state: failed loads into the static layout change nothing", "[state][
             for (uint32_t l = 0; l < kLayers; ++l)
                 for (kvrt_kv_array arr : {KVRT_KV_ARRAY_K, KVRT_KV_ARRAY_V}) {
                     kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
-                    KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, s, int32_t(l), 1, arr, &win));
+                    KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, s, int32_t(l), 1, arr, &win));
                     w.insert(w.end(), {win.offset, win.n_valid, uint64_t(uint32_t(win.pos_first)),
                                        uint64_t(uint32_t(win.pos_last))});
                 }

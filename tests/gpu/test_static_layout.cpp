@@ -74,7 +74,7 @@ void check_window_positions(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t
         for (uint32_t h = 0; h < sh.kv_heads; ++h)
             for (kvrt_kv_array a : {KVRT_KV_ARRAY_K, KVRT_KV_ARRAY_V}) {
                 kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
-                KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, seq, static_cast<int32_t>(l), h, a, &w));
+                KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, seq, static_cast<int32_t>(l), h, a, &w));
                 const uint32_t dim = a == KVRT_KV_ARRAY_K ? sh.dk : sh.dv;
                 REQUIRE(w.rows == W);
                 REQUIRE(w.row_stride == dim * 2u);
@@ -106,8 +106,8 @@ void check_window_positions(kvrt_cache c, const Shape& sh, int32_t seq, uint32_t
     // The mask: padding first, then the valid rows and the new token.
     std::vector<float> m32(seq_len);
     std::vector<uint16_t> m16(seq_len);
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(c, seq, KVRT_TYPE_F32, m32.data(), m32.size() * 4));
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_mask(c, seq, KVRT_TYPE_F16, m16.data(), m16.size() * 2));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_mask(c, seq, KVRT_TYPE_F32, m32.data(), m32.size() * 4));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_mask(c, seq, KVRT_TYPE_F16, m16.data(), m16.size() * 2));
     for (uint32_t i = 0; i < seq_len; ++i) {
         const bool pad = i < W - n_valid;
         REQUIRE(m32[i] == (pad ? -std::numeric_limits<float>::infinity() : 0.0f));
@@ -144,14 +144,14 @@ TEST_CASE("static layout: windows, masks and bytes moved while appending", "[sta
         if (t == 2 * W + 1) bytes_before = device_bytes(ctx);
         check_windows(c, sh, 0, S, std::min(t, W), static_cast<int32_t>(t - 1));
         kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(c, 0, &st));
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(c, 0, &st));
         REQUIRE(st.rows_appended == t);
         REQUIRE(st.rows_moved == kvrt::kv::expected_rows_moved(S, reserve, t));
         REQUIRE(st.bytes_moved == st.rows_moved * per_row);
     }
     // Once full, R = 1 slides every token; R = 2 copies S-2 rows per S tokens.
     kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(c, -1, &st));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(c, -1, &st));
     if (reserve == 1.0) REQUIRE(st.slides >= 2 * W);
     if (reserve == 2.0) REQUIRE(st.slides == (3 * W) / (W + 1));
     REQUIRE(device_bytes(ctx) == bytes_before);  // the layout never grows
@@ -197,7 +197,7 @@ TEST_CASE("static layout: chunks, several sequences, place and write, removal", 
         check_windows(c, sh, 0, S, W, next[0] - 1);
         // kvrt_cache_read of that cell gives the token back.
         std::vector<float> rk(size_t{sh.kv_heads} * sh.dk), rv(size_t{sh.kv_heads} * sh.dv);
-        KVRT_REQUIRE_OK(kvrt_cache_read(c, 1, 1, &cell, rk.data(), rv.data()));
+        KVRT_REQUIRE_OK(kvrt_cache_read(c, 1, 1, &cell, rk.data(), bytes_of(rk), rv.data(), bytes_of(rv)));
         for (size_t i = 0; i < rk.size(); ++i) REQUIRE(rk[i] == k[size_t{sh.kv_heads} * sh.dk + i]);
         for (size_t i = 0; i < rv.size(); ++i) REQUIRE(rv[i] == v[size_t{sh.kv_heads} * sh.dv + i]);
     }
@@ -208,7 +208,7 @@ TEST_CASE("static layout: chunks, several sequences, place and write, removal", 
     KVRT_REQUIRE_OK(kvrt_cache_seq_rm(c, 0, -1, -1));
     check_windows(c, sh, 0, S, 0, -1);
     kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(c, 0, &st));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(c, 0, &st));
     REQUIRE(st.rows_appended == 0);
     REQUIRE(store_tokens(c, sh, 0, 3, 4) == KVRT_SUCCESS);
     check_windows(c, sh, 0, S, 4, 6);
@@ -231,7 +231,7 @@ TEST_CASE("static layout: a dropped recording gives the windows back", "[static]
         KVRT_REQUIRE_OK(kvrt_stream_begin(s));
         REQUIRE(store_tokens(c, sh, 0, static_cast<int32_t>(W), 3, s) == KVRT_SUCCESS);
         kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &w));
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &w));
         REQUIRE(w.pos_last == static_cast<int32_t>(W) + 2);
     }  // destroyed without submitting
     check_windows(c, sh, 0, S, W, static_cast<int32_t>(W) - 1);
@@ -355,8 +355,8 @@ TEST_CASE("static layout: a sequence moves between layouts bit for bit", "[stati
         for (uint32_t h = 0; h < sh.kv_heads; ++h)
             for (kvrt_kv_array a : {KVRT_KV_ARRAY_K, KVRT_KV_ARRAY_V}) {
                 kvrt_static_window w0 = KVRT_STATIC_WINDOW_INIT, w1 = KVRT_STATIC_WINDOW_INIT;
-                KVRT_REQUIRE_OK(kvrt_cache_get_static_window(st, 0, static_cast<int32_t>(l), h, a, &w0));
-                KVRT_REQUIRE_OK(kvrt_cache_get_static_window(st, 1, static_cast<int32_t>(l), h, a, &w1));
+                KVRT_REQUIRE_OK(kvrt_cache_static_get_window(st, 0, static_cast<int32_t>(l), h, a, &w0));
+                KVRT_REQUIRE_OK(kvrt_cache_static_get_window(st, 1, static_cast<int32_t>(l), h, a, &w1));
                 std::vector<uint8_t> b0(w0.bytes), b1(w1.bytes);
                 KVRT_REQUIRE_OK(kvrt_buffer_download(w0.buffer, w0.offset, b0.data(), w0.bytes));
                 KVRT_REQUIRE_OK(kvrt_buffer_download(w1.buffer, w1.offset, b1.data(), w1.bytes));
@@ -453,18 +453,18 @@ TEST_CASE("static layout: bad input is refused with a clear error", "[static][er
 
     Cache c = CacheSpec(sh).static_layout(16, 2.0).cells(0, 2).create(ctx);
     kvrt_static_window w = KVRT_STATIC_WINDOW_INIT;
-    REQUIRE(kvrt_cache_get_static_window(c, 0, static_cast<int32_t>(sh.layers), 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_window(c, 0, static_cast<int32_t>(sh.layers), 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
     REQUIRE(std::strstr(kvrt_last_error_message(), "layer") != nullptr);
-    REQUIRE(kvrt_cache_get_static_window(c, 0, 0, sh.kv_heads, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_window(c, 0, 0, sh.kv_heads, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
     REQUIRE(std::strstr(kvrt_last_error_message(), "head") != nullptr);
-    REQUIRE(kvrt_cache_get_static_window(c, 2, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_get_static_window(c, -1, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_UNDEFINED, &w) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_window(c, 2, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_window(c, -1, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_window(c, 0, 0, 0, KVRT_KV_ARRAY_UNDEFINED, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
     std::vector<float> mask(16);
-    REQUIRE(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_F32, mask.data(), 15 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_Q8_0, mask.data(), 16 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_get_static_mask(c, 0, KVRT_TYPE_F32, nullptr, 16 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_mask(c, 0, KVRT_TYPE_F32, mask.data(), 15 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_mask(c, 0, KVRT_TYPE_Q8_0, mask.data(), 16 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_mask(c, 0, KVRT_TYPE_F32, nullptr, 16 * 4) == KVRT_ERROR_INVALID_ARGUMENT);
     // Operations that do not fit fixed windows.
     REQUIRE(store_tokens(c, sh, 0, 0, 4) == KVRT_SUCCESS);
     REQUIRE(kvrt_cache_seq_cp(c, 0, 1, -1, -1) == KVRT_ERROR_UNSUPPORTED);
@@ -480,16 +480,16 @@ TEST_CASE("static layout: bad input is refused with a clear error", "[static][er
     }
     check_windows(c, sh, 0, 16, 4, 3);  // nothing changed
     // The window buffers belong to the cache.
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_V, &w));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, 0, 0, 0, KVRT_KV_ARRAY_V, &w));
     kvrt_buffer_destroy(w.buffer);
     uint64_t size = 0;
     KVRT_REQUIRE_OK(kvrt_buffer_get_size(w.buffer, &size));
     // Functions of the static layout on a cell cache.
     Cache cells = CacheSpec(sh).cells(32, 1).create(ctx);
-    REQUIRE(kvrt_cache_get_static_window(cells, 0, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_get_static_mask(cells, 0, KVRT_TYPE_F32, mask.data(), 64) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_window(cells, 0, 0, 0, KVRT_KV_ARRAY_K, &w) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_mask(cells, 0, KVRT_TYPE_F32, mask.data(), 64) == KVRT_ERROR_INVALID_ARGUMENT);
     kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
-    REQUIRE(kvrt_cache_get_static_stats(cells, 0, &st) == KVRT_ERROR_INVALID_ARGUMENT);
+    REQUIRE(kvrt_cache_static_get_stats(cells, 0, &st) == KVRT_ERROR_INVALID_ARGUMENT);
     REQUIRE(ctx.validation_errors() == 0);
 }
 
@@ -550,8 +550,8 @@ TEST_CASE("static layout: sequences spread over several pieces", "[static][atten
         check_windows(c, sh, seq, S, std::min(n, W), static_cast<int32_t>(n) - 1);
     }
     kvrt_static_window w0 = KVRT_STATIC_WINDOW_INIT, w2 = KVRT_STATIC_WINDOW_INIT;
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &w0));
-    KVRT_REQUIRE_OK(kvrt_cache_get_static_window(c, 2, 0, 0, KVRT_KV_ARRAY_K, &w2));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &w0));
+    KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, 2, 0, 0, KVRT_KV_ARRAY_K, &w2));
     VkBuffer b0 = VK_NULL_HANDLE, b2 = VK_NULL_HANDLE;
     VkDeviceSize o = 0, n = 0;
     KVRT_REQUIRE_OK(kvrt_buffer_get_vulkan(w0.buffer, w0.offset, &b0, &o, &n));
@@ -655,7 +655,7 @@ TEST_CASE("static layout: removing any range keeps the other rows and attends li
         const uint32_t kind = h.empty() ? 0 : rng() % 5;
         INFO("step " << step << " sequence " << seq << " kind " << kind << " held " << h.size());
         kvrt_static_stats before = KVRT_STATIC_STATS_INIT;
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, -1, &before));
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(st, -1, &before));
         if (kind == 0) {
             const uint32_t n = 1 + rng() % 7;
             const int32_t first = h.empty() ? static_cast<int32_t>(rng() % 50) : h.back() + 1;
@@ -690,7 +690,7 @@ TEST_CASE("static layout: removing any range keeps the other rows and attends li
             }
         }
         kvrt_static_stats after = KVRT_STATIC_STATS_INIT;
-        KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, -1, &after));
+        KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(st, -1, &after));
         if (kind != 0 && after.slides > before.slides) ++copies;
         for (int32_t s = 0; s < 2; ++s) check_window_positions(st, sh, s, S, held[static_cast<size_t>(s)]);
         same_attention(st, cells, sh, held, static_cast<uint32_t>(step) % sh.layers);
@@ -713,12 +713,12 @@ TEST_CASE("static layout: removing any range keeps the other rows and attends li
         for (; !slid; ++rounds) {
             INFO("draft round " << rounds);
             kvrt_static_stats a = KVRT_STATIC_STATS_INIT, b = KVRT_STATIC_STATS_INIT;
-            KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, 0, &a));
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(st, 0, &a));
             REQUIRE(store_tokens(st, sh, 0, h.back() + 1, 3) == KVRT_SUCCESS);
-            KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, 0, &b));
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(st, 0, &b));
             slid = b.slides > a.slides;
             KVRT_REQUIRE_OK(kvrt_cache_seq_rm(st, 0, h.back() + 1, -1));
-            KVRT_REQUIRE_OK(kvrt_cache_get_static_stats(st, 0, &a));
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_stats(st, 0, &a));
             REQUIRE(a.slides == b.slides);  // the removal copied nothing
             // The drafts pushed the oldest rows out of a full window; then
             // one more token.

@@ -222,7 +222,7 @@ void run_store_case(kvrt_context ctx, const Spec& spec, kvrt_type input, Tally* 
         const uint32_t ke = c.elems(false), ve = c.elems(true);
         std::vector<float> kg(size_t{ke} * cells.size()), vg(size_t{ve} * cells.size());
         KVRT_REQUIRE_OK(kvrt_cache_read(c.cache, static_cast<int32_t>(layer), static_cast<uint32_t>(cells.size()),
-                                        cells.data(), kg.data(), vg.data()));
+                                        cells.data(), kg.data(), bytes_of(kg), vg.data(), bytes_of(vg)));
         for (size_t i = 0; i < cells.size(); ++i) {
             std::vector<float> ek, ev;
             expect_row(false, layer, cells[i], k_in[i], &ek);
@@ -354,7 +354,8 @@ TEST_CASE("static-scale K and V mix with other types in one cache", "[static-typ
     KVRT_REQUIRE_OK(kvrt_cache_store(mixed.cache, nullptr, &b, -1, &kr, &vr, &cell));
     for (uint32_t l = 0; l < 2; ++l) {
         std::vector<float> kg(24), vg(24), ev(24);
-        KVRT_REQUIRE_OK(kvrt_cache_read(mixed.cache, static_cast<int32_t>(l), 1, &cell, kg.data(), vg.data()));
+        KVRT_REQUIRE_OK(kvrt_cache_read(mixed.cache, static_cast<int32_t>(l), 1, &cell, kg.data(), bytes_of(kg),
+                                        vg.data(), bytes_of(vg)));
         const QuantScale q = mixed.scale(true, l);
         std::vector<uint8_t> codes(24);
         ref::encode_row_static(ref::StaticType::U8, &v[l * 24], 24, q.scale, q.zero_point, codes.data());
@@ -430,7 +431,7 @@ namespace {
 ref::RopeParams ref_rope(const kvrt_rope_desc& rp, uint32_t dim) {
     ref::RopeParams r;
     r.n_rot = rp.n_rot ? static_cast<int>(rp.n_rot) : static_cast<int>(dim);
-    r.neox = rp.mode == KVRT_ROPE_NEOX;
+    r.neox = rp.mode == KVRT_ROPE_MODE_NEOX;
     return r;
 }
 
@@ -452,7 +453,8 @@ std::vector<float> rope_inputs(const StaticCache& c, uint32_t n, uint32_t seed) 
 std::vector<float> read_layer(const StaticCache& c, bool v, uint32_t layer, const std::vector<uint32_t>& cells) {
     std::vector<float> out(cells.size() * c.elems(v));
     KVRT_REQUIRE_OK(kvrt_cache_read(c.cache, static_cast<int32_t>(layer), static_cast<uint32_t>(cells.size()),
-                                    cells.data(), v ? nullptr : out.data(), v ? out.data() : nullptr));
+                                    cells.data(), v ? nullptr : out.data(), v ? 0 : bytes_of(out),
+                                    v ? out.data() : nullptr, v ? bytes_of(out) : 0));
     return out;
 }
 
@@ -462,7 +464,7 @@ TEST_CASE("RoPE shift of static-scale K re-quantizes with each layer's scale", "
     KVRT_EACH_KERNEL_VARIANT(variant);
     GpuContext ctx(variant.flags);
     for (kvrt_type t : {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}) {
-        for (kvrt_rope_mode mode : {KVRT_ROPE_NORMAL, KVRT_ROPE_NEOX}) {
+        for (kvrt_rope_mode mode : {KVRT_ROPE_MODE_NORMAL, KVRT_ROPE_MODE_NEOX}) {
             // Whole and partial rotation. Rows of whole words take the
             // streaming kernel, U8 rotating 22 of 32 dims keeps the codes
             // of the rest of its last word, and U8 heads of 10 bytes (2-byte
@@ -557,7 +559,7 @@ TEST_CASE("deferred RoPE over static-scale K: shifts leave K alone and attention
         s.dv = 64;
         s.capacity = 128;
         s.k_type = s.v_type = t;
-        s.rope.mode = KVRT_ROPE_NEOX;
+        s.rope.mode = KVRT_ROPE_MODE_NEOX;
         s.flags = KVRT_CACHE_DEFERRED_ROPE;
         StaticCache shifted(ctx, s), fresh(ctx, s);
         const uint32_t n = 60;

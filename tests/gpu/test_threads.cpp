@@ -427,7 +427,8 @@ Outcome run_churn(kvrt_context ctx, const std::atomic<bool>& stop, uint32_t seed
         uint32_t cell = 0;
         ok = o.check(kvrt_cache_create(ctx, &cd, &cache), "kvrt_cache_create") &&
              o.check(kvrt_cache_store(cache, nullptr, &b, 0, &kr, &vr, &cell), "kvrt_cache_store") &&
-             o.check(kvrt_cache_read(cache, 0, 1, &cell, kb.data(), vb.data()), "kvrt_cache_read");
+             o.check(kvrt_cache_read(cache, 0, 1, &cell, kb.data(), bytes_of(kb), vb.data(), bytes_of(vb)),
+                     "kvrt_cache_read");
         if (ok) o.expect(kb == k && vb == v, "a small cache reads back wrong");
         kvrt_cache_destroy(cache);
     }

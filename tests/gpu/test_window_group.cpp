@@ -137,7 +137,7 @@ TEST_CASE("window group: dropped rows, refusals and reads", "[window]") {
     for (int32_t p : {0, 1, 84, 99}) {
         std::vector<float> k(kRow), v(kRow);
         const uint32_t cell = cell_of[static_cast<size_t>(p)];
-        REQUIRE(kvrt_cache_read(c, 1, 1, &cell, k.data(), v.data()) == KVRT_SUCCESS);
+        REQUIRE(kvrt_cache_read(c, 1, 1, &cell, k.data(), bytes_of(k), v.data(), bytes_of(v)) == KVRT_SUCCESS);
         for (uint32_t e = 0; e < kRow; ++e) {
             REQUIRE(k[e] == value(static_cast<uint32_t>(p), 1, 0, e));
             REQUIRE(v[e] == value(static_cast<uint32_t>(p), 1, 1, e));
@@ -145,11 +145,11 @@ TEST_CASE("window group: dropped rows, refusals and reads", "[window]") {
     }
     std::vector<float> k(kRow);
     const uint32_t dropped = cell_of[50];
-    CHECK(kvrt_cache_read(c, 1, 1, &dropped, k.data(), nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(kvrt_cache_read(c, 1, 1, &dropped, k.data(), bytes_of(k), nullptr, 0) == KVRT_ERROR_INVALID_ARGUMENT);
     std::vector<uint8_t> raw(kRow * 2);
     CHECK(kvrt_cache_read_raw(c, 1, KVRT_KV_ARRAY_K, 1, &dropped, raw.data(), raw.size()) ==
           KVRT_ERROR_INVALID_ARGUMENT);
-    REQUIRE(kvrt_cache_read(c, 0, 1, &dropped, k.data(), nullptr) == KVRT_SUCCESS);
+    REQUIRE(kvrt_cache_read(c, 0, 1, &dropped, k.data(), bytes_of(k), nullptr, 0) == KVRT_SUCCESS);
     CHECK(k[0] == value(50, 0, 0, 0));
 
     // Attention: queries whose window reaches dropped rows are refused in the
@@ -533,7 +533,8 @@ TEST_CASE("window group: static-scale types keep each windowed layer's scales", 
         for (int i = 0; i < 2; ++i) {
             k[i].resize(3 * kRow);
             v[i].resize(3 * kRow);
-            REQUIRE(kvrt_cache_read(caches[i], layer, 3, cells[i].data(), k[i].data(), v[i].data()) == KVRT_SUCCESS);
+            REQUIRE(kvrt_cache_read(caches[i], layer, 3, cells[i].data(), k[i].data(), bytes_of(k[i]), v[i].data(),
+                                    bytes_of(v[i])) == KVRT_SUCCESS);
         }
         INFO("layer " << layer);
         CHECK(k[0] == k[1]);

@@ -183,8 +183,8 @@ TEST_CASE("window group: context shifts, shared shifts, seq_div and compaction",
     std::vector<uint32_t> cells_a, cells_b;
     cells_a = p.store({last + 2}, {0}, nullptr, &cells_b);
     std::vector<float> ka(kRow), kb(kRow);
-    REQUIRE(kvrt_cache_read(p.grouped(), 2, 1, cells_a.data(), ka.data(), nullptr) == KVRT_SUCCESS);
-    REQUIRE(kvrt_cache_read(p.plain(), 2, 1, cells_b.data(), kb.data(), nullptr) == KVRT_SUCCESS);
+    REQUIRE(kvrt_cache_read(p.grouped(), 2, 1, cells_a.data(), ka.data(), bytes_of(ka), nullptr, 0) == KVRT_SUCCESS);
+    REQUIRE(kvrt_cache_read(p.plain(), 2, 1, cells_b.data(), kb.data(), bytes_of(kb), nullptr, 0) == KVRT_SUCCESS);
     CHECK(ka == kb);
 }
 

@@ -20,7 +20,7 @@ constexpr double kPi = 3.14159265358979323846;
 
 Rope make_rope(bool neox, bool yarn) {
     kvrt_rope_desc d = KVRT_ROPE_DESC_INIT;
-    d.mode = neox ? KVRT_ROPE_NEOX : KVRT_ROPE_NORMAL;
+    d.mode = neox ? KVRT_ROPE_MODE_NEOX : KVRT_ROPE_MODE_NORMAL;
     d.freq_base = 500000.0f;
     if (yarn) {
         d.freq_scale = 0.25f;

@@ -7,7 +7,7 @@
 #   .gpu/debs/  libvulkan1 (the Vulkan loader) and vulkan-validationlayers, as
 #               Debian 12 packages (run.sh unpacks them; nothing is installed here)
 #   .gpu/bin/   kvrt_gpu_tests and kvrt, stripped
-#   .gpu/lib/   libkvrt.so.0.1, stripped
+#   .gpu/lib/   libkvrt.so.0.MINOR (its SONAME), stripped
 #
 # About 30 MiB in all. Then, on the GPU machine, in a copy of this tree with
 # .gpu/ beside it: `bash tools/gpu/run.sh` (OUT=<folder> for its logs).
@@ -37,7 +37,11 @@ ls "$DEST"/debs/libvulkan1_*.deb "$DEST"/debs/vulkan-validationlayers_*.deb >/de
 
 strip -o "$DEST/bin/kvrt_gpu_tests" "$ROOT/build/bin/kvrt_gpu_tests"
 strip -o "$DEST/bin/kvrt" "$ROOT/build/bin/kvrt"
-strip -o "$DEST/lib/libkvrt.so.0.1" "$(readlink -f "$ROOT/build/lib/libkvrt.so.0.1")"
+# The library under its SONAME (libkvrt.so.0.MINOR before 1.0), as the
+# programs ask the loader for it.
+soname=$(readelf -d "$ROOT/build/lib/libkvrt.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+[[ -n "$soname" ]] || { echo "prepare: no SONAME in $ROOT/build/lib/libkvrt.so" >&2; exit 1; }
+strip -o "$DEST/lib/$soname" "$(readlink -f "$ROOT/build/lib/libkvrt.so")"
 git -C "$ROOT" describe --always --dirty --abbrev=12 >"$DEST/commit" 2>/dev/null || true
 
 echo "prepare: $(du -sh "$DEST" | cut -f1) in $DEST (built from $(cat "$DEST/commit" 2>/dev/null || echo "an unknown commit"))"

@@ -12,7 +12,7 @@
 // Rows moved: with W = S-1 and Rr = ceil(R*W) reserved rows, the window
 // restarts at the region's start every P = Rr - W + 1 appends, copying the
 // rows that stay in it (min(m*P - 1, W - 1) at restart m). The case checks
-// kvrt_cache_get_static_stats against that closed form after every run. With
+// kvrt_cache_static_get_stats against that closed form after every run. With
 // R = 2 a slide of W-1 rows comes every W+1 tokens; with R = 1 every append
 // slides the whole window.
 //
@@ -304,7 +304,7 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
             const std::string what = "R=" + s->reserve_text + " run " + std::to_string(run + 1) + "/" +
                                      std::to_string(o.runs);
             r = append_run(env, o, in, stream, s.get(), o.tokens, true, what);
-            if (r == KVRT_SUCCESS) r = kvrt_cache_get_static_stats(s->cache, 0, &s->stats);
+            if (r == KVRT_SUCCESS) r = kvrt_cache_static_get_stats(s->cache, 0, &s->stats);
             if (r != KVRT_SUCCESS) break;
             const Expected e = expected(o.seq_len, s->reserve, o.tokens);
             const uint64_t row_bytes = o.layers * o.kv_heads * 2 * o.head_dim * eb;  // one row of every region
@@ -313,7 +313,7 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
                 (single && (s->stats.rows_moved != e.rows_moved || s->stats.slides != e.slides)) ||
                 s->stats.bytes_moved != s->stats.rows_moved * row_bytes) {
                 std::fprintf(stderr,
-                             "error: bench static-append: R=%s: kvrt_cache_get_static_stats says %llu rows appended, "
+                             "error: bench static-append: R=%s: kvrt_cache_static_get_stats says %llu rows appended, "
                              "%llu slides, %llu rows and %llu bytes moved; expected %llu, %llu, %llu and %llu\n",
                              s->reserve_text.c_str(), static_cast<unsigned long long>(s->stats.rows_appended),
                              static_cast<unsigned long long>(s->stats.slides),
@@ -408,7 +408,7 @@ const bool registered = register_case(
      "                 run's GPU time (the sum of its timestamps); us_per_token and\n"
      "                 wall_us_per_token: GPU and wall time per token (median run; wall\n"
      "                 includes recording, submission and waits); moved_bytes_per_token:\n"
-     "                 kvrt_cache_get_static_stats' bytes_moved / rows_appended; slides and\n"
+     "                 kvrt_cache_static_get_stats' bytes_moved / rows_appended; slides and\n"
      "                 rows_moved (per region) are checked against the closed form\n"
      "                 (expected_rows_moved). GB/s counts the slides' bytes and the appended\n"
      "                 rows. Several R: one cache each, runs interleaved; *_vs_first = ratio to\n"

@@ -45,7 +45,7 @@ fn main() {
         return;
     }
 
-    match pkg_config::Config::new().atleast_version("0.1").probe("kvrt") {
+    match pkg_config::Config::new().atleast_version("0.2").probe("kvrt") {
         Ok(lib) => {
             if let Some(dir) = lib.link_paths.first() {
                 println!("cargo:lib_dir={}", dir.display());

@@ -91,7 +91,7 @@ pub const KVRT_TIMING_INIT: kvrt_timing = kvrt_timing {
 pub const KVRT_ROPE_DESC_INIT: kvrt_rope_desc = kvrt_rope_desc {
     type_: KVRT_STRUCT_TYPE_ROPE_DESC,
     next: core::ptr::null(),
-    mode: KVRT_ROPE_NORMAL,
+    mode: KVRT_ROPE_MODE_NORMAL,
     n_rot: 0,
     freq_base: 0.0,
     freq_scale: 0.0,

@@ -68,7 +68,7 @@ const _: () = {
     ][::core::mem::offset_of!(kvrt_static_window, zero_point) - 72usize];
 };
 unsafe extern "C" {
-    pub fn kvrt_cache_get_static_window(
+    pub fn kvrt_cache_static_get_window(
         cache: kvrt_cache,
         seq: i32,
         layer: i32,
@@ -78,7 +78,7 @@ unsafe extern "C" {
     ) -> kvrt_result;
 }
 unsafe extern "C" {
-    pub fn kvrt_cache_get_static_mask(
+    pub fn kvrt_cache_static_get_mask(
         cache: kvrt_cache,
         seq: i32,
         element_type: kvrt_type,
@@ -122,7 +122,7 @@ const _: () = {
     ][::core::mem::offset_of!(kvrt_static_stats, bytes_moved) - 40usize];
 };
 unsafe extern "C" {
-    pub fn kvrt_cache_get_static_stats(
+    pub fn kvrt_cache_static_get_stats(
         cache: kvrt_cache,
         seq: i32,
         out: *mut kvrt_static_stats,

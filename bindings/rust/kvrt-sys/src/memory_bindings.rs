@@ -263,5 +263,6 @@ unsafe extern "C" {
         seq: i32,
         layer: i32,
         out: *mut f32,
+        out_bytes: u64,
     ) -> kvrt_result;
 }

@@ -1,6 +1,7 @@
 //! The KV cache.
 
 use std::marker::PhantomData;
+use std::mem;
 use std::ptr;
 use std::sync::Arc;
 
@@ -339,8 +340,8 @@ impl CacheDesc {
         let mut next: *const std::ffi::c_void = ptr::null();
         if let Some(r) = &self.rope {
             rope.mode = match r.mode {
-                RopeMode::Normal => sys::KVRT_ROPE_NORMAL,
-                RopeMode::Neox => sys::KVRT_ROPE_NEOX,
+                RopeMode::Normal => sys::KVRT_ROPE_MODE_NORMAL,
+                RopeMode::Neox => sys::KVRT_ROPE_MODE_NEOX,
             };
             rope.n_rot = r.n_rot;
             rope.freq_base = r.freq_base;
@@ -668,7 +669,9 @@ impl Cache {
 
     /// Reads K and V of `cells` in `layer`, dequantized to f32
     /// (`kvrt_cache_read`): `k_out` needs cells × n_kv_heads × head_dim_k
-    /// values and `v_out` cells × n_kv_heads × head_dim_v.
+    /// values and `v_out` cells × n_kv_heads × head_dim_v; a shorter slice
+    /// is an [`Error::InvalidArgument`] and nothing is written. Values
+    /// beyond those are left as they were.
     pub fn read(
         &self,
         layer: u32,
@@ -676,30 +679,15 @@ impl Cache {
         k_out: Option<&mut [f32]>,
         v_out: Option<&mut [f32]>,
     ) -> Result<()> {
-        let n = cells.len() as u64;
-        let need_k = n * u64::from(self.n_kv_heads) * u64::from(self.head_dim_k);
-        let need_v = n * u64::from(self.n_kv_heads) * u64::from(self.head_dim_v);
-        if let Some(k) = &k_out {
-            if (k.len() as u64) < need_k {
-                return Err(Error::invalid(format!(
-                    "k_out holds {} values, {need_k} needed",
-                    k.len()
-                )));
-            }
-        }
-        if let Some(v) = &v_out {
-            if (v.len() as u64) < need_v {
-                return Err(Error::invalid(format!(
-                    "v_out holds {} values, {need_v} needed",
-                    v.len()
-                )));
-            }
-        }
         let layer = Layers::One(layer).raw()?;
-        let kp = k_out.map_or(ptr::null_mut(), |k| k.as_mut_ptr());
-        let vp = v_out.map_or(ptr::null_mut(), |v| v.as_mut_ptr());
-        // SAFETY: Unsafe on the cache (not Sync); outputs were checked to hold
-        // what the geometry needs.
+        let (kp, k_bytes) = k_out.map_or((ptr::null_mut(), 0), |k| {
+            (k.as_mut_ptr(), mem::size_of_val(k) as u64)
+        });
+        let (vp, v_bytes) = v_out.map_or((ptr::null_mut(), 0), |v| {
+            (v.as_mut_ptr(), mem::size_of_val(v) as u64)
+        });
+        // SAFETY: Unsafe on the cache (not Sync); each output is passed with
+        // its size in bytes, which the library checks before writing.
         check(unsafe {
             sys::kvrt_cache_read(
                 self.raw,
@@ -707,7 +695,9 @@ impl Cache {
                 len_u32(cells.len(), "cells")?,
                 cells.as_ptr(),
                 kp,
+                k_bytes,
                 vp,
+                v_bytes,
             )
         })
     }
@@ -879,7 +869,7 @@ impl Cache {
     }
 
     /// The current window of `seq` for (`layer`, `kv_head`, `array`) of a
-    /// static-layout cache (`kvrt_cache_get_static_window`). It borrows the
+    /// static-layout cache (`kvrt_cache_static_get_window`). It borrows the
     /// cache: store again only after dropping it.
     pub fn static_window(
         &self,
@@ -892,7 +882,7 @@ impl Cache {
         let layer = Layers::One(layer).raw()?;
         // SAFETY: Unsafe on the cache (not Sync).
         check(unsafe {
-            sys::kvrt_cache_get_static_window(self.raw, seq, layer, kv_head, array.raw(), &mut w)
+            sys::kvrt_cache_static_get_window(self.raw, seq, layer, kv_head, array.raw(), &mut w)
         })?;
         let mut size = 0u64;
         // SAFETY: the window's buffer is owned by the cache and live.
@@ -917,11 +907,11 @@ impl Cache {
     }
 
     /// The attention mask of `seq`'s next step as f32 (S entries: 0 for
-    /// valid rows and the new token, -inf for padding) (`kvrt_cache_get_static_mask`).
+    /// valid rows and the new token, -inf for padding) (`kvrt_cache_static_get_mask`).
     pub fn static_mask(&self, seq: i32, out: &mut [f32]) -> Result<()> {
         // SAFETY: Unsafe on the cache (not Sync); `out_bytes` bounds the write.
         check(unsafe {
-            sys::kvrt_cache_get_static_mask(
+            sys::kvrt_cache_static_get_mask(
                 self.raw,
                 seq,
                 sys::KVRT_TYPE_F32,
@@ -935,7 +925,7 @@ impl Cache {
     pub fn static_mask_f16(&self, seq: i32, out: &mut [u16]) -> Result<()> {
         // SAFETY: as in static_mask.
         check(unsafe {
-            sys::kvrt_cache_get_static_mask(
+            sys::kvrt_cache_static_get_mask(
                 self.raw,
                 seq,
                 sys::KVRT_TYPE_F16,
@@ -946,11 +936,11 @@ impl Cache {
     }
 
     /// The window counters of `seq`, or of every sequence with `None`
-    /// (`kvrt_cache_get_static_stats`).
+    /// (`kvrt_cache_static_get_stats`).
     pub fn static_stats(&self, seq: Option<i32>) -> Result<StaticStats> {
         let mut s = sys::KVRT_STATIC_STATS_INIT;
         // SAFETY: Unsafe on the cache (not Sync).
-        check(unsafe { sys::kvrt_cache_get_static_stats(self.raw, seq.unwrap_or(-1), &mut s) })?;
+        check(unsafe { sys::kvrt_cache_static_get_stats(self.raw, seq.unwrap_or(-1), &mut s) })?;
         Ok(StaticStats {
             rows_appended: s.rows_appended,
             slides: s.slides,

@@ -255,8 +255,8 @@ impl ContextBuilder {
     /// (`KVRT_CONTEXT_SHUFFLE_KERNELS`): building fails with
     /// [`Error::Unsupported`](crate::Error::Unsupported) on a device without
     /// them, and with both this and [`portable_kernels`](Self::portable_kernels).
-    /// `KVRT_KERNELS=portable|shuffle|tiled|auto` in the environment overrides
-    /// these options.
+    /// `KVRT_KERNELS=portable|shuffle|tiled|auto` in the environment chooses
+    /// only when none of these options is set.
     pub fn shuffle_kernels(self, on: bool) -> Self {
         self.flag(sys::KVRT_CONTEXT_SHUFFLE_KERNELS, on)
     }
@@ -271,7 +271,8 @@ impl ContextBuilder {
     }
 
     /// Picks the device: a decimal index or a case-insensitive substring of
-    /// its name (`KVRT_DEVICE` in the environment overrides it).
+    /// its name. It stands whatever `KVRT_DEVICE` says; without it (or with
+    /// ""), `KVRT_DEVICE` in the environment may choose.
     pub fn device(mut self, device: impl Into<String>) -> Self {
         self.device = Some(device.into());
         self

@@ -3,6 +3,7 @@
 //! **Experimental**: this part of the C API may change in any minor release,
 //! and so may this module.
 
+use std::mem;
 use std::ptr;
 use std::sync::Arc;
 
@@ -403,9 +404,10 @@ impl Memory {
         let n = usize::try_from(n).map_err(|_| Error::invalid("state too large"))?;
         let mut out = vec![0f32; n];
         let layer = Layers::One(layer).raw()?;
-        // SAFETY: Unsafe on the memory (not Sync); `out` holds the values the
-        // geometry gives.
-        check(unsafe { sys::kvrt_memory_get_state(self.raw, seq, layer, out.as_mut_ptr()) })?;
+        let bytes = mem::size_of_val(out.as_slice()) as u64;
+        // SAFETY: Unsafe on the memory (not Sync); `out` is passed with its
+        // size in bytes, which the library checks before writing.
+        check(unsafe { sys::kvrt_memory_get_state(self.raw, seq, layer, out.as_mut_ptr(), bytes) })?;
         Ok(out)
     }
 }

@@ -88,13 +88,21 @@ fn short_host_data_is_refused() {
 fn short_read_outputs_are_refused() {
     let ctx = context();
     let cache = ctx.create_cache(&CacheDesc::new(1, 1, 1, 8, 16)).unwrap();
-    let mut k = vec![0f32; 7];
+    // The library checks each slice's size in bytes against what it writes,
+    // and writes nothing when one is short.
+    let mut k = vec![7f32; 7];
     assert!(matches!(
         cache.read(0, &[0], Some(&mut k), None),
         Err(Error::InvalidArgument(_))
     ));
+    let mut k = vec![7f32; 8];
+    let mut v = vec![7f32; 7];
+    assert!(matches!(
+        cache.read(0, &[0], Some(&mut k), Some(&mut v)),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(k.iter().chain(&v).all(|&x| x == 7.0));
     let mut raw = vec![0u8; 3];
-    // The library checks out_bytes against what it writes.
     assert!(matches!(
         cache.read_raw(0, kvrt::KvArray::K, &[0], &mut raw),
         Err(Error::InvalidArgument(_))
