@@ -217,7 +217,7 @@ KVRT_API kvrt_result kvrt_cache_tree_accept(kvrt_cache cache, const kvrt_batch* 
         if (!t) return fail(KVRT_ERROR_INVALID_ARGUMENT, "tree: no kvrt_batch_tree is chained on the batch");
         const uint32_t n = tree->n_tokens;
         if (n > 0 && !t->cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "tree's kvrt_batch_tree: cells is NULL");
-        return cache->cache->tree_accept(n, tree->positions, tree->seq_ids, cache::Cache::Tree{t->parents, t->cells},
+        return cache->cache->tree_accept(n, tree->positions, tree->seq_ids, cache::Tree{t->parents, t->cells},
                                          n_leaves, leaves);
     });
 }
@@ -348,10 +348,10 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
         kvrt_attention_params p = KVRT_ATTENTION_PARAMS_INIT;
         if (params) p = *params;
         p.next = nullptr;
-        cache::Cache::Tree t;
+        cache::Tree t;
         if (tree) {
             if (n > 0 && !tree->cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "queries' kvrt_batch_tree: cells is NULL");
-            t = cache::Cache::Tree{tree->parents, tree->cells};
+            t = cache::Tree{tree->parents, tree->cells};
         }
         return cache->cache->attention(s, layer, n, queries->positions, queries->seq_ids, qs, o, p, tree ? &t : nullptr);
     });

@@ -1,4 +1,4 @@
-// Cache::attention: selects the cells a batch of queries can see, lays out
+// CellStore::attention: selects the cells a batch of queries can see, lays out
 // the kernels' inputs, and records the two attention passes.
 #include <algorithm>
 #include <cmath>
@@ -101,13 +101,11 @@ uint64_t tile_reads(const std::vector<uint32_t>& queries, uint32_t n_queries, ui
 
 }  // namespace
 
-Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
+Result CellStore::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
                         const int32_t* seq_ids, const Source& q, const Output& out,
                         const kvrt_attention_params& params, const Tree* tree) {
     if (layer < 0 || layer >= static_cast<int32_t>(geo_.n_layers))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (0..%u)", layer, geo_.n_layers - 1);
-    if (geo_.in_window_group(static_cast<uint32_t>(layer)))
-        return group_->attention(stream, layer, n_queries, positions, seq_ids, q, out, params, tree);
     if (n_queries == 0) return KVRT_SUCCESS;
     if (n_queries > 65536) return fail(KVRT_ERROR_INVALID_ARGUMENT, "more than 65536 queries in one call");
     if (!positions || !seq_ids) return fail(KVRT_ERROR_INVALID_ARGUMENT, "positions or seq_ids is NULL");
@@ -131,7 +129,7 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
                             static_cast<double>(params.sinks[h]));
     ops::AttnTree tree_in;
     if (tree) {
-        KVRT_TRY(layout_->require_trees("a token tree"));
+        KVRT_TRY(require_trees("a token tree"));
         KVRT_TRY(tree_inputs(n_queries, positions, seq_ids, *tree, &tree_in));
     }
     const ops::AttnTree* tree_use = tree ? &tree_in : nullptr;
@@ -217,7 +215,7 @@ Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, c
     return KVRT_SUCCESS;
 }
 
-Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
+Result CellStore::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
                                const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
                                uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
                                kvrt_type out_type, const kvrt_attention_params& params, const ops::AttnTree* tree) {
@@ -227,7 +225,7 @@ Result Cache::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries
     const bool causal = !(params.flags & KVRT_ATTENTION_NON_CAUSAL);
     std::vector<ops::AttnSegment> segments;
     uint32_t n_cells = 0;
-    layout_->attention_cells(layer, n_queries, seq_ids, &segments, &n_cells);
+    attention_cells(layer, n_queries, seq_ids, &segments, &n_cells);
 
     ops::AttnShape shape{};
     shape.k_type = geo_.k.type;

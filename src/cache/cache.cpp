@@ -13,45 +13,110 @@
 
 namespace kvrt::cache {
 
-Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_ptr<Cache>* out) {
-    std::unique_ptr<Cache> c(new Cache(ctx));
-    KVRT_TRY(kv::CacheGeometry::from_desc(&desc, ctx.max_binding_bytes(), &c->geo_));
+Result CellStore::init_cells(const kvrt_cache_desc& desc) {
+    KVRT_TRY(kv::CacheGeometry::from_desc(&desc, ctx_.max_binding_bytes(), &geo_));
     // A cache larger than the device's memory can never be allocated: fail
     // before the host table (its size grows with the capacity) and before the
     // driver is asked (some, lavapipe among them, overcommit: each layer's
     // buffer would be handed out and touched, and fail only much later).
-    const uint64_t heap = ctx.info().device_local_bytes;
-    if (heap && c->geo_.device_bytes > heap)
+    const uint64_t heap = ctx_.info().device_local_bytes;
+    if (heap && geo_.device_bytes > heap)
         return fail(KVRT_ERROR_OUT_OF_DEVICE_MEMORY, "the cache needs %llu bytes, the device has %llu",
-                    static_cast<unsigned long long>(c->geo_.device_bytes), static_cast<unsigned long long>(heap));
-    KVRT_TRY(c->table_.init(c->geo_.capacity, c->geo_.max_seqs));
-    if (desc.layer_windows) c->windows_.assign(desc.layer_windows, desc.layer_windows + desc.n_layers);
-    else c->windows_.assign(desc.n_layers, 0);
-    c->deferred_ = c->geo_.flags & KVRT_CACHE_DEFERRED_ROPE;
-    c->rope_math_ = kv::Rope::from_params(c->geo_.rope, static_cast<int>(c->geo_.k.head_dim));
-    KVRT_TRY(Layout::create(*c, desc, &c->layout_, &c->arena_));
+                    static_cast<unsigned long long>(geo_.device_bytes), static_cast<unsigned long long>(heap));
+    KVRT_TRY(table_.init(geo_.capacity, geo_.max_seqs));
+    if (desc.layer_windows) windows_.assign(desc.layer_windows, desc.layer_windows + desc.n_layers);
+    else windows_.assign(desc.n_layers, 0);
+    deferred_ = geo_.flags & KVRT_CACHE_DEFERRED_ROPE;
+    rope_math_ = kv::Rope::from_params(geo_.rope, static_cast<int>(geo_.k.head_dim));
+    return KVRT_SUCCESS;
+}
+
+Result CellStore::init_device(const kvrt_cache_desc& desc) {
     // Zeroed, the mirror says what the new table says: no cell in use.
     const std::string meta_label = std::string(desc.label && *desc.label ? desc.label : "kvrt cache") + " cells";
-    KVRT_TRY(vk::Buffer::create(ctx, uint64_t{c->geo_.capacity} * c->geo_.meta_words * 4, c->geo_.meta_piece_bytes,
-                                meta_label.c_str(), &c->meta_));
-    KVRT_TRY(c->create_lists(desc.label));
-    if (c->deferred_) {
+    KVRT_TRY(vk::Buffer::create(ctx_, uint64_t{geo_.capacity} * geo_.meta_words * 4, geo_.meta_piece_bytes,
+                                meta_label.c_str(), &meta_));
+    KVRT_TRY(create_lists(desc.label));
+    if (deferred_) {
         std::vector<float> table;
-        c->rope_math_.position_table(&table);
+        rope_math_.position_table(&table);
         const std::string label = std::string(desc.label && *desc.label ? desc.label : "kvrt cache") + " rope table";
-        KVRT_TRY(vk::Buffer::create(ctx, c->geo_.rope_table_bytes, 0, label.c_str(), &c->rope_table_));
-        KVRT_TRY(c->rope_table_->upload(0, table.data(), c->geo_.rope_table_bytes));
+        KVRT_TRY(vk::Buffer::create(ctx_, geo_.rope_table_bytes, 0, label.c_str(), &rope_table_));
+        KVRT_TRY(rope_table_->upload(0, table.data(), geo_.rope_table_bytes));
     }
     uint32_t lo = 0, hi = 0;
-    (void)c->table_.take_changes(&lo, &hi);
+    (void)table_.take_changes(&lo, &hi);
+    return KVRT_SUCCESS;
+}
+
+Result CellStore::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_ptr<CellStore>* out) {
+    std::unique_ptr<CellStore> c(new CellStore(ctx));
+    KVRT_TRY(c->init_cells(desc));
+    std::unique_ptr<CellArena> arena;
+    KVRT_TRY(CellArena::create(ctx, c->geo_, desc.label, &arena));
+    c->arena_ = std::move(arena);
+    KVRT_TRY(c->init_device(desc));
+    *out = std::move(c);
+    return KVRT_SUCCESS;
+}
+
+CellStore::~CellStore() {
+    // Undo hooks in streams must not outlive the store.
+    for (vk::Stream* s : ctx_.streams()) s->forget_owner(this);
+}
+
+Result Cache::create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_ptr<Cache>* out) {
+    std::unique_ptr<Cache> c(new Cache(ctx));
+    KVRT_TRY(c->init_cells(desc));
+    KVRT_TRY(Layout::create(*c, desc, &c->layout_, &c->arena_));
+    KVRT_TRY(c->init_device(desc));
     if (c->geo_.window_cells) KVRT_TRY(WindowGroup::create(*c, desc, &c->group_));
     *out = std::move(c);
     return KVRT_SUCCESS;
 }
 
 Cache::~Cache() {
-    // Undo hooks in streams must not outlive the cache.
+    // Undo hooks in streams must not outlive the cache (also forgotten as
+    // the store, should the two addresses differ).
     for (vk::Stream* s : ctx_.streams()) s->forget_owner(this);
+}
+
+void Cache::attention_cells(uint32_t layer, uint32_t n_queries, const int32_t* seq_ids,
+                            std::vector<ops::AttnSegment>* out, uint32_t* out_cells) const {
+    layout_->attention_cells(layer, n_queries, seq_ids, out, out_cells);
+}
+
+Result Cache::require_trees(const char* op) const { return layout_->require_trees(op); }
+
+// Every cell below the table's n_attend(): the kernel tells, from the device
+// mirror, which of them each query sees.
+void CellStore::attention_cells(uint32_t layer, uint32_t, const int32_t*, std::vector<ops::AttnSegment>* out,
+                                uint32_t* out_cells) const {
+    *out_cells = table_.n_attend();
+    attention_segments(layer, 0, *out_cells, out);
+}
+
+Result Cache::apply_shifts(vk::Stream* stream) {
+    if (group_) KVRT_TRY(group_->rows().apply_shifts(stream));
+    return CellStore::apply_shifts(stream);
+}
+
+Result Cache::attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
+                        const int32_t* seq_ids, const Source& q, const Output& out,
+                        const kvrt_attention_params& params, const Tree* tree) {
+    if (layer >= 0 && layer < static_cast<int32_t>(geo_.n_layers) && geo_.in_window_group(static_cast<uint32_t>(layer)))
+        return group_->attention(stream, layer, n_queries, positions, seq_ids, q, out, params, tree);
+    return CellStore::attention(stream, layer, n_queries, positions, seq_ids, q, out, params, tree);
+}
+
+Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_out, float* v_out) {
+    if (layer >= 0 && layer < static_cast<int32_t>(geo_.n_layers) && n && cells &&
+        geo_.in_window_group(static_cast<uint32_t>(layer))) {
+        std::vector<uint32_t> group;
+        KVRT_TRY(group_->map_cells("kvrt_cache_read", n, cells, &group));
+        return group_->rows().read(geo_.window_local[static_cast<uint32_t>(layer)], n, group.data(), k_out, v_out);
+    }
+    return CellStore::read(layer, n, cells, k_out, v_out);
 }
 
 // check_source, check_write, record_array and record_writes (the store data
@@ -86,16 +151,11 @@ Result Cache::write(vk::Stream* stream, uint32_t n, const uint32_t* cells, int32
     return tx.finish();
 }
 
-Result Cache::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_out, float* v_out) {
+Result CellStore::read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_out, float* v_out) {
     if (layer < 0 || layer >= static_cast<int32_t>(geo_.n_layers))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (0..%u)", layer, geo_.n_layers - 1);
     if (n == 0) return KVRT_SUCCESS;
     if (!cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "cells is NULL");
-    if (geo_.in_window_group(static_cast<uint32_t>(layer))) {
-        std::vector<uint32_t> group;
-        KVRT_TRY(group_->map_cells("kvrt_cache_read", n, cells, &group));
-        return group_->rows().read(geo_.window_local[static_cast<uint32_t>(layer)], n, group.data(), k_out, v_out);
-    }
     for (uint32_t i = 0; i < n; ++i)
         if (cells[i] >= geo_.capacity)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "cell %u is out of range (capacity %u)", cells[i], geo_.capacity);
@@ -171,9 +231,9 @@ void Cache::fill_info(kvrt_cache_info* out) const {
     out->pending_shifts = table_.shifted_cell_count();
     out->fragmentation = static_cast<float>(layout_->fragmentation());
     out->device_bytes = 0;
-    for (const Cache* c : {static_cast<const Cache*>(this), window_group()})
+    for (const CellStore* c : {static_cast<const CellStore*>(this), window_group()})
         if (c)
-            out->device_bytes += c->arena_->device_bytes() + c->geo_.meta_bytes + c->geo_.list_bytes;
+            out->device_bytes += c->arena().device_bytes() + c->geometry().meta_bytes + c->geometry().list_bytes;
     out->bytes_per_token = geo_.bytes_per_token;
     out->k_row_bytes = geo_.k.row_bytes;
     out->v_row_bytes = geo_.v.row_bytes;

@@ -1,5 +1,9 @@
-// The KV cache object: geometry, cell metadata (kv::CellTable), device rows
-// (an Arena), and the operations that keep the two consistent.
+// The KV cache object: a cell store (cell_store.hpp: geometry, cell table,
+// device rows and the kernels over them) with a layout on top that places
+// tokens (layout.hpp) and, for windowed layers that keep fewer rows, a window
+// group (window_group.hpp). The cache is the front of the C API's cache
+// calls: it validates what is common, records device work and commits it,
+// and asks its layout for everything that depends on the arrangement.
 #pragma once
 
 #include <algorithm>
@@ -7,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "cache/arena.hpp"
+#include "cache/cell_store.hpp"
 #include "cache/layout.hpp"
 #include "cache/types.hpp"
 #include "cache/window_group.hpp"
@@ -25,39 +29,10 @@ namespace kvrt::cache {
 class StaticLayout;
 class PagedLayout;
 
-// Rows of a caller's tensor, resolved from a kvrt_tensor_ref (data the cache
-// reads: Source) or a kvrt_output_ref (rows attention writes: Output): for
-// each token one row per head at offset + layer * layer_stride +
-// token * row_stride + head * head_stride.
-template <class Host>
-struct TensorRows {
-    // Source: F32, F16 or a stored type; Output: F32 or F16.
-    kvrt_type type = KVRT_TYPE_F32;
-    const vk::Buffer* buffer = nullptr;  // device rows, or
-    Host* host = nullptr;                // host rows (an output's: synchronous calls only)
-    uint64_t offset = 0;
-    // Zero strides are resolved as cache/strides.hpp says: head_stride one
-    // head row, row_stride n_heads * head_stride (the heads of one token back
-    // to back), layer_stride max(n_tokens * row_stride, n_heads * head_stride).
-    uint64_t row_stride = 0;
-    uint64_t head_stride = 0;
-    uint64_t layer_stride = 0;
-};
-using Source = TensorRows<const uint8_t>;
-using Output = TensorRows<void>;
-
-class Cache {
+class Cache : public CellStore {
 public:
     static Result create(vk::Context& ctx, const kvrt_cache_desc& desc, std::unique_ptr<Cache>* out);
-    Cache(const Cache&) = delete;
-    Cache& operator=(const Cache&) = delete;
-    ~Cache();
-
-    vk::Context& context() const { return ctx_; }
-    const kv::CacheGeometry& geometry() const { return geo_; }
-    kv::CellTable& table() { return table_; }
-    const kv::CellTable& table() const { return table_; }
-    const Arena& arena() const { return *arena_; }
+    ~Cache() override;
 
     // kvrt_cache_store: place and write, all or nothing. `stream` null:
     // synchronous. `tree`: the tokens form a token tree (checked by the
@@ -69,8 +44,16 @@ public:
     // kvrt_cache_write.
     Result write(vk::Stream* stream, uint32_t n, const uint32_t* cells, int32_t layer, const Source& k,
                  const Source& v);
-    // kvrt_cache_read.
-    Result read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_out, float* v_out);
+    // kvrt_cache_read, kvrt_cache_read_raw, kvrt_cache_apply_shifts and
+    // kvrt_cache_attention, for the cache's own layers or its window
+    // group's.
+    Result read(int32_t layer, uint32_t n, const uint32_t* cells, float* k_out, float* v_out) override;
+    Result read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* cells, void* out,
+                    uint64_t out_bytes) override;
+    Result apply_shifts(vk::Stream* stream) override;
+    Result attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
+                     const int32_t* seq_ids, const Source& q, const Output& out, const kvrt_attention_params& params,
+                     const Tree* tree = nullptr) override;
     // kvrt_cache_compact.
     Result compact(vk::Stream* stream, double threshold, uint32_t max_moves, uint32_t* out_moved);
 
@@ -92,11 +75,7 @@ public:
     // ---- Window group (window_group.cpp) ----
     // The windowed layers' own group of cells (kvrt_window_layout_desc), or
     // null.
-    const Cache* window_group() const { return group_ ? &group_->rows() : nullptr; }
-    // Sequences whose list of cells is current (cell_lists.cpp).
-    uint32_t current_lists() const {
-        return lists_.revision == table_.revision() ? static_cast<uint32_t>(lists_.listed.size()) : 0;
-    }
+    const CellStore* window_group() const { return group_ ? &group_->rows() : nullptr; }
     // kvrt_cache_seq_window_pos_min.
     Result seq_window_pos_min(int32_t seq, int32_t* out_pos) const;
     // The group cell holding `cell`'s rows, or -1.
@@ -119,19 +98,11 @@ public:
     // src_seq of this cache as dst_seq.
     Result transfer_from(Cache& src, int32_t src_seq, int32_t dst_seq, uint32_t* out_count);
 
-    // kvrt_cache_apply_shifts.
-    Result apply_shifts(vk::Stream* stream);
     // kvrt_cache_context_shift / kvrt_cache_discard_for_reevaluation.
     Result context_shift(int32_t seq, int32_t n_keep, int32_t n_discard, int32_t* out_n_past);
     Result discard_for_reevaluation(int32_t seq, int32_t n_keep, int32_t n_discard, int32_t* src_pos,
                                     int32_t* dst_pos, int32_t* count);
-    const kv::Rope& rope() const { return rope_math_; }
 
-    // ---- Stored bytes (raw.cpp) ----
-    // kvrt_cache_read_raw: the stored bytes of `n` cells of (layer, array),
-    // each cell's head rows back to back with no padding.
-    Result read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* cells, void* out, uint64_t out_bytes);
-    // ---- end of stored bytes ----
 
     // ---- State (state.cpp, state_file.cpp) ----
     // kvrt_cache_state_save: the state of `seq` (-1: the whole cache). With
@@ -151,12 +122,6 @@ public:
     Result seq_swap_in_file(int32_t seq, const char* path);
     // ---- end of state ----
 
-    using Tree = cache::Tree;
-    // kvrt_cache_attention. `tree` (may be null): the queries are the tokens
-    // of a tree.
-    Result attention(vk::Stream* stream, int32_t layer, uint32_t n_queries, const int32_t* positions,
-                     const int32_t* seq_ids, const Source& q, const Output& out, const kvrt_attention_params& params,
-                     const Tree* tree = nullptr);
     // kvrt_cache_tree_accept (tree.cpp).
     Result tree_accept(uint32_t n, const int32_t* positions, const int32_t* seq_ids, const Tree& tree,
                        uint32_t n_leaves, const int32_t* leaves);
@@ -168,53 +133,17 @@ private:
     friend class PagedLayout;
     friend class WindowGroup;
 
-    explicit Cache(vk::Context& ctx) : ctx_(ctx), own_(ctx, "kvrt cache", vk::PrivateStream::AfterFailure::Wait) {}
+    explicit Cache(vk::Context& ctx) : CellStore(ctx) {}
 
-    // Checks everything about a write before anything changes.
-    Result check_source(const char* what, const Source& s, uint32_t n, int32_t layer,
-                        const kv::RowGeometry& g) const;
-    Result check_write(uint32_t n, int32_t layer, const Source& k, const Source& v) const;
+    // The layout's choices (cell_store.hpp).
+    void attention_cells(uint32_t layer, uint32_t n_queries, const int32_t* seq_ids,
+                         std::vector<ops::AttnSegment>* out, uint32_t* out_cells) const override;
+    Result require_trees(const char* op) const override;
+
+    // Records the writes of every layer (layer < 0) or one, the window
+    // group's rows included (store_rows.cpp).
     Result record_writes(vk::Stream& s, uint32_t n, const uint32_t* cells, int32_t layer, const Source& k,
                          const Source& v);
-    Result record_array(vk::Stream& s, Array array, uint32_t n, const uint32_t* cells, uint32_t layer,
-                        uint32_t src_layer, const Source& src);
-
-    // Sends the cells whose metadata changed since the last call to the
-    // device mirror, recorded into `s` (the kernels after it see them); if the
-    // recording is dropped, the cells count as changed again.
-    Result sync_meta(vk::Stream& s);
-    // The runs of cells of `layer` an attention over [first, end) reads.
-    void attention_segments(uint32_t layer, uint32_t first, uint32_t end, std::vector<ops::AttnSegment>* out) const;
-
-    // Per-sequence lists of cells (cell_lists.cpp). create_lists: the
-    // buffer, for a cell-layout cache of several sequences whose mirror is
-    // one piece. update_lists: before an attention, builds in `s` the lists
-    // of the queries' sequences whose cells fill at most half their run,
-    // unless the current lists already hold them; the kernels read a list
-    // only while it is current (list_of). If the recording is dropped, no
-    // list is current.
-    Result create_lists(const char* label);
-    Result update_lists(vk::Stream& s, uint32_t n_queries, const int32_t* seq_ids);
-    // The current list of `seq` as (first word, cells); (0, 0) when none.
-    void list_of(int32_t seq, uint32_t* first, uint32_t* count) const;
-
-    Result record_attention(vk::Stream& s, uint32_t layer, uint32_t n_queries, const int32_t* positions,
-                            const int32_t* seq_ids, const Source& q, const vk::BufferUse& out_use,
-                            uint64_t out_offset, uint64_t out_stride, uint64_t out_head_stride,
-                            kvrt_type out_type, const kvrt_attention_params& params, const ops::AttnTree* tree);
-    // The kernels' view of a token tree among n queries (tree.cpp): checks
-    // that cell i holds query i's position and sequence, each cell once.
-    Result tree_inputs(uint32_t n, const int32_t* positions, const int32_t* seq_ids, const Tree& tree,
-                       ops::AttnTree* out) const;
-
-    // Records the pending shifts into the transaction's stream and clears
-    // them, with an undo that restores them.
-    Result record_shifts(vk::Transaction& tx);
-
-    // Row copies between this cache and `src` (or within it) for the
-    // tokens in src_cells -> dst_cells, every layer, K and V (transfer.cpp).
-    Result record_copy_cells(vk::Stream& s, const Cache& src, const std::vector<uint32_t>& src_cells,
-                             const std::vector<uint32_t>& dst_cells);
 
     // State (state.cpp): the description of `seq`'s state (-1: all cells);
     // applying a parsed plan to either layout.
@@ -232,36 +161,8 @@ private:
     // A swap-in target: a sequence id in range that holds no token.
     Result check_swap_in(int32_t seq) const;
 
-    vk::Context& ctx_;
-    kv::CacheGeometry geo_;
-    kv::CellTable table_;
-    std::unique_ptr<Arena> arena_;
     // Where tokens go, and the metadata beyond the table that says so.
     std::unique_ptr<Layout> layout_;
-    // The device mirror of the table's positions and sequence sets, which the
-    // attention kernel reads (kv::CellTable's device mirror).
-    std::unique_ptr<vk::Buffer> meta_;
-    // Per-sequence lists of cells, built on the device from the mirror
-    // (buffer null: this cache has none). They are current while `revision`
-    // is the table's; per sequence, its list's first word and length (0: not
-    // listed).
-    struct CellLists {
-        std::unique_ptr<vk::Buffer> buffer;
-        uint64_t revision = 0;
-        std::vector<uint32_t> first, count;
-        std::vector<int32_t> listed;
-        // Which sequences an update has looked at: seen[seq] == call.
-        std::vector<uint32_t> seen;
-        uint32_t call = 0;
-    };
-    CellLists lists_;
-    std::vector<uint32_t> windows_;
-    kv::Rope rope_math_;
-    bool deferred_ = false;
-    // Deferred RoPE: the kernels' position table (kv::Rope::position_table),
-    // written once at creation; null without deferred RoPE.
-    std::unique_ptr<vk::Buffer> rope_table_;
-    vk::PrivateStream own_;  // for synchronous calls
     // The windowed layers' group of cells (kvrt_window_layout_desc), or null.
     std::unique_ptr<WindowGroup> group_;
 };

@@ -1,4 +1,4 @@
-// Cache::update_lists: per-sequence lists of cells for attention.
+// CellStore::update_lists: per-sequence lists of cells for attention.
 //
 // A sequence's run of cells (kv::CellTable::seq_cell_span) bounds what a
 // tile of its queries reads. When sequences take cells in turns, as
@@ -22,7 +22,7 @@ constexpr uint32_t kMinListRun = 64;
 
 }  // namespace
 
-Result Cache::create_lists(const char* label) {
+Result CellStore::create_lists(const char* label) {
     // The build reads the mirror as one binding and writes one list word per
     // cell in use (kv::CacheGeometry::list_bytes); larger caches read whole
     // runs.
@@ -40,14 +40,14 @@ Result Cache::create_lists(const char* label) {
     return KVRT_SUCCESS;
 }
 
-void Cache::list_of(int32_t seq, uint32_t* first, uint32_t* count) const {
+void CellStore::list_of(int32_t seq, uint32_t* first, uint32_t* count) const {
     *first = *count = 0;
     if (!lists_.buffer || lists_.revision != table_.revision()) return;
     *first = lists_.first[static_cast<uint32_t>(seq)];
     *count = lists_.count[static_cast<uint32_t>(seq)];
 }
 
-Result Cache::update_lists(vk::Stream& s, uint32_t n_queries, const int32_t* seq_ids) {
+Result CellStore::update_lists(vk::Stream& s, uint32_t n_queries, const int32_t* seq_ids) {
     if (!lists_.buffer) return KVRT_SUCCESS;
     // The call's sequences worth a list (each once): their cells fill at
     // most half of their run.

@@ -1,4 +1,4 @@
-// Cache::sync_meta: the device mirror of the cell metadata, kept current by
+// CellStore::sync_meta: the device mirror of the cell metadata, kept current by
 // sending only the cells that changed, in the stream of the work that reads
 // it; and the runs of cells an attention reads through it.
 #include <algorithm>
@@ -8,7 +8,7 @@
 
 namespace kvrt::cache {
 
-Result Cache::sync_meta(vk::Stream& s) {
+Result CellStore::sync_meta(vk::Stream& s) {
     uint32_t lo = 0, hi = 0;
     if (!table_.take_changes(&lo, &hi)) return KVRT_SUCCESS;
     // Until the copies below have run, the cells are not on the device.
@@ -56,7 +56,7 @@ Result Cache::sync_meta(vk::Stream& s) {
     return KVRT_SUCCESS;
 }
 
-void Cache::attention_segments(uint32_t layer, uint32_t first, uint32_t end,
+void CellStore::attention_segments(uint32_t layer, uint32_t first, uint32_t end,
                                std::vector<ops::AttnSegment>* out) const {
     for (uint32_t c = first; c < end;) {
         const RowRun k = arena_->run(Array::K, layer, c, end - c);

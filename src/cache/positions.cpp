@@ -9,7 +9,7 @@
 
 namespace kvrt::cache {
 
-Result Cache::record_shifts(vk::Transaction& tx) {
+Result CellStore::record_shifts(vk::Transaction& tx) {
     if (!table_.has_pending_shift()) return KVRT_SUCCESS;
     vk::Stream& s = tx.stream();
     if (deferred_) {
@@ -65,8 +65,7 @@ Result Cache::record_shifts(vk::Transaction& tx) {
     return KVRT_SUCCESS;
 }
 
-Result Cache::apply_shifts(vk::Stream* stream) {
-    if (group_) KVRT_TRY(group_->rows().apply_shifts(stream));
+Result CellStore::apply_shifts(vk::Stream* stream) {
     if (!stream && !table_.has_pending_shift()) return KVRT_SUCCESS;
     vk::Transaction tx(this, stream, own_);
     KVRT_TRY(tx.begin());

@@ -1,4 +1,4 @@
-// Cache::read_raw: the stored bytes of cells, bit for bit, without padding
+// CellStore::read_raw: the stored bytes of cells, bit for bit, without padding
 // (kvrt_cache_read_raw). What it gives can be stored again with a
 // kvrt_tensor_ref of the stored type (store_rows.cpp).
 #include <algorithm>
@@ -11,18 +11,24 @@
 
 namespace kvrt::cache {
 
-Result Cache::read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* cells, void* out, uint64_t out_bytes) {
-    if (layer < 0 || layer >= static_cast<int32_t>(geo_.n_layers))
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (0..%u)", layer, geo_.n_layers - 1);
-    if (n == 0) return KVRT_SUCCESS;
-    if (!cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "cells is NULL");
-    if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
-    if (geo_.in_window_group(static_cast<uint32_t>(layer))) {
+Result Cache::read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* cells, void* out,
+                       uint64_t out_bytes) {
+    if (layer >= 0 && layer < static_cast<int32_t>(geo_.n_layers) && n && cells && out &&
+        geo_.in_window_group(static_cast<uint32_t>(layer))) {
         std::vector<uint32_t> group;
         KVRT_TRY(group_->map_cells("kvrt_cache_read_raw", n, cells, &group));
         return group_->rows().read_raw(geo_.window_local[static_cast<uint32_t>(layer)], array, n, group.data(), out,
                                        out_bytes);
     }
+    return CellStore::read_raw(layer, array, n, cells, out, out_bytes);
+}
+
+Result CellStore::read_raw(int32_t layer, Array array, uint32_t n, const uint32_t* cells, void* out, uint64_t out_bytes) {
+    if (layer < 0 || layer >= static_cast<int32_t>(geo_.n_layers))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (0..%u)", layer, geo_.n_layers - 1);
+    if (n == 0) return KVRT_SUCCESS;
+    if (!cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "cells is NULL");
+    if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
     const kv::RowGeometry& g = arena_->rows(array);
     const uint64_t row_bytes = g.row_bytes;  // one cell's head rows, unpadded
     uint64_t need = 0;

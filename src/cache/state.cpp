@@ -331,8 +331,7 @@ Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector
             KVRT_TRY(make_rows(plan, array, array == Array::K ? geo_.k : geo_.v, geo_.n_kv_heads, nullptr, &r,
                                static_cast<int32_t>(l)));
             if (windowed)
-                KVRT_TRY(group_->rows().record_array(tx.stream(), array, rows, g_load.group_cells.data(),
-                                            static_cast<uint32_t>(geo_.window_local[l]), 0, r.src));
+                KVRT_TRY(group_->record_rows(tx.stream(), array, rows, g_load.group_cells.data(), l, r.src));
             else
                 KVRT_TRY(record_array(tx.stream(), array, rows, at.data(), l, 0, r.src));
         }
@@ -448,8 +447,7 @@ Result Cache::record_group_load(vk::Stream& stream, const state::Plan& plan, con
             KVRT_TRY(make_rows(plan, array, array == Array::K ? geo_.k : geo_.v, geo_.n_kv_heads,
                                windowed ? &group.rows : &order, &r, static_cast<int32_t>(l)));
             if (windowed)
-                KVRT_TRY(group_->rows().record_array(stream, array, rows, group.group_cells.data(),
-                                            static_cast<uint32_t>(geo_.window_local[l]), 0, r.src));
+                KVRT_TRY(group_->record_rows(stream, array, rows, group.group_cells.data(), l, r.src));
             else
                 KVRT_TRY(record_array(stream, array, rows, cells.data(), l, 0, r.src));
         }

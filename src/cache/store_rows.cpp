@@ -38,7 +38,7 @@ uint64_t source_align(kvrt_type src, const kv::RowGeometry& g) {
 
 }  // namespace
 
-Result Cache::check_source(const char* what, const Source& s, uint32_t n, int32_t layer,
+Result CellStore::check_source(const char* what, const Source& s, uint32_t n, int32_t layer,
                            const kv::RowGeometry& g) const {
     if (s.type != KVRT_TYPE_F32 && s.type != KVRT_TYPE_F16 && s.type != g.type)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: element type %s is not F32, F16 or the stored type %s", what,
@@ -50,7 +50,7 @@ Result Cache::check_source(const char* what, const Source& s, uint32_t n, int32_
     return check_strided_extent(what, rows, s.buffer ? s.buffer->size() : 0, s.host);
 }
 
-Result Cache::check_write(uint32_t n, int32_t layer, const Source& k, const Source& v) const {
+Result CellStore::check_write(uint32_t n, int32_t layer, const Source& k, const Source& v) const {
     if (layer < -1 || layer >= static_cast<int32_t>(geo_.n_layers))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is out of range (-1 or 0..%u)", layer, geo_.n_layers - 1);
     KVRT_TRY(check_source("k", k, n, layer, geo_.k));
@@ -58,7 +58,7 @@ Result Cache::check_write(uint32_t n, int32_t layer, const Source& k, const Sour
     return KVRT_SUCCESS;
 }
 
-Result Cache::record_array(vk::Stream& s, Array array, uint32_t n, const uint32_t* cells, uint32_t layer,
+Result CellStore::record_array(vk::Stream& s, Array array, uint32_t n, const uint32_t* cells, uint32_t layer,
                            uint32_t src_layer, const Source& src) {
     const kv::RowGeometry& g = arena_->rows(array);
     const bool raw = is_raw(src.type, g.type);

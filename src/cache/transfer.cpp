@@ -12,7 +12,7 @@
 
 namespace kvrt::cache {
 
-Result Cache::record_copy_cells(vk::Stream& s, const Cache& src, const std::vector<uint32_t>& src_cells,
+Result CellStore::record_copy_cells(vk::Stream& s, const CellStore& src, const std::vector<uint32_t>& src_cells,
                                 const std::vector<uint32_t>& dst_cells) {
     for (uint32_t l = 0; l < geo_.n_layers; ++l) {
         if (geo_.in_window_group(l)) continue;  // the group copies its own rows

@@ -37,7 +37,7 @@ Result check_tree_cells(const kv::CellTable& t, uint32_t n, const int32_t* posit
 
 }  // namespace
 
-Result Cache::tree_inputs(uint32_t n, const int32_t* positions, const int32_t* seq_ids, const Tree& tree,
+Result CellStore::tree_inputs(uint32_t n, const int32_t* positions, const int32_t* seq_ids, const Tree& tree,
                           ops::AttnTree* out) const {
     KVRT_TRY(check_tree_cells(table_, n, positions, seq_ids, tree.cells));
     out->words = kv::tree_words(n);

@@ -21,7 +21,7 @@ Result WindowGroup::create(Cache& owner, const kvrt_cache_desc& desc, std::uniqu
     kv::window_group_desc(desc, geo, &wd);
     const std::string label = std::string(desc.label && *desc.label ? desc.label : "kvrt cache") + " window group";
     wd.desc.label = label.c_str();
-    KVRT_TRY(Cache::create(owner.ctx_, wd.desc, &g->rows_));
+    KVRT_TRY(CellStore::create(owner.ctx_, wd.desc, &g->rows_));
     try {
         g->group_of_.assign(geo.capacity, -1);
         g->cell_of_.assign(geo.window_cells, 0);
@@ -294,6 +294,12 @@ Result WindowGroup::verify() const {
 void WindowGroup::set_floor(int32_t seq, int32_t floor) {
     floors_.floor[static_cast<uint32_t>(seq)] = floor;
     floors_.known[static_cast<uint32_t>(seq)] = 1;
+}
+
+Result WindowGroup::record_rows(vk::Stream& s, Array array, uint32_t n, const uint32_t* group_cells, uint32_t layer,
+                                const Source& src) {
+    return rows_->record_array(s, array, n, group_cells, static_cast<uint32_t>(owner_.geo_.window_local[layer]), 0,
+                               src);
 }
 
 Result WindowGroup::record_copies(vk::Stream& s, const std::vector<uint32_t>& from, const std::vector<uint32_t>& to) {

@@ -5,9 +5,9 @@
 // holds its rows in the windowed layers. The cell and paged layouts hold one
 // (a static cache's windows are already bounded).
 //
-// The group's rows live in a cell-layout cache of window_cells cells (its
-// table, arena, device mirror and kernels), private to the group; the group
-// keeps the links between the two and, per sequence, how far down the group
+// The group's rows live in a cell store of window_cells cells (its table,
+// arena, device mirror and kernels: cell_store.hpp), private to the group;
+// the group keeps the links between the two and, per sequence, how far down the group
 // is known to hold every row of its windows.
 #pragma once
 
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cache/arena.hpp"
+#include "cache/cell_store.hpp"
 #include "cache/types.hpp"
 #include "core/result.hpp"
 #include "kv/cell_table.hpp"
@@ -39,8 +40,8 @@ public:
     ~WindowGroup();
 
     // The group's rows and their table.
-    Cache& rows() { return *rows_; }
-    const Cache& rows() const { return *rows_; }
+    CellStore& rows() { return *rows_; }
+    const CellStore& rows() const { return *rows_; }
     kv::CellTable& table();
     const kv::CellTable& table() const;
 
@@ -88,6 +89,10 @@ public:
     // for the cells the group holds; the others are skipped.
     Result record_writes(vk::Stream& s, uint32_t n, const uint32_t* cells, uint32_t layer, uint32_t src_layer,
                          const Source& k, const Source& v);
+    // Records the writes of `array` in windowed layer `layer` of the cache
+    // for `n` group cells, from layer 0 of `src` (state loads).
+    Result record_rows(vk::Stream& s, Array array, uint32_t n, const uint32_t* group_cells, uint32_t layer,
+                       const Source& src);
     // Records copies of group rows from[i] -> to[i], every windowed layer.
     Result record_copies(vk::Stream& s, const std::vector<uint32_t>& from, const std::vector<uint32_t>& to);
     // kvrt_cache_attention in windowed layer `layer` of the cache; `tree`
@@ -115,7 +120,7 @@ private:
     explicit WindowGroup(Cache& owner) : owner_(owner) {}
 
     Cache& owner_;
-    std::unique_ptr<Cache> rows_;
+    std::unique_ptr<CellStore> rows_;
     // Each cell's group cell (-1: none) and each group cell's cell; a link
     // holds while both agree and the group cell is in use.
     std::vector<int32_t> group_of_;
