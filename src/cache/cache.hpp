@@ -149,11 +149,10 @@ private:
     // applying a parsed plan to either layout.
     Result describe_state(int32_t seq, state::Description* out) const;
     Result check_state_fits(int32_t seq, const state::Plan& plan) const;
-    // The cell layout's load with a window group: the cache's table is planned in
-    // `other` (cells `at`, one per record); places the group's records and
-    // writes every layer's rows.
-    Result load_group(int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at,
-                      const std::shared_ptr<kv::CellTable>& other);
+    // The cell layout's load with a window group, in transaction `tx` once
+    // the cache's table holds the state's cells (cells `at`, one per
+    // record): places the group's records and writes every layer's rows.
+    Result load_group(vk::Transaction& tx, int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at);
     // The paged layout's load with a window group (state.cpp): after
     // PagedLayout::plan_group_load, records every layer's rows.
     Result record_group_load(vk::Stream& stream, const state::Plan& plan, const std::vector<uint32_t>& cells,

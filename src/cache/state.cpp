@@ -235,63 +235,91 @@ Result Cache::check_state_fits(int32_t seq, const state::Plan& plan) const {
     return KVRT_SUCCESS;
 }
 
+namespace {
+
+// The journal entry of a cell-layout load: what puts the table back. A
+// whole-cache load changes every cell, so its entry is a copy of the table;
+// a sequence's load keeps the record of the cells it replaced and the
+// placement it applied, whose sizes are the sequence's and the state's.
+struct TableLoadUndo {
+    std::shared_ptr<kv::CellTable> whole;
+    kv::SeqRemoval removed;
+    kv::Placement placement;
+
+    void run(kv::CellTable& t) {
+        if (whole) {
+            std::swap(t, *whole);
+            return;
+        }
+        if (placement.applied()) (void)t.rollback(placement);
+        if (removed.seq >= 0) t.restore_seq(removed);
+    }
+};
+
+}  // namespace
+
 Result CellLayout::load(int32_t seq, const state::Plan& plan) {
     const state::Description& d = plan.desc;
     const uint32_t n = d.header.n_cells;
-    const uint32_t cap = c_.table_.capacity();
-    // The new table, built on a copy through the table's mutators.
-    auto other = std::make_shared<kv::CellTable>(c_.table_);
+    kv::CellTable& t = c_.table_;
+    const uint32_t cap = t.capacity();
+    if (seq < 0 && n > cap) return fail(KVRT_ERROR_CACHE_FULL, "the state holds %u cells, the cache has %u", n, cap);
     std::vector<uint32_t> at(n);
+    std::vector<kv::Token> tokens(n);
     bool saved_cells = true;
-    for (uint32_t i = 0; i < n; ++i) saved_cells = saved_cells && d.cells[i].cell < cap;
+    for (uint32_t i = 0; i < n; ++i) {
+        const state::CellRecord& c = d.cells[i];
+        tokens[i] = seq < 0 ? kv::Token{c.pos, d.seq_ids.data() + c.seq_begin, c.n_seq} : kv::Token{c.pos, &seq, 1};
+        saved_cells = saved_cells && c.cell < cap;
+    }
+
+    // The table changes in place; the transaction's journal puts it back if
+    // anything after fails.
+    vk::Transaction tx(&c_, nullptr, c_.own_);
+    auto undo = std::make_shared<TableLoadUndo>();
     if (seq < 0) {
-        other->clear();
-        if (n > cap)
-            return fail(KVRT_ERROR_CACHE_FULL, "the state holds %u cells, the cache has %u", n, cap);
+        try {
+            undo->whole = std::make_shared<kv::CellTable>(t);
+        } catch (const std::bad_alloc&) {
+            return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for the cache's cell table");
+        }
+        t.clear();
+        tx.on_undo([&t, undo]() { undo->run(t); });
         // The saved cells when they exist here, else the lowest ones in order.
         for (uint32_t i = 0; i < n; ++i) at[i] = saved_cells ? d.cells[i].cell : i;
     } else {
-        KVRT_TRY(other->seq_rm(seq, -1, -1));
         // Cells free before the load first (the saved ones when all are free,
         // so a swapped-out sequence comes back where it was): rows written
         // there cannot harm the cache as it was, whatever happens on the
         // device. Only when those are too few, also the sequence's own.
-        for (uint32_t i = 0; i < n && saved_cells; ++i) saved_cells = c_.table_.cell_is_empty(d.cells[i].cell);
-        if (saved_cells) {
+        for (uint32_t i = 0; i < n && saved_cells; ++i) saved_cells = t.cell_is_empty(d.cells[i].cell);
+        uint32_t k = n;
+        if (saved_cells)
             for (uint32_t i = 0; i < n; ++i) at[i] = d.cells[i].cell;
-        } else {
-            const uint32_t k = kv::pick_load_cells(c_.table_, *other, n, at.data());
-            if (k < n)
-                return fail(KVRT_ERROR_CACHE_FULL, "the state holds %u cells, the cache has %u free for it", n, k);
-        }
+        else
+            k = kv::first_free_cells(t, n, at.data());
+        KVRT_TRY(t.remove_seq(seq, &undo->removed));
+        tx.on_undo([&t, undo]() { undo->run(t); });
+        if (k < n) k = kv::first_free_cells(t, n, at.data());
+        if (k < n) return fail(KVRT_ERROR_CACHE_FULL, "the state holds %u cells, the cache has %u free for it", n, k);
     }
-    std::vector<kv::Token> tokens(n);
-    for (uint32_t i = 0; i < n; ++i) {
-        const state::CellRecord& c = d.cells[i];
-        tokens[i] = seq < 0 ? kv::Token{c.pos, d.seq_ids.data() + c.seq_begin, c.n_seq} : kv::Token{c.pos, &seq, 1};
-    }
-    kv::Placement placement;
     // A saved table may hold one (sequence, position) pair in several cells
     // (an open token tree; seq_div merging positions).
-    KVRT_TRY(other->plan(tokens.data(), n, &placement, at.data(), true));
-    KVRT_TRY(other->apply(placement));
-    if (c_.group_) return c_.load_group(seq, plan, at, other);
+    KVRT_TRY(t.plan(tokens.data(), n, &undo->placement, at.data(), true));
+    KVRT_TRY(t.apply(undo->placement));
+    if (c_.group_) return c_.load_group(tx, seq, plan, at);
 
     LoadRows k, v;
     KVRT_TRY(make_rows(plan, Array::K, c_.geo_.k, c_.geo_.n_kv_heads, nullptr, &k));
     KVRT_TRY(make_rows(plan, Array::V, c_.geo_.v, c_.geo_.n_kv_heads, nullptr, &v));
-    vk::Transaction tx(&c_, nullptr, c_.own_);
     KVRT_TRY(tx.begin());
     if (n) KVRT_TRY(c_.record_writes(tx.stream(), n, at.data(), -1, k.src, v.src));
-    std::swap(c_.table_, *other);
-    tx.on_undo([this, other]() { std::swap(c_.table_, *other); });
     // Past a timed-out wait the rows land later: the new table describes them.
     tx.keep_on_timeout();
     return tx.finish();
 }
 
-Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at,
-                         const std::shared_ptr<kv::CellTable>& other) {
+Result Cache::load_group(vk::Transaction& tx, int32_t seq, const state::Plan& plan, const std::vector<uint32_t>& at) {
     const state::Description& d = plan.desc;
     const uint32_t n = d.header.n_cells;
     const bool saved_group = d.header.flags & state::kFlagWindowGroup;
@@ -320,7 +348,6 @@ Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector
 
     // The rows, layer by layer: a windowed layer's are the group's records
     // (from a state without a group: those of every cell).
-    vk::Transaction tx(this, nullptr, own_);
     KVRT_TRY(tx.begin());
     for (uint32_t l = 0; l < geo_.n_layers; ++l) {
         const bool windowed = geo_.in_window_group(l);
@@ -336,13 +363,9 @@ Result Cache::load_group(int32_t seq, const state::Plan& plan, const std::vector
                 KVRT_TRY(record_array(tx.stream(), array, rows, at.data(), l, 0, r.src));
         }
     }
-    // Both tables and the links at once; the undo puts all of them back.
-    std::swap(table_, *other);
-    std::function<void()> undo_group = group_->commit_load(g_load);
-    tx.on_undo([this, other, undo_group]() {
-        std::swap(table_, *other);
-        undo_group();
-    });
+    // The group's table and links; the undo puts them back (the cache's
+    // table has its own entry in the journal).
+    tx.on_undo(group_->commit_load(g_load));
     tx.keep_on_timeout();
     return tx.finish();
 }

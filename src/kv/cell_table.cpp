@@ -806,6 +806,49 @@ Result CellTable::cells_of_seq(int32_t seq, std::vector<uint32_t>* out) const {
     return KVRT_SUCCESS;
 }
 
+Result CellTable::remove_seq(int32_t seq, SeqRemoval* out) {
+    KVRT_TRY(check_seq("remove_seq", seq));
+    const uint32_t n = seq_cells_[size_t(seq)];
+    try {
+        out->seq = seq;
+        out->cells.clear();
+        out->epochs.clear();
+        out->cells.reserve(n);
+        out->epochs.reserve(n);
+    } catch (const std::bad_alloc&) {
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "remove_seq: out of host memory for %u cells", n);
+    }
+    KVRT_TRY(reserve_nodes(n));
+    for (uint32_t c = 0; c < used_end_ && out->cells.size() < n; ++c) {
+        if (pos_[c] < 0 || !has_seq(c, uint32_t(seq))) continue;
+        out->cells.push_back({c, pos_[c], delta_[c]});
+        out->epochs.push_back(epoch_[c]);
+    }
+    out->head = head_;
+    return seq_rm(seq, -1, -1);
+}
+
+void CellTable::restore_seq(const SeqRemoval& removed) {
+    const uint32_t sq = uint32_t(removed.seq);
+    for (size_t i = 0; i < removed.cells.size(); ++i) {
+        const CellSet& e = removed.cells[i];
+        const uint32_t c = e.cell;
+        if (pos_[c] < 0) {
+            pos_[c] = e.pos;
+            set_delta(c, e.delta);
+            epoch_[c] = removed.epochs[i];
+            ++used_;
+            used_end_ = std::max(used_end_, c + 1);
+        }
+        cell_words(c)[sq >> 6] |= uint64_t(1) << (sq & 63);
+        widen_span(sq, c);
+        index_add(sq, e.pos);
+        mark_changed(c);
+    }
+    head_ = removed.head;
+    if (!removed.cells.empty()) touch();
+}
+
 void CellTable::clear() {
     mark_changed(0, used_end_);
     std::fill(pos_.begin(), pos_.end(), -1);
@@ -961,15 +1004,16 @@ Result CellTable::verify() const {
     return KVRT_SUCCESS;
 }
 
-uint32_t pick_load_cells(const CellTable& before, const CellTable& after, uint32_t n, uint32_t* out) {
+uint32_t first_free_cells(const CellTable& t, uint32_t n, uint32_t* out) {
     uint32_t k = 0;
-    for (uint32_t c = 0; c < before.capacity() && k < n; ++c)
-        if (before.cell_is_empty(c)) out[k++] = c;
-    if (k == n) return k;
-    k = 0;
-    for (uint32_t c = 0; c < after.capacity() && k < n; ++c)
-        if (after.cell_is_empty(c)) out[k++] = c;
+    for (uint32_t c = 0; c < t.capacity() && k < n; ++c)
+        if (t.cell_is_empty(c)) out[k++] = c;
     return k;
+}
+
+uint32_t pick_load_cells(const CellTable& before, const CellTable& after, uint32_t n, uint32_t* out) {
+    const uint32_t k = first_free_cells(before, n, out);
+    return k == n ? k : first_free_cells(after, n, out);
 }
 
 }  // namespace kvrt::kv

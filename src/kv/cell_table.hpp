@@ -71,6 +71,16 @@ using IndexNodePool = std::multimap<int32_t, uint32_t>;
 
 class CellTable;
 
+// The undo record of CellTable::remove_seq: the removed sequence's cells,
+// each with its position, pending shift and the placement that filled it,
+// and the table's head before the removal. Its size is the sequence's.
+struct SeqRemoval {
+    int32_t seq = -1;
+    std::vector<CellSet> cells;
+    std::vector<uint64_t> epochs;
+    uint32_t head = 0;
+};
+
 // The result of CellTable::plan(): the cell chosen for each token, a copy of the
 // batch, and the index nodes that apply() will link in, so that apply() needs no
 // allocation. After apply() it doubles as the undo record of the placement.
@@ -233,6 +243,18 @@ public:
     // Number of `seq`'s cells with positions in [p0, p1) (p0 < 0: 0; p1 < 0:
     // no end); 0 when seq is out of range. O(log n + positions in range).
     uint32_t seq_count(int32_t seq, int32_t p0, int32_t p1) const;
+
+    // Removes every cell of `seq` as seq_rm(seq, -1, -1) does, and records in
+    // *out what restore_seq needs to put them back (reserving what that
+    // needs, so the restore cannot fail). KVRT_ERROR_INVALID_ARGUMENT for a
+    // bad seq, KVRT_ERROR_OUT_OF_HOST_MEMORY (the table unchanged).
+    Result remove_seq(int32_t seq, SeqRemoval* out);
+    // Puts a removed sequence back exactly as it was (cells, positions,
+    // pending shifts, placements, head), once every change since
+    // remove_seq has been undone: the sequence holds no cell and each of its
+    // cells is empty or still held by its other sequences. Allocates
+    // nothing.
+    void restore_seq(const SeqRemoval& removed);
 
     // Writes the cells of `seq`, in increasing cell order, to *out (replacing
     // its contents). KVRT_ERROR_INVALID_ARGUMENT for a bad seq or NULL out,
@@ -462,5 +484,8 @@ private:
 // `after` (the table the load plans, which frees what it replaces). Returns
 // how many it found (< n: too few either way).
 uint32_t pick_load_cells(const CellTable& before, const CellTable& after, uint32_t n, uint32_t* out);
+// The first n empty cells of `t`, lowest first, to out[]; returns how many
+// there are (< n: too few).
+uint32_t first_free_cells(const CellTable& t, uint32_t n, uint32_t* out);
 
 }  // namespace kvrt::kv

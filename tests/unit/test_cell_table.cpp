@@ -242,6 +242,60 @@ TEST_CASE("Rollback restores the exact prior state", "[kv][cell_table]") {
     CHECK(other.used() == 0);
 }
 
+TEST_CASE("remove_seq and restore_seq put a sequence back exactly", "[kv][cell_table]") {
+    CellTable t;
+    REQUIRE(t.init(64, 8) == KVRT_SUCCESS);
+    // Sequence 2 owns cells alone, shares some with 0 (seq_cp), has pending
+    // shifts, and holds the highest cell (its removal lowers used_end and
+    // the head).
+    REQUIRE(place(t, {0}, 0, 10) == KVRT_SUCCESS);
+    REQUIRE(place(t, {2}, 0, 6) == KVRT_SUCCESS);
+    REQUIRE(place(t, {1}, 0, 4) == KVRT_SUCCESS);
+    REQUIRE(t.seq_rm(1, 0, 2) == KVRT_SUCCESS);
+    REQUIRE(t.seq_cp(0, 2, 6, 10) == KVRT_SUCCESS);
+    REQUIRE(place(t, {2}, 10, 5) == KVRT_SUCCESS);
+    REQUIRE(t.seq_add(2, 2, 5, 7) == KVRT_SUCCESS);
+    const Snapshot before = snapshot(t);
+    const std::vector<uint32_t> cells2 = cells_of(t, 2);
+    const uint32_t head = t.head(), used_end = t.used_end();
+    const auto epoch = [&](uint32_t c) { return t.cell_is_empty(c) ? 0 : t.cell_epoch(c); };
+    std::vector<uint64_t> epochs;
+    for (uint32_t c = 0; c < t.capacity(); ++c) epochs.push_back(epoch(c));
+
+    kvrt::kv::SeqRemoval removed;
+    REQUIRE(t.remove_seq(2, &removed) == KVRT_SUCCESS);
+    CHECK(removed.cells.size() == cells2.size());
+    CHECK(t.seq_cell_count(2) == 0);
+    CHECK(t.seq_cell_count(0) == 10);  // the shared cells stay with sequence 0
+    CHECK(t.used_end() < used_end);
+    CHECK(t.head() < head);
+
+    // A load's placement, applied and given back, then the sequence.
+    const int32_t s2 = 2;
+    std::vector<Token> tokens;
+    for (int32_t i = 0; i < 7; ++i) tokens.push_back(Token{100 + i, &s2, 1});
+    Placement p;
+    REQUIRE(t.plan(tokens.data(), 7, &p) == KVRT_SUCCESS);
+    REQUIRE(t.apply(p) == KVRT_SUCCESS);
+    REQUIRE(t.rollback(p) == KVRT_SUCCESS);
+    t.restore_seq(removed);
+    CHECK(snapshot(t).same_state(before));
+    CHECK(cells_of(t, 2) == cells2);
+    for (uint32_t c = 0; c < t.capacity(); ++c) CHECK(epoch(c) == epochs[c]);
+    CHECK(t.verify() == KVRT_SUCCESS);
+
+    // Bad ids change nothing.
+    CHECK(t.remove_seq(8, &removed) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(t.remove_seq(-1, &removed) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(snapshot(t).same_state(before));
+
+    // An empty sequence: nothing to put back.
+    REQUIRE(t.remove_seq(5, &removed) == KVRT_SUCCESS);
+    CHECK(removed.cells.empty());
+    t.restore_seq(removed);
+    CHECK(snapshot(t).same_state(before));
+}
+
 TEST_CASE("seq_rm drops positions and frees unshared cells", "[kv][cell_table]") {
     CellTable t;
     REQUIRE(t.init(16, 4) == KVRT_SUCCESS);
