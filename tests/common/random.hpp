@@ -20,6 +20,10 @@ public:
     // A value in [0, n), as raw % n: no distribution, so the same sequence on
     // every standard library.
     uint32_t below(uint32_t n) { return static_cast<uint32_t>(engine_() % n); }
+    // A value in [lo, hi], as lo + raw % (hi - lo + 1) in 64 bits.
+    int64_t between(int64_t lo, int64_t hi) {
+        return lo + static_cast<int64_t>(engine_() % static_cast<uint64_t>(hi - lo + 1));
+    }
     // True with probability p percent (below(100) < p).
     bool percent(uint32_t p) { return below(100) < p; }
     // n floats of std::uniform_real_distribution<float>(lo, hi).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "common/random.hpp"
 #include "reference/half.hpp"
 #include "reference/quant.hpp"
 
@@ -32,10 +33,7 @@ private:
 // Normal random values, with a zero block and outliers so that every
 // quantizer rounds in interesting places.
 inline std::vector<float> random_values(size_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(n);
-    for (auto& v : x) v = normal(rng);
+    std::vector<float> x = kvrt_test::Rng(seed).normal(n);
     for (size_t i = 0; i < n && i < 32; ++i) x[i] = 0.0f;
     for (size_t i = 40; i < n; i += 97) x[i] *= 25.0f;
     return x;

@@ -20,6 +20,8 @@
 #include <sstream>
 #include <type_traits>
 
+#include "api/handles.hpp"
+
 using namespace kvrt_test;
 using namespace kvrt_test::bad_input;
 
@@ -135,6 +137,12 @@ World::World() {
     kvrt_memory_destroy(dead_memory);
     KVRT_REQUIRE_OK(kvrt_context_create(nullptr, &dead_context));
     kvrt_context_destroy(dead_context);
+    {
+        kvrt_context other = nullptr;
+        KVRT_REQUIRE_OK(kvrt_context_create(nullptr, &other));
+        KVRT_REQUIRE_OK(kvrt_cache_create(other, &cd, &orphan_cache));
+        kvrt_context_destroy(other);
+    }
 }
 
 World::~World() {
@@ -178,6 +186,15 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
             put(&info.used, sizeof info.used);
             put(&info.n_attend, sizeof info.n_attend);
             put(&info.pending_shifts, sizeof info.pending_shifts);
+            put(&info.fragmentation, sizeof info.fragmentation);
+            // The cell table itself: positions, deltas, sequence words, the
+            // used count, its end and the search head.
+            const kvrt::kv::CellTable& cells_table = w.cache.get()->cache->table();
+            put(cells_table.positions(), size_t{cells_table.capacity()} * sizeof(int32_t));
+            put(cells_table.deltas(), size_t{cells_table.capacity()} * sizeof(int32_t));
+            put(cells_table.seq_words(), size_t{cells_table.capacity()} * cells_table.words_per_cell() * sizeof(uint64_t));
+            const uint32_t counters[3] = {cells_table.used(), cells_table.used_end(), cells_table.head()};
+            put(counters, sizeof counters);
             for (int32_t s = 0; s < static_cast<int32_t>(World::kSeqs); ++s) {
                 int32_t lo = 0, hi = 0;
                 KVRT_REQUIRE_OK(kvrt_cache_seq_pos_min(w.cache, s, &lo));
@@ -222,6 +239,11 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
             }
             break;
         }
+        case Target::Device: {
+            const uint64_t n = device_bytes(w.a);
+            put(&n, sizeof n);
+            break;
+        }
     }
     return bytes;
 }
@@ -233,6 +255,7 @@ const char* target_name(Target t) {
         case Target::Cache: return "cache";
         case Target::StaticCache: return "static cache";
         case Target::Memory: return "memory";
+        case Target::Device: return "device memory";
     }
     return "?";
 }

@@ -58,6 +58,8 @@ struct World {
     kvrt_stream dead_stream = nullptr;
     kvrt_cache dead_cache = nullptr;
     kvrt_memory dead_memory = nullptr;
+    // A cache whose context was destroyed (which destroyed the cache).
+    kvrt_cache orphan_cache = nullptr;
 
     World();
     ~World();
@@ -84,8 +86,9 @@ inline Outcome out(kvrt_result r) { return Outcome{r, kvrt_last_error_message()}
 Outcome while_recording(kvrt_stream s, const std::function<Outcome()>& call);
 
 // Which object a row must leave as it was: read back and compared before
-// and after the row.
-enum class Target { None, Buffer, Cache, StaticCache, Memory };
+// and after the row. Device: the device memory context `a` holds (a failed
+// creation allocates nothing).
+enum class Target { None, Buffer, Cache, StaticCache, Memory, Device };
 
 // One row: a call of `fn` with one kind of bad input.
 struct Row {

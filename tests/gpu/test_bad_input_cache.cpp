@@ -31,6 +31,30 @@ struct Store {
     Store& operator=(const Store&) = delete;
 };
 
+// Two tokens that would succeed: sequence 3 at positions 20 and 21, all
+// layers, host f32 rows (a store or place), or the same rows written to cells
+// 0 and 1 (a write); `tamper` breaks one thing, mostly of the second token, so
+// that the first token, which is fine, must not be stored either.
+struct Pair {
+    int32_t pos[2] = {20, 21};
+    uint32_t counts[2] = {1, 1};
+    int32_t seqs[3] = {3, 3, 3};
+    uint32_t cells[2] = {0, 1};
+    int32_t layer = -1;
+    std::vector<float> k = std::vector<float>(World::kLayers * 2 * World::kKvHeads * World::kDim, 0.25f);
+    std::vector<float> v = k;
+    kvrt_batch batch = KVRT_BATCH_INIT;
+    kvrt_tensor_ref kt = KVRT_TENSOR_REF_INIT, vt = KVRT_TENSOR_REF_INIT;
+
+    Pair() {
+        batch = make_batch(2, pos, seqs, counts);
+        kt = host_tensor(k.data());
+        vt = host_tensor(v.data());
+    }
+    Pair(const Pair&) = delete;
+    Pair& operator=(const Pair&) = delete;
+};
+
 // A token tree of sequence 0 as if stored at positions 8, 8 and 9 in cells
 // 0, 1 and 2 (which hold other positions: accepting it must fail there).
 struct Tree {
@@ -77,7 +101,7 @@ const void* top_of_memory() { return reinterpret_cast<const void*>(~uintptr_t{0}
 }  // namespace
 
 void add_cache_rows(World& w, std::vector<Row>* rows) {
-    const Target N = Target::None, C = Target::Cache, S = Target::StaticCache, B = Target::Buffer;
+    const Target N = Target::None, C = Target::Cache, S = Target::StaticCache, B = Target::Buffer, D = Target::Device;
     const auto inv = KVRT_ERROR_INVALID_ARGUMENT;
     const auto hnd = KVRT_ERROR_INVALID_HANDLE;
     const auto state = KVRT_ERROR_INVALID_STATE;
@@ -90,16 +114,28 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     static const Foreign foreign;
     const std::pair<std::string, std::function<void(kvrt_cache_desc*)>> bad_descs[] = {
         {"desc->type -7", [](kvrt_cache_desc* d) { d->type = bad_enum<kvrt_struct_type>(-7); }},
+        {"desc->type UNDEFINED", [](kvrt_cache_desc* d) { d->type = KVRT_STRUCT_TYPE_UNDEFINED; }},
         {"a foreign struct chained", [](kvrt_cache_desc* d) { d->next = &foreign; }},
         {"type_k 12345", [](kvrt_cache_desc* d) { d->type_k = bad_enum<kvrt_type>(12345); }},
         {"type_k -7", [](kvrt_cache_desc* d) { d->type_k = bad_enum<kvrt_type>(-7); }},
         {"type_k UNDEFINED", [](kvrt_cache_desc* d) { d->type_k = KVRT_TYPE_UNDEFINED; }},
         {"type_v INT32_MIN", [](kvrt_cache_desc* d) { d->type_v = bad_enum<kvrt_type>(kMin32); }},
+        {"type_v UNDEFINED", [](kvrt_cache_desc* d) { d->type_v = KVRT_TYPE_UNDEFINED; }},
         {"layout -7", [](kvrt_cache_desc* d) { d->layout = bad_enum<kvrt_layout>(-7); }},
         {"layout 12345", [](kvrt_cache_desc* d) { d->layout = bad_enum<kvrt_layout>(12345); }},
         {"rope mode -7", [](kvrt_cache_desc* d) {
              rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
              rope.mode = bad_enum<kvrt_rope_mode>(-7);
+             d->next = &rope;
+         }},
+        {"rope n_rot 64 (more than head_dim_k)", [](kvrt_cache_desc* d) {
+             rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+             rope.n_rot = 2 * World::kDim;
+             d->next = &rope;
+         }},
+        {"rope n_rot 15 (odd)", [](kvrt_cache_desc* d) {
+             rope = kvrt_rope_desc KVRT_ROPE_DESC_INIT;
+             rope.n_rot = 15;
              d->next = &rope;
          }},
         {"rope freq_base NaN", [](kvrt_cache_desc* d) {
@@ -139,6 +175,9 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         {"flags 0x80000000", [](kvrt_cache_desc* d) { d->flags = 0x80000000u; }},
         {"n_layers 0", [](kvrt_cache_desc* d) { d->n_layers = 0; }},
         {"n_kv_heads 0", [](kvrt_cache_desc* d) { d->n_kv_heads = 0; }},
+        {"n_heads 0", [](kvrt_cache_desc* d) { d->n_heads = 0; }},
+        {"head_dim_k 0", [](kvrt_cache_desc* d) { d->head_dim_k = 0; }},
+        {"capacity 0", [](kvrt_cache_desc* d) { d->capacity = 0; }},
         {"n_heads not a multiple of n_kv_heads", [](kvrt_cache_desc* d) { d->n_heads = 3; d->n_kv_heads = 2; }},
         {"head_dim_k UINT32_MAX", [](kvrt_cache_desc* d) { d->head_dim_k = kMaxU32; }},
         {"head_dim_v UINT32_MAX", [](kvrt_cache_desc* d) { d->head_dim_v = kMaxU32; }},
@@ -153,6 +192,12 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
              d->type_k = d->type_v = KVRT_TYPE_F32;
          }},
         {"head dims 33 with Q8_0", [](kvrt_cache_desc* d) { d->head_dim_k = 33; d->type_k = KVRT_TYPE_Q8_0; }},
+        {"head_dim_k 48 with Q8_0 (a multiple of 16, not of 32)", [](kvrt_cache_desc* d) {
+             d->head_dim_k = 48;
+             d->type_k = KVRT_TYPE_Q8_0;
+         }},
+        {"head_dim_v 16 with type_v Q4_0", [](kvrt_cache_desc* d) { d->head_dim_v = 16; d->type_v = KVRT_TYPE_Q4_0; }},
+        {"head_dim_v 40 with type_v Q8_0", [](kvrt_cache_desc* d) { d->head_dim_v = 40; d->type_v = KVRT_TYPE_Q8_0; }},
         {"static layout without its desc", [](kvrt_cache_desc* d) { d->layout = KVRT_LAYOUT_STATIC; d->capacity = 0; }},
         {"static layout, seq_len 1", [](kvrt_cache_desc* d) {
              static_layout = kvrt_static_layout_desc KVRT_STATIC_LAYOUT_DESC_INIT;
@@ -185,7 +230,7 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
             kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
             return out(kvrt_cache_estimate_size(w.a, &d, &e));
         }));
-        r.push_back(err("kvrt_cache_create", what, inv, N, [&w, t] {
+        r.push_back(err("kvrt_cache_create", what, inv, D, [&w, t] {
             kvrt_cache_desc d = World::cache_desc();
             t(&d);
             kvrt_cache c = reinterpret_cast<kvrt_cache>(&d);
@@ -211,16 +256,33 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         e.type = bad_enum<kvrt_struct_type>(-7);
         return out(kvrt_cache_estimate_size(nullptr, &d, &e));
     }));
-    r.push_back(err("kvrt_cache_create", "out_cache NULL", inv, N, [&w] {
+    r.push_back(err("kvrt_cache_estimate_size", "out->type CACHE_INFO (another struct)", inv, N, [] {
+        const kvrt_cache_desc d = World::cache_desc();
+        kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
+        e.type = KVRT_STRUCT_TYPE_CACHE_INFO;
+        return out(kvrt_cache_estimate_size(nullptr, &d, &e));
+    }));
+    r.push_back(err("kvrt_cache_create", "out_cache NULL", inv, D, [&w] {
         const kvrt_cache_desc d = World::cache_desc();
         return out(kvrt_cache_create(w.a, &d, nullptr));
     }));
-    r.push_back(err("kvrt_cache_create", "desc NULL", inv, N, [&w] {
-        kvrt_cache c = nullptr;
-        return out(kvrt_cache_create(w.a, nullptr, &c));
+    // The out-handle is set to NULL on failure.
+    const auto create_in = [](kvrt_context ctx, const kvrt_cache_desc* d) {
+        kvrt_cache c = reinterpret_cast<kvrt_cache>(&ctx);
+        Outcome o = out(kvrt_cache_create(ctx, d, &c));
+        if (c) {
+            if (c != reinterpret_cast<kvrt_cache>(&ctx)) kvrt_cache_destroy(c);
+            if (o.r != KVRT_SUCCESS) o.r = KVRT_ERROR_INTERNAL;  // a handle despite the error, or left as it was
+        }
+        return o;
+    };
+    r.push_back(err("kvrt_cache_create", "desc NULL", inv, D, [&w, create_in] { return create_in(w.a, nullptr); }));
+    r.push_back(err("kvrt_cache_create", "context NULL", hnd, D, [create_in] {
+        const kvrt_cache_desc d = World::cache_desc();
+        return create_in(nullptr, &d);
     }));
     r.push_back(err("kvrt_cache_create", "2^30 cells of 64 layers: more than the device has", KVRT_ERROR_OUT_OF_DEVICE_MEMORY,
-                    N, [&w] {
+                    D, [&w] {
                         kvrt_cache_desc d = World::cache_desc();
                         d.n_layers = 64;
                         d.n_heads = d.n_kv_heads = 8;
@@ -243,10 +305,9 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
             kvrt_cache_estimate e = KVRT_CACHE_ESTIMATE_INIT;
             return out(kvrt_cache_estimate_size(c, &d, &e));
         }));
-        r.push_back(err("kvrt_cache_create", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_create", what, hnd, D, [c, create_in] {
             const kvrt_cache_desc d = World::cache_desc();
-            kvrt_cache cache = nullptr;
-            return out(kvrt_cache_create(c, &d, &cache));
+            return create_in(c, &d);
         }));
     }
 
@@ -254,105 +315,121 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     const std::pair<std::string, kvrt_cache> bad_caches[] = {
         {"cache NULL", nullptr},
         {"a destroyed cache", w.dead_cache},
+        {"a cache of a destroyed context", w.orphan_cache},
         {"a buffer cast to a cache", reinterpret_cast<kvrt_cache>(w.buffer)},
-        {"a memory cast to a cache", reinterpret_cast<kvrt_cache>(w.memory)}};
+        {"a memory cast to a cache", reinterpret_cast<kvrt_cache>(w.memory)},
+        {"a stream cast to a cache", reinterpret_cast<kvrt_cache>(w.stream)},
+        {"a context cast to a cache", reinterpret_cast<kvrt_cache>(w.a.get())}};
+    // Destroying a handle of another kind as a cache leaves it working.
+    r.push_back(noop("kvrt_cache_destroy", "a buffer cast to a cache: the buffer stays", B, [&w] {
+        kvrt_cache_destroy(reinterpret_cast<kvrt_cache>(w.buffer));
+        uint64_t size = 0;
+        return Outcome{holds(kvrt_buffer_get_size(w.buffer, &size) == KVRT_SUCCESS && size == World::kBufferBytes), ""};
+    }));
+    r.push_back(noop("kvrt_cache_destroy", "a stream cast to a cache: the stream stays", N, [&w] {
+        kvrt_cache_destroy(reinterpret_cast<kvrt_cache>(w.stream));
+        const bool works = kvrt_stream_begin(w.stream) == KVRT_SUCCESS && kvrt_stream_submit(w.stream) == KVRT_SUCCESS &&
+                           kvrt_stream_wait(w.stream, 120ull * 1000 * 1000 * 1000) == KVRT_SUCCESS;
+        return Outcome{holds(works), ""};
+    }));
     for (const auto& [what, bad] : bad_caches) {
         const kvrt_cache c = bad;
+        // No bad handle may change the world's cache either (target C).
         r.push_back(noop("kvrt_cache_destroy", what, C, [c] {
             kvrt_cache_destroy(c);
             return Outcome{};
         }));
-        r.push_back(err("kvrt_cache_get_info", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_get_info", what, hnd, C, [c] {
             kvrt_cache_info i = KVRT_CACHE_INFO_INIT;
             return out(kvrt_cache_get_info(c, &i));
         }));
-        r.push_back(err("kvrt_cache_store", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_store", what, hnd, C, [c] {
             Store s;
             return out(kvrt_cache_store(c, nullptr, &s.batch, -1, &s.kt, &s.vt, nullptr));
         }));
-        r.push_back(err("kvrt_cache_place", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_place", what, hnd, C, [c] {
             Store s;
             return out(kvrt_cache_place(c, &s.batch, nullptr));
         }));
-        r.push_back(err("kvrt_cache_write", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_write", what, hnd, C, [c] {
             Store s;
             const uint32_t cell = 0;
             return out(kvrt_cache_write(c, nullptr, 1, &cell, -1, &s.kt, &s.vt));
         }));
-        r.push_back(err("kvrt_cache_read", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_read", what, hnd, C, [c] {
             const uint32_t cell = 0;
             std::vector<float> k(World::kKvHeads * World::kDim);
             return out(kvrt_cache_read(c, 0, 1, &cell, k.data(), bytes_of(k), nullptr, 0));
         }));
-        r.push_back(err("kvrt_cache_read_raw", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_read_raw", what, hnd, C, [c] {
             const uint32_t cell = 0;
             std::vector<uint8_t> bytes(4096);
             return out(kvrt_cache_read_raw(c, 0, KVRT_KV_ARRAY_K, 1, &cell, bytes.data(), bytes.size()));
         }));
-        r.push_back(err("kvrt_cache_seq_rm", what, hnd, N, [c] { return out(kvrt_cache_seq_rm(c, 0, -1, -1)); }));
-        r.push_back(err("kvrt_cache_seq_cp", what, hnd, N, [c] { return out(kvrt_cache_seq_cp(c, 0, 1, -1, -1)); }));
-        r.push_back(err("kvrt_cache_seq_keep", what, hnd, N, [c] { return out(kvrt_cache_seq_keep(c, 0)); }));
-        r.push_back(err("kvrt_cache_tree_accept", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_seq_rm", what, hnd, C, [c] { return out(kvrt_cache_seq_rm(c, 0, -1, -1)); }));
+        r.push_back(err("kvrt_cache_seq_cp", what, hnd, C, [c] { return out(kvrt_cache_seq_cp(c, 0, 1, -1, -1)); }));
+        r.push_back(err("kvrt_cache_seq_keep", what, hnd, C, [c] { return out(kvrt_cache_seq_keep(c, 0)); }));
+        r.push_back(err("kvrt_cache_tree_accept", what, hnd, C, [c] {
             Tree t;
             return out(kvrt_cache_tree_accept(c, &t.batch, 0, nullptr));
         }));
-        r.push_back(err("kvrt_cache_seq_add", what, hnd, N, [c] { return out(kvrt_cache_seq_add(c, 0, -1, -1, 1)); }));
-        r.push_back(err("kvrt_cache_seq_div", what, hnd, N, [c] { return out(kvrt_cache_seq_div(c, 0, -1, -1, 2)); }));
-        r.push_back(err("kvrt_cache_seq_pos_min", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_seq_add", what, hnd, C, [c] { return out(kvrt_cache_seq_add(c, 0, -1, -1, 1)); }));
+        r.push_back(err("kvrt_cache_seq_div", what, hnd, C, [c] { return out(kvrt_cache_seq_div(c, 0, -1, -1, 2)); }));
+        r.push_back(err("kvrt_cache_seq_pos_min", what, hnd, C, [c] {
             int32_t p = 0;
             return out(kvrt_cache_seq_pos_min(c, 0, &p));
         }));
-        r.push_back(err("kvrt_cache_seq_pos_max", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_seq_pos_max", what, hnd, C, [c] {
             int32_t p = 0;
             return out(kvrt_cache_seq_pos_max(c, 0, &p));
         }));
-        r.push_back(err("kvrt_cache_seq_window_pos_min", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_seq_window_pos_min", what, hnd, C, [c] {
             int32_t p = 0;
             return out(kvrt_cache_seq_window_pos_min(c, 0, &p));
         }));
-        r.push_back(err("kvrt_cache_clear", what, hnd, N, [c] { return out(kvrt_cache_clear(c)); }));
-        r.push_back(err("kvrt_cache_compact", what, hnd, N, [c] { return out(kvrt_cache_compact(c, nullptr, 0.0f, 0, nullptr)); }));
-        r.push_back(err("kvrt_cache_apply_shifts", what, hnd, N, [c] { return out(kvrt_cache_apply_shifts(c, nullptr)); }));
-        r.push_back(err("kvrt_cache_context_shift", what, hnd, N, [c] { return out(kvrt_cache_context_shift(c, 0, 0, 0, nullptr)); }));
-        r.push_back(err("kvrt_cache_discard_for_reevaluation", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_clear", what, hnd, C, [c] { return out(kvrt_cache_clear(c)); }));
+        r.push_back(err("kvrt_cache_compact", what, hnd, C, [c] { return out(kvrt_cache_compact(c, nullptr, 0.0f, 0, nullptr)); }));
+        r.push_back(err("kvrt_cache_apply_shifts", what, hnd, C, [c] { return out(kvrt_cache_apply_shifts(c, nullptr)); }));
+        r.push_back(err("kvrt_cache_context_shift", what, hnd, C, [c] { return out(kvrt_cache_context_shift(c, 0, 0, 0, nullptr)); }));
+        r.push_back(err("kvrt_cache_discard_for_reevaluation", what, hnd, C, [c] {
             int32_t a = 0, b = 0, n = 0;
             return out(kvrt_cache_discard_for_reevaluation(c, 0, 0, 0, &a, &b, &n));
         }));
-        r.push_back(err("kvrt_cache_attention", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_attention", what, hnd, C, [c] {
             Attend a;
             return out(kvrt_cache_attention(c, nullptr, 0, &a.batch, &a.qt, &a.ot, nullptr));
         }));
-        r.push_back(err("kvrt_cache_static_get_window", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_static_get_window", what, hnd, C, [c] {
             kvrt_static_window win = KVRT_STATIC_WINDOW_INIT;
             return out(kvrt_cache_static_get_window(c, 0, 0, 0, KVRT_KV_ARRAY_K, &win));
         }));
-        r.push_back(err("kvrt_cache_static_get_mask", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_static_get_mask", what, hnd, C, [c] {
             float mask[World::kStaticSeqLen];
             return out(kvrt_cache_static_get_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
         }));
-        r.push_back(err("kvrt_cache_static_get_stats", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_static_get_stats", what, hnd, C, [c] {
             kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
             return out(kvrt_cache_static_get_stats(c, 0, &st));
         }));
-        r.push_back(err("kvrt_cache_paged_admit", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_paged_admit", what, hnd, C, [c] {
             const int32_t id = 1, pos = 0;
             uint32_t n = 0;
             return out(kvrt_cache_paged_admit(c, 0, 1, &id, &pos, 0, &n, nullptr));
         }));
-        r.push_back(err("kvrt_cache_paged_append", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_paged_append", what, hnd, C, [c] {
             const int32_t id = 1, pos = 0;
             return out(kvrt_cache_paged_append(c, nullptr, 0, 1, &id, &pos, nullptr));
         }));
-        r.push_back(err("kvrt_cache_paged_fork", what, hnd, N, [c] { return out(kvrt_cache_paged_fork(c, 0, 1)); }));
-        r.push_back(err("kvrt_cache_paged_set_sharing", what, hnd, N,
+        r.push_back(err("kvrt_cache_paged_fork", what, hnd, C, [c] { return out(kvrt_cache_paged_fork(c, 0, 1)); }));
+        r.push_back(err("kvrt_cache_paged_set_sharing", what, hnd, C,
                         [c] { return out(kvrt_cache_paged_set_sharing(c, 0, 0)); }));
-        r.push_back(err("kvrt_cache_paged_clear_registry", what, hnd, N,
+        r.push_back(err("kvrt_cache_paged_clear_registry", what, hnd, C,
                         [c] { return out(kvrt_cache_paged_clear_registry(c)); }));
-        r.push_back(err("kvrt_cache_paged_get_cells", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_paged_get_cells", what, hnd, C, [c] {
             uint32_t n = 0;
             return out(kvrt_cache_paged_get_cells(c, 0, 0, 0, nullptr, &n));
         }));
-        r.push_back(err("kvrt_cache_paged_get_stats", what, hnd, N, [c] {
+        r.push_back(err("kvrt_cache_paged_get_stats", what, hnd, C, [c] {
             kvrt_paged_stats st = KVRT_PAGED_STATS_INIT;
             return out(kvrt_cache_paged_get_stats(c, &st));
         }));
@@ -367,6 +444,7 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         {"batch->type -7", [](Store& s) { s.batch.type = bad_enum<kvrt_struct_type>(-7); }},
         {"a foreign struct chained on batch", [](Store& s) { s.batch.next = &foreign; }},
         {"batch->positions NULL", [](Store& s) { s.batch.positions = nullptr; }},
+        {"batch->seq_ids NULL", [](Store& s) { s.batch.seq_ids = nullptr; }},
         {"position INT32_MIN", [](Store& s) { s.pos = kMin32; }},
         {"position -1", [](Store& s) { s.pos = -1; }},
         {"sequence INT32_MAX", [](Store& s) { s.seq = kMax32; }},
@@ -431,13 +509,19 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         {"k buffer layer_stride wraps", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.buffer, 256, KVRT_TYPE_F32, 0, kMax64 - 255); }},
         {"k with both host and buffer", [](World& wd, Store& s) { s.kt.buffer = wd.buffer; }},
         {"k buffer of another context", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.buffer_b, 0); }},
+        {"v buffer of another context", [](World& wd, Store& s) { s.vt = buffer_tensor(wd.buffer_b, 0); }},
         {"stream of another context", [](World& wd, Store& s) { s.stream = wd.stream_b; }},
     };
     const std::pair<std::string, std::function<void(World&, Store&)>> bad_handles[] = {
         {"k buffer destroyed", [](World& wd, Store& s) { s.kt = buffer_tensor(wd.dead_buffer, 0); }},
         {"k buffer: a stream cast to a buffer", [stream_as_buffer](World&, Store& s) { s.kt = buffer_tensor(stream_as_buffer, 0); }},
+        {"k buffer: a cache cast to a buffer", [](World& wd, Store& s) { s.kt = buffer_tensor(reinterpret_cast<kvrt_buffer>(wd.cache.get()), 0); }},
+        {"v buffer destroyed", [](World& wd, Store& s) { s.vt = buffer_tensor(wd.dead_buffer, 0); }},
+        {"v buffer: a stream cast to a buffer", [stream_as_buffer](World&, Store& s) { s.vt = buffer_tensor(stream_as_buffer, 0); }},
+        {"v buffer: a cache cast to a buffer", [](World& wd, Store& s) { s.vt = buffer_tensor(reinterpret_cast<kvrt_buffer>(wd.cache.get()), 0); }},
         {"stream destroyed", [](World& wd, Store& s) { s.stream = wd.dead_stream; }},
         {"stream: a buffer cast to a stream", [](World& wd, Store& s) { s.stream = reinterpret_cast<kvrt_stream>(wd.buffer); }},
+        {"stream: a cache cast to a stream", [](World& wd, Store& s) { s.stream = reinterpret_cast<kvrt_stream>(wd.cache.get()); }},
     };
     const auto store_row = [&w](const std::function<void(World&, Store&)>& t) {
         return [&w, t] {
@@ -468,6 +552,132 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_cache_store", what, hnd, C, store_row(t)));
         r.push_back(err("kvrt_cache_write", what, hnd, C, write_row(t)));
     }
+    // A stream of another context that is recording: only its context is wrong.
+    r.push_back(err("kvrt_cache_store", "a recording stream of another context", inv, C, [&w] {
+        Store s;
+        return while_recording(w.stream_b, [&] {
+            return out(kvrt_cache_store(w.cache, w.stream_b, &s.batch, s.layer, &s.kt, &s.vt, nullptr));
+        });
+    }));
+    r.push_back(err("kvrt_cache_write", "a recording stream of another context", inv, C, [&w] {
+        Store s;
+        const uint32_t cell = 0;
+        return while_recording(w.stream_b,
+                               [&] { return out(kvrt_cache_write(w.cache, w.stream_b, 1, &cell, s.layer, &s.kt, &s.vt)); });
+    }));
+    r.push_back(err("kvrt_cache_compact", "a recording stream of another context", inv, C, [&w] {
+        return while_recording(w.stream_b, [&] { return out(kvrt_cache_compact(w.cache, w.stream_b, 0.0f, 0, nullptr)); });
+    }));
+    r.push_back(err("kvrt_cache_compact", "a cache cast to a stream", hnd, C, [&w] {
+        return out(kvrt_cache_compact(w.cache, reinterpret_cast<kvrt_stream>(w.cache.get()), 0.0f, 0, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_store", "k NULL", inv, C, [&w] {
+        Store s;
+        return out(kvrt_cache_store(w.cache, nullptr, &s.batch, -1, nullptr, &s.vt, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_store", "v NULL", inv, C, [&w] {
+        Store s;
+        return out(kvrt_cache_store(w.cache, nullptr, &s.batch, -1, &s.kt, nullptr, nullptr));
+    }));
+    r.push_back(err("kvrt_cache_write", "k NULL", inv, C, [&w] {
+        Store s;
+        const uint32_t cell = 0;
+        return out(kvrt_cache_write(w.cache, nullptr, 1, &cell, -1, nullptr, &s.vt));
+    }));
+    r.push_back(err("kvrt_cache_write", "v NULL", inv, C, [&w] {
+        Store s;
+        const uint32_t cell = 0;
+        return out(kvrt_cache_write(w.cache, nullptr, 1, &cell, -1, &s.kt, nullptr));
+    }));
+
+    // Two tokens (a write: two cells) whose first is fine: nothing of it may
+    // be stored or written either.
+    const std::pair<std::string, std::function<void(Pair&)>> bad_pairs[] = {
+        {"token 2: position -1", [](Pair& p) { p.pos[1] = -1; }},
+        {"token 2: position INT32_MIN", [](Pair& p) { p.pos[1] = kMin32; }},
+        {"token 2: sequence 4 (max_seqs)", [](Pair& p) { p.seqs[1] = 4; }},
+        {"token 2: sequence -1", [](Pair& p) { p.seqs[1] = -1; }},
+        {"token 2: sequence INT32_MAX", [](Pair& p) { p.seqs[1] = kMax32; }},
+        {"token 2 of no sequence (seq_id_counts 0)", [](Pair& p) { p.counts[1] = 0; }},
+        {"the same (sequence, position) twice in the batch", [](Pair& p) { p.pos[1] = p.pos[0]; }},
+        {"a sequence id repeated inside token 2", [](Pair& p) {
+             p.counts[1] = 2;
+             p.seqs[1] = p.seqs[2] = 2;
+         }},
+        {"token 2: (sequence 0, position 2) already stored", [](Pair& p) {
+             p.seqs[1] = 0;
+             p.pos[1] = 2;
+         }},
+    };
+    for (const auto& [what, tamper] : bad_pairs) {
+        const auto t = tamper;
+        r.push_back(err("kvrt_cache_store", what, inv, C, [&w, t] {
+            Pair p;
+            t(p);
+            return out(kvrt_cache_store(w.cache, nullptr, &p.batch, p.layer, &p.kt, &p.vt, nullptr));
+        }));
+        r.push_back(err("kvrt_cache_place", what, inv, C, [&w, t] {
+            Pair p;
+            t(p);
+            return out(kvrt_cache_place(w.cache, &p.batch, nullptr));
+        }));
+    }
+    // Tensors of two tokens, for a store and for a write of cells 0 and 1.
+    const uint64_t row_f32 = uint64_t{World::kKvHeads} * World::kDim * 4;
+    std::vector<std::pair<std::string, std::function<void(World&, Pair&)>>> bad_pair_tensors = {
+        {"k->element_type UNDEFINED", [](World&, Pair& p) { p.kt.element_type = KVRT_TYPE_UNDEFINED; }},
+        {"k->element_type U16_STATIC", [](World&, Pair& p) { p.kt.element_type = KVRT_TYPE_U16_STATIC; }},
+        {"v->element_type Q8_0 (the cache stores F16)", [](World&, Pair& p) { p.vt.element_type = KVRT_TYPE_Q8_0; }},
+        {"v->element_type Q4_0", [](World&, Pair& p) { p.vt.element_type = KVRT_TYPE_Q4_0; }},
+        {"v->element_type U8_STATIC", [](World&, Pair& p) { p.vt.element_type = KVRT_TYPE_U8_STATIC; }},
+        {"v->element_type 77", [](World&, Pair& p) { p.vt.element_type = bad_enum<kvrt_type>(77); }},
+        {"k row_stride a row + 2 (misaligned)", [row_f32](World&, Pair& p) { p.kt.row_stride = row_f32 + 2; }},
+        {"k head_stride 130 (misaligned)", [](World&, Pair& p) { p.kt.head_stride = 130; }},
+        {"k layer_stride 6 (misaligned)", [](World&, Pair& p) { p.kt.layer_stride = 6; }},
+        {"k host row_stride 2^63", [](World&, Pair& p) { p.kt.row_stride = uint64_t{1} << 63; }},
+        {"v host layer_stride UINT64_MAX - 3", [](World&, Pair& p) { p.vt.layer_stride = kMax64 - 3; }},
+        {"k buffer holding one layer of two", [row_f32](World& wd, Pair& p) {
+             p.kt = buffer_tensor(wd.buffer, World::kBufferBytes - 2 * row_f32);
+         }},
+        {"k buffer offset 2^63", [](World& wd, Pair& p) { p.kt = buffer_tensor(wd.buffer, uint64_t{1} << 63); }},
+    };
+    for (uint64_t stride : {uint64_t{1} << 62, uint64_t{1} << 63, kMax64 - 3}) {
+        const std::string st = stride == kMax64 - 3 ? "UINT64_MAX - 3" : stride == uint64_t{1} << 62 ? "2^62" : "2^63";
+        if (stride != kMax64 - 3)  // UINT64_MAX - 3: a row of one token above
+            bad_pair_tensors.push_back({"k buffer row_stride " + st, [stride](World& wd, Pair& p) {
+                                            p.kt = buffer_tensor(wd.buffer, 0);
+                                            p.kt.row_stride = stride;
+                                        }});
+        bad_pair_tensors.push_back({"k buffer head_stride " + st, [stride](World& wd, Pair& p) {
+                                        p.kt = buffer_tensor(wd.buffer, 0);
+                                        p.kt.head_stride = stride;
+                                    }});
+        bad_pair_tensors.push_back({"k buffer layer_stride " + st, [stride](World& wd, Pair& p) {
+                                        p.kt = buffer_tensor(wd.buffer, 0);
+                                        p.kt.layer_stride = stride;
+                                    }});
+    }
+    for (const auto& [what, tamper] : bad_pair_tensors) {
+        const auto t = tamper;
+        r.push_back(err("kvrt_cache_store", "two tokens: " + what, inv, C, [&w, t] {
+            Pair p;
+            t(w, p);
+            return out(kvrt_cache_store(w.cache, nullptr, &p.batch, p.layer, &p.kt, &p.vt, nullptr));
+        }));
+        r.push_back(err("kvrt_cache_write", "two cells: " + what, inv, C, [&w, t] {
+            Pair p;
+            t(w, p);
+            return out(kvrt_cache_write(w.cache, nullptr, 2, p.cells, p.layer, &p.kt, &p.vt));
+        }));
+    }
+    r.push_back(err("kvrt_cache_write", "2^22 cells, row_stride 2^43: the rows overflow 64 bits", inv, C, [&w] {
+        // Whatever is checked first, the call must fail and change nothing.
+        Pair p;
+        p.kt = buffer_tensor(w.buffer, 0);
+        p.kt.row_stride = uint64_t{1} << 43;
+        const std::vector<uint32_t> many(size_t{1} << 22, 0);
+        return out(kvrt_cache_write(w.cache, nullptr, static_cast<uint32_t>(many.size()), many.data(), 0, &p.kt, &p.vt));
+    }));
     r.push_back(err("kvrt_cache_store", "a stream that is not recording", state, C,
                     store_row([](World& wd, Store& s) { s.stream = wd.stream; })));
     r.push_back(err("kvrt_cache_write", "a stream that is not recording", state, C,
@@ -483,17 +693,38 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
             const kvrt_tensor_ref t = host_tensor(k.data());
             return out(kvrt_cache_write(w.cache, nullptr, static_cast<uint32_t>(cs.cells.size()), cs.cells.data(), -1, &t, &t));
         }));
+    // The first cell is in use and must not be written either; all layers
+    // and one layer.
+    for (int32_t layer : {-1, 1})
+        for (const Cells& cs : {Cells{"cells 0 and 64 (capacity)", {0, 64}}, Cells{"cells 0 and UINT32_MAX", {0, kMaxU32}},
+                                Cells{"cells 0 and 63 (empty)", {0, 63}}, Cells{"cell 0 twice", {0, 0}}}) {
+            if (layer == -1 && cs.cells[1] == 0) continue;  // the row above
+            r.push_back(err("kvrt_cache_write", std::string(cs.what) + ", layer " + std::to_string(layer), inv, C, [&w, cs, layer] {
+                const size_t layers = layer < 0 ? World::kLayers : 1;
+                std::vector<float> k(layers * cs.cells.size() * World::kKvHeads * World::kDim, 1.0f);
+                const kvrt_tensor_ref t = host_tensor(k.data());
+                return out(kvrt_cache_write(w.cache, nullptr, 2, cs.cells.data(), layer, &t, &t));
+            }));
+        }
     r.push_back(err("kvrt_cache_write", "cells NULL", inv, C, [&w] {
         Store s;
         return out(kvrt_cache_write(w.cache, nullptr, 1, nullptr, -1, &s.kt, &s.vt));
     }));
 
     // kvrt_cache_read and kvrt_cache_read_raw.
+    // A read that fails writes nothing: `k` and `v` keep their sentinel.
+    const auto untouched = [](Outcome o, const std::vector<float>& k, const std::vector<float>& v) {
+        for (float x : k)
+            if (x != 12345.0f) o.r = KVRT_ERROR_INTERNAL;
+        for (float x : v)
+            if (x != 12345.0f) o.r = KVRT_ERROR_INTERNAL;
+        return o;
+    };
     for (int32_t layer : {kMin32, -1, 2, kMax32}) {
-        r.push_back(err("kvrt_cache_read", "layer " + std::to_string(layer), inv, N, [&w, layer] {
+        r.push_back(err("kvrt_cache_read", "layer " + std::to_string(layer), inv, N, [&w, layer, untouched] {
             const uint32_t cell = 0;
-            std::vector<float> k(World::kKvHeads * World::kDim);
-            return out(kvrt_cache_read(w.cache, layer, 1, &cell, k.data(), bytes_of(k), nullptr, 0));
+            std::vector<float> k(World::kKvHeads * World::kDim, 12345.0f);
+            return untouched(out(kvrt_cache_read(w.cache, layer, 1, &cell, k.data(), bytes_of(k), nullptr, 0)), k, {});
         }));
         r.push_back(err("kvrt_cache_read_raw", "layer " + std::to_string(layer), inv, N, [&w, layer] {
             const uint32_t cell = 0;
@@ -502,19 +733,38 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         }));
     }
     for (uint32_t cell : {World::kCapacity, kMaxU32}) {
-        r.push_back(err("kvrt_cache_read", "cell " + std::to_string(cell), inv, N, [&w, cell] {
-            std::vector<float> k(World::kKvHeads * World::kDim);
-            return out(kvrt_cache_read(w.cache, 0, 1, &cell, k.data(), bytes_of(k), nullptr, 0));
+        r.push_back(err("kvrt_cache_read", "cell " + std::to_string(cell), inv, N, [&w, cell, untouched] {
+            std::vector<float> k(World::kKvHeads * World::kDim, 12345.0f);
+            return untouched(out(kvrt_cache_read(w.cache, 0, 1, &cell, k.data(), bytes_of(k), nullptr, 0)), k, {});
         }));
         r.push_back(err("kvrt_cache_read_raw", "cell " + std::to_string(cell), inv, N, [&w, cell] {
             std::vector<uint8_t> bytes(4096);
             return out(kvrt_cache_read_raw(w.cache, 0, KVRT_KV_ARRAY_V, 1, &cell, bytes.data(), bytes.size()));
         }));
     }
-    r.push_back(err("kvrt_cache_read", "cells NULL", inv, N, [&w] {
-        std::vector<float> k(World::kKvHeads * World::kDim);
-        return out(kvrt_cache_read(w.cache, 0, 1, nullptr, k.data(), bytes_of(k), nullptr, 0));
+    r.push_back(err("kvrt_cache_read", "cells NULL", inv, N, [&w, untouched] {
+        std::vector<float> k(World::kKvHeads * World::kDim, 12345.0f);
+        return untouched(out(kvrt_cache_read(w.cache, 0, 1, nullptr, k.data(), bytes_of(k), nullptr, 0)), k, {});
     }));
+    // Two cells, K and V: the cell in range is not read out either.
+    struct ReadCase {
+        std::string what;
+        int32_t layer;
+        uint32_t cells[2];
+        bool null_cells;
+    };
+    for (const ReadCase& rc : {ReadCase{"k and v, cells 0 and 64 (capacity)", 0, {0, World::kCapacity}, false},
+                               ReadCase{"k and v, cells UINT32_MAX and 0", 0, {kMaxU32, 0}, false},
+                               ReadCase{"k and v, layer -1", -1, {0, 1}, false},
+                               ReadCase{"k and v, layer 2 (n_layers)", 2, {0, 1}, false},
+                               ReadCase{"k and v, layer INT32_MIN", kMin32, {0, 1}, false},
+                               ReadCase{"k and v, cells NULL", 0, {0, 1}, true}})
+        r.push_back(err("kvrt_cache_read", rc.what, inv, C, [&w, rc, untouched] {
+            std::vector<float> k(2 * World::kKvHeads * World::kDim, 12345.0f), v(k);
+            return untouched(out(kvrt_cache_read(w.cache, rc.layer, 2, rc.null_cells ? nullptr : rc.cells, k.data(),
+                                                 bytes_of(k), v.data(), bytes_of(v))),
+                             k, v);
+        }));
     // Sized outputs: one cell's row is kKvHeads * kDim floats (128 bytes);
     // a buffer short of it is refused before anything is read or written.
     const uint64_t row = uint64_t{World::kKvHeads} * World::kDim * sizeof(float);
@@ -567,11 +817,11 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         const std::string s = "sequence " + std::to_string(seq);
         r.push_back(err("kvrt_cache_seq_cp", "src " + s, inv, C, [&w, seq] { return out(kvrt_cache_seq_cp(w.cache, seq, 2, -1, -1)); }));
         r.push_back(err("kvrt_cache_seq_keep", s, inv, C, [&w, seq] { return out(kvrt_cache_seq_keep(w.cache, seq)); }));
-        r.push_back(err("kvrt_cache_seq_pos_min", s, inv, N, [&w, seq] {
+        r.push_back(err("kvrt_cache_seq_pos_min", s, inv, C, [&w, seq] {
             int32_t p = 0;
             return out(kvrt_cache_seq_pos_min(w.cache, seq, &p));
         }));
-        r.push_back(err("kvrt_cache_seq_pos_max", s, inv, N, [&w, seq] {
+        r.push_back(err("kvrt_cache_seq_pos_max", s, inv, C, [&w, seq] {
             int32_t p = 0;
             return out(kvrt_cache_seq_pos_max(w.cache, seq, &p));
         }));
@@ -584,7 +834,34 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
             return out(kvrt_cache_discard_for_reevaluation(w.cache, seq, 0, 0, &a, &b, &n));
         }));
     }
+    // Negative ids: only kvrt_cache_seq_rm takes them (all sequences).
+    for (int32_t seq : {kMin32, -1}) {
+        const std::string s = "sequence " + std::to_string(seq);
+        r.push_back(err("kvrt_cache_seq_cp", "dst " + s, inv, C, [&w, seq] { return out(kvrt_cache_seq_cp(w.cache, 0, seq, -1, -1)); }));
+        r.push_back(err("kvrt_cache_seq_add", s, inv, C, [&w, seq] { return out(kvrt_cache_seq_add(w.cache, seq, -1, -1, 1)); }));
+        r.push_back(err("kvrt_cache_seq_div", s, inv, C, [&w, seq] { return out(kvrt_cache_seq_div(w.cache, seq, -1, -1, 2)); }));
+    }
     r.push_back(err("kvrt_cache_seq_rm", "reversed range [5, 2)", inv, C, [&w] { return out(kvrt_cache_seq_rm(w.cache, 0, 5, 2)); }));
+    r.push_back(err("kvrt_cache_seq_rm", "every sequence (-1), reversed range [5, 2)", inv, C,
+                    [&w] { return out(kvrt_cache_seq_rm(w.cache, -1, 5, 2)); }));
+    r.push_back(err("kvrt_cache_seq_add", "delta INT32_MAX - 5 on position 7 alone: it overflows", inv, C,
+                    [&w] { return out(kvrt_cache_seq_add(w.cache, 0, 7, 8, kMax32 - 5)); }));
+    // Documented no-ops: empty ranges, a copy onto itself, ranges with
+    // nothing of the sequence, a delta of 0 and a divisor of 1.
+    struct Noop {
+        const char* fn;
+        const char* what;
+        std::function<kvrt_result(kvrt_cache)> call;
+    };
+    for (const Noop& n : {Noop{"kvrt_cache_seq_rm", "empty range [3, 3)", [](kvrt_cache c) { return kvrt_cache_seq_rm(c, 0, 3, 3); }},
+                          Noop{"kvrt_cache_seq_rm", "nothing of sequence 1 in [4, 10)", [](kvrt_cache c) { return kvrt_cache_seq_rm(c, 1, 4, 10); }},
+                          Noop{"kvrt_cache_seq_cp", "sequence 0 onto itself", [](kvrt_cache c) { return kvrt_cache_seq_cp(c, 0, 0, -1, -1); }},
+                          Noop{"kvrt_cache_seq_cp", "nothing of sequence 1 in [4, 10)", [](kvrt_cache c) { return kvrt_cache_seq_cp(c, 1, 0, 4, 10); }},
+                          Noop{"kvrt_cache_seq_add", "delta 0", [](kvrt_cache c) { return kvrt_cache_seq_add(c, 0, 0, -1, 0); }},
+                          Noop{"kvrt_cache_seq_div", "divisor 1", [](kvrt_cache c) { return kvrt_cache_seq_div(c, 0, 0, -1, 1); }}}) {
+        const auto call = n.call;
+        r.push_back(noop(n.fn, n.what, C, [&w, call] { return Outcome{holds(call(w.cache) == KVRT_SUCCESS), ""}; }));
+    }
     r.push_back(err("kvrt_cache_seq_cp", "reversed range [5, 2)", inv, C, [&w] { return out(kvrt_cache_seq_cp(w.cache, 0, 2, 5, 2)); }));
     r.push_back(err("kvrt_cache_seq_add", "reversed range [INT32_MAX, 0)", inv, C,
                     [&w] { return out(kvrt_cache_seq_add(w.cache, 0, kMax32, 0, 1)); }));
@@ -594,8 +871,8 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     for (int32_t d : {0, -1, kMin32})
         r.push_back(err("kvrt_cache_seq_div", "divisor " + std::to_string(d), inv, C,
                         [&w, d] { return out(kvrt_cache_seq_div(w.cache, 0, -1, -1, d)); }));
-    r.push_back(err("kvrt_cache_seq_pos_min", "out_pos NULL", inv, N, [&w] { return out(kvrt_cache_seq_pos_min(w.cache, 0, nullptr)); }));
-    r.push_back(err("kvrt_cache_seq_pos_max", "out_pos NULL", inv, N, [&w] { return out(kvrt_cache_seq_pos_max(w.cache, 0, nullptr)); }));
+    r.push_back(err("kvrt_cache_seq_pos_min", "out_pos NULL", inv, C, [&w] { return out(kvrt_cache_seq_pos_min(w.cache, 0, nullptr)); }));
+    r.push_back(err("kvrt_cache_seq_pos_max", "out_pos NULL", inv, C, [&w] { return out(kvrt_cache_seq_pos_max(w.cache, 0, nullptr)); }));
     r.push_back(err("kvrt_cache_seq_window_pos_min", "out_pos NULL", inv, N,
                     [&w] { return out(kvrt_cache_seq_window_pos_min(w.cache, 0, nullptr)); }));
     r.push_back(err("kvrt_cache_seq_rm", "static: reversed range [5, 2)", inv, S, [&w] { return out(kvrt_cache_seq_rm(w.static_cache, 0, 5, 2)); }));
@@ -925,10 +1202,15 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
                     [&w] { return out(kvrt_cache_paged_get_stats(w.cache, nullptr)); }));
 
     // kvrt_cache_get_info and kvrt_cache_seq_transfer.
-    r.push_back(err("kvrt_cache_get_info", "info NULL", inv, N, [&w] { return out(kvrt_cache_get_info(w.cache, nullptr)); }));
+    r.push_back(err("kvrt_cache_get_info", "info NULL", inv, C, [&w] { return out(kvrt_cache_get_info(w.cache, nullptr)); }));
     r.push_back(err("kvrt_cache_get_info", "info->type -7", inv, N, [&w] {
         kvrt_cache_info i = KVRT_CACHE_INFO_INIT;
         i.type = bad_enum<kvrt_struct_type>(-7);
+        return out(kvrt_cache_get_info(w.cache, &i));
+    }));
+    r.push_back(err("kvrt_cache_get_info", "info->type CACHE_ESTIMATE (another struct)", inv, C, [&w] {
+        kvrt_cache_info i = KVRT_CACHE_INFO_INIT;
+        i.type = KVRT_STRUCT_TYPE_CACHE_ESTIMATE;
         return out(kvrt_cache_get_info(w.cache, &i));
     }));
     r.push_back(err("kvrt_cache_get_info", "a foreign struct chained", inv, N, [&w] {

@@ -16,7 +16,8 @@ namespace {
 // `out` a host output; `tamper` changes one thing.
 struct Batch {
     std::vector<float> x = std::vector<float>(2 * World::kMemHeads * World::kMemDim, 0.125f);
-    std::vector<float> y = std::vector<float>(x.size(), 0.0f);
+    // The host output, 1.5 everywhere: a call that fails writes none of it.
+    std::vector<float> y = std::vector<float>(x.size(), 1.5f);
     int32_t seqs[2] = {0, 0};
     kvrt_tensor_ref wq = KVRT_TENSOR_REF_INIT, wv = KVRT_TENSOR_REF_INIT, q = KVRT_TENSOR_REF_INIT;
     kvrt_output_ref o = KVRT_OUTPUT_REF_INIT;
@@ -51,8 +52,31 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
 
     // Descriptors: kvrt_memory_estimate_size and kvrt_memory_create.
     static kvrt_memory_init init = KVRT_MEMORY_INIT_INIT;
+    // Initial keys from host memory, 1 layer x 2 heads x 16 slots x 16.
+    static const std::vector<float> host_keys(size_t{World::kMemHeads} * World::kMemSlots * World::kMemDim, 0.25f);
     const std::pair<std::string, std::function<void(World&, kvrt_memory_desc*)>> bad_descs[] = {
         {"desc->type -7", [](World&, kvrt_memory_desc* d) { d->type = bad_enum<kvrt_struct_type>(-7); }},
+        {"desc->type BUFFER_DESC (another struct)", [](World&, kvrt_memory_desc* d) { d->type = KVRT_STRUCT_TYPE_BUFFER_DESC; }},
+        {"key_dim 0", [](World&, kvrt_memory_desc* d) { d->key_dim = 0; }},
+        {"n_heads 0", [](World&, kvrt_memory_desc* d) { d->n_heads = 0; }},
+        {"n_slots and key_dim 2^31: sizes overflow", [](World&, kvrt_memory_desc* d) {
+             d->n_slots = 0x80000000u;
+             d->key_dim = 0x80000000u;
+         }},
+        {"n_layers, n_heads and max_seqs UINT32_MAX: the totals overflow", [](World&, kvrt_memory_desc* d) {
+             d->n_layers = d->n_heads = d->max_seqs = kMaxU32;
+         }},
+        {"keys->type TENSOR_REF (another struct)", [](World&, kvrt_memory_desc* d) {
+             init = kvrt_memory_init KVRT_MEMORY_INIT_INIT;
+             init.type = KVRT_STRUCT_TYPE_TENSOR_REF;
+             init.source = KVRT_MEMORY_SOURCE_SEED;
+             d->keys = &init;
+         }},
+        {"values->type UNDEFINED", [](World&, kvrt_memory_desc* d) {
+             init = kvrt_memory_init KVRT_MEMORY_INIT_INIT;
+             init.type = KVRT_STRUCT_TYPE_UNDEFINED;
+             d->values = &init;
+         }},
         {"a foreign struct chained", [](World&, kvrt_memory_desc* d) { d->next = &foreign; }},
         {"n_slots 0", [](World&, kvrt_memory_desc* d) { d->n_slots = 0; }},
         {"n_layers 0", [](World&, kvrt_memory_desc* d) { d->n_layers = 0; }},
@@ -90,6 +114,34 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
              init.element_type = bad_enum<kvrt_type>(-7);
              d->keys = &init;
          }},
+        {"keys from host, element_type UNDEFINED", [](World&, kvrt_memory_desc* d) {
+             init = kvrt_memory_init KVRT_MEMORY_INIT_INIT;
+             init.source = KVRT_MEMORY_SOURCE_HOST;
+             init.host = host_keys.data();
+             init.element_type = KVRT_TYPE_UNDEFINED;
+             d->keys = &init;
+         }},
+        {"keys from host, element_type Q4_0", [](World&, kvrt_memory_desc* d) {
+             init = kvrt_memory_init KVRT_MEMORY_INIT_INIT;
+             init.source = KVRT_MEMORY_SOURCE_HOST;
+             init.host = host_keys.data();
+             init.element_type = KVRT_TYPE_Q4_0;
+             d->keys = &init;
+         }},
+        {"keys from host, element_type U8_STATIC", [](World&, kvrt_memory_desc* d) {
+             init = kvrt_memory_init KVRT_MEMORY_INIT_INIT;
+             init.source = KVRT_MEMORY_SOURCE_HOST;
+             init.host = host_keys.data();
+             init.element_type = KVRT_TYPE_U8_STATIC;
+             d->keys = &init;
+         }},
+        {"keys from host, element_type 77", [](World&, kvrt_memory_desc* d) {
+             init = kvrt_memory_init KVRT_MEMORY_INIT_INIT;
+             init.source = KVRT_MEMORY_SOURCE_HOST;
+             init.host = host_keys.data();
+             init.element_type = bad_enum<kvrt_type>(77);
+             d->keys = &init;
+         }},
         {"keys source HOST with host NULL", [](World&, kvrt_memory_desc* d) {
              init = kvrt_memory_init KVRT_MEMORY_INIT_INIT;
              init.source = KVRT_MEMORY_SOURCE_HOST;
@@ -113,8 +165,13 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_memory_estimate_size", what, inv, N, [&w, t] {
             kvrt_memory_desc d = World::memory_desc();
             t(w, &d);
+            // Without a context, then with one: the same error, nothing written.
             kvrt_memory_estimate e = KVRT_MEMORY_ESTIMATE_INIT;
-            return out(kvrt_memory_estimate_size(w.a, &d, &e));
+            e.device_bytes = 7;
+            const Outcome alone = out(kvrt_memory_estimate_size(nullptr, &d, &e));
+            Outcome o = out(kvrt_memory_estimate_size(w.a, &d, &e));
+            if (alone.r != o.r || alone.message.empty() || e.device_bytes != 7) o.r = KVRT_ERROR_INTERNAL;
+            return o;
         }));
     }
     // Rows that need the buffer handle: kvrt_memory_create only.
@@ -138,6 +195,20 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
              init.source = KVRT_MEMORY_SOURCE_BUFFER;
              init.buffer = wd.buffer_b;
              d->keys = &init;
+         }},
+        // The values are 1 x 2 x 16 x 16 floats (2048 bytes).
+        {"values buffer too small for the values", [](World& wd, kvrt_memory_desc* d) {
+             init = kvrt_memory_init KVRT_MEMORY_INIT_INIT;
+             init.source = KVRT_MEMORY_SOURCE_BUFFER;
+             init.buffer = wd.buffer;
+             init.offset = World::kBufferBytes - 1024;
+             d->values = &init;
+         }},
+        {"values buffer of another context", [](World& wd, kvrt_memory_desc* d) {
+             init = kvrt_memory_init KVRT_MEMORY_INIT_INIT;
+             init.source = KVRT_MEMORY_SOURCE_BUFFER;
+             init.buffer = wd.buffer_b;
+             d->values = &init;
          }},
     };
     const auto create = [&w](const std::function<void(World&, kvrt_memory_desc*)>& t) {
@@ -178,6 +249,17 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
         kvrt_memory_estimate e = KVRT_MEMORY_ESTIMATE_INIT;
         return out(kvrt_memory_estimate_size(w.dead_context, &d, &e));
     }));
+    r.push_back(err("kvrt_memory_estimate_size", "context: an address that is no handle", hnd, N, [] {
+        const kvrt_memory_desc d = World::memory_desc();
+        kvrt_memory_estimate e = KVRT_MEMORY_ESTIMATE_INIT;
+        return out(kvrt_memory_estimate_size(reinterpret_cast<kvrt_context>(&e), &d, &e));
+    }));
+    r.push_back(err("kvrt_memory_estimate_size", "out->type CACHE_ESTIMATE (another struct)", inv, N, [] {
+        const kvrt_memory_desc d = World::memory_desc();
+        kvrt_memory_estimate e = KVRT_MEMORY_ESTIMATE_INIT;
+        e.type = KVRT_STRUCT_TYPE_CACHE_ESTIMATE;
+        return out(kvrt_memory_estimate_size(nullptr, &d, &e));
+    }));
     r.push_back(err("kvrt_memory_create", "out_memory NULL", inv, N, [&w] {
         const kvrt_memory_desc d = World::memory_desc();
         return out(kvrt_memory_create(w.a, &d, nullptr));
@@ -188,7 +270,8 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
     }));
     for (const auto& [what, ctx] : {std::pair<std::string, kvrt_context>{"context NULL", nullptr},
                                     {"a destroyed context", w.dead_context},
-                                    {"a buffer cast to a context", reinterpret_cast<kvrt_context>(w.buffer)}}) {
+                                    {"a buffer cast to a context", reinterpret_cast<kvrt_context>(w.buffer)},
+                                    {"an address that is no handle", reinterpret_cast<kvrt_context>(&w)}}) {
         const kvrt_context c = ctx;
         r.push_back(err("kvrt_memory_create", what, hnd, N, [c] {
             const kvrt_memory_desc d = World::memory_desc();
@@ -233,7 +316,9 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
         {"sequence INT32_MIN", [](World&, Batch& b) { b.seqs[0] = kMin32; }},
         {"sequence -1", [](World&, Batch& b) { b.seqs[0] = -1; }},
         {"sequence 2 (max_seqs)", [](World&, Batch& b) { b.seqs[0] = 2; }},
+        {"batch->type UNDEFINED", [](World&, Batch& b) { b.batch.type = KVRT_STRUCT_TYPE_UNDEFINED; }},
         {"layer INT32_MIN", [](World&, Batch& b) { b.batch.layer = kMin32; }},
+        {"layer -2", [](World&, Batch& b) { b.batch.layer = -2; }},
         {"layer 1 (n_layers)", [](World&, Batch& b) { b.batch.layer = 1; }},
         {"layer INT32_MAX", [](World&, Batch& b) { b.batch.layer = kMax32; }},
         {"stream of another context", [](World& wd, Batch& b) { b.stream = wd.stream_b; }},
@@ -260,8 +345,11 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
             return [&w, fn, t] {
                 Batch b;
                 t(w, b);
-                if (!b.stream) return out(fn(w.memory, nullptr, &b.batch));
-                return while_recording(b.stream, [&] { return out(fn(w.memory, b.stream, &b.batch)); });
+                Outcome o = !b.stream ? out(fn(w.memory, nullptr, &b.batch))
+                                      : while_recording(b.stream, [&] { return out(fn(w.memory, b.stream, &b.batch)); });
+                for (float y : b.y)
+                    if (y != 1.5f) o.r = KVRT_ERROR_INTERNAL;  // the host output written
+                return o;
             };
         };
         for (const auto& [what, t] : bad_batches) r.push_back(err(op_names[i], what, inv, M, row(t)));
@@ -285,7 +373,11 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
                 {n + "->element_type -7", [tensor, name](World&, Batch& b) { tensor(b, name).element_type = bad_enum<kvrt_type>(-7); }},
                 {n + "->element_type 12345", [tensor, name](World&, Batch& b) { tensor(b, name).element_type = bad_enum<kvrt_type>(12345); }},
                 {n + "->element_type Q8_0", [tensor, name](World&, Batch& b) { tensor(b, name).element_type = KVRT_TYPE_Q8_0; }},
+                {n + "->element_type UNDEFINED", [tensor, name](World&, Batch& b) { tensor(b, name).element_type = KVRT_TYPE_UNDEFINED; }},
+                {n + "->element_type U16_STATIC", [tensor, name](World&, Batch& b) { tensor(b, name).element_type = KVRT_TYPE_U16_STATIC; }},
+                {n + "->type OUTPUT_REF (another struct)", [tensor, name](World&, Batch& b) { tensor(b, name).type = KVRT_STRUCT_TYPE_OUTPUT_REF; }},
                 {n + " row_stride UINT64_MAX - 3 (strided)", [tensor, name](World&, Batch& b) { tensor(b, name).row_stride = kMax64 - 3; }},
+                {n + " row_stride 4 (strided)", [tensor, name](World&, Batch& b) { tensor(b, name).row_stride = 4; }},
                 {n + " host offset UINT64_MAX - 3", [tensor, name](World&, Batch& b) { tensor(b, name).offset = kMax64 - 3; }},
                 {n + " with neither host nor buffer", [tensor, name](World&, Batch& b) { tensor(b, name).host = nullptr; }},
                 {n + " with both host and buffer", [tensor, name](World& wd, Batch& b) { tensor(b, name).buffer = wd.buffer; }},
@@ -310,10 +402,15 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
                 {"out host with a stream", [](World& wd, Batch& b) { b.stream = wd.stream; }},
                 {"out buffer offset UINT64_MAX - 3", [](World& wd, Batch& b) { b.o = buffer_output(wd.buffer, kMax64 - 3); }},
                 {"out buffer of another context", [](World& wd, Batch& b) { b.o = buffer_output(wd.buffer_b, 0); }},
+                {"out buffer too small (offset at the end)", [](World& wd, Batch& b) { b.o = buffer_output(wd.buffer, World::kBufferBytes - 4); }},
+                {"out buffer offset 2 (misaligned)", [](World& wd, Batch& b) { b.o = buffer_output(wd.buffer, 2); }},
+                {"out with both host and buffer", [](World& wd, Batch& b) { b.o.buffer = wd.buffer; }},
                 {"scale NaN", [](World&, Batch& b) { b.batch.scale = NAN; }},
                 {"scale infinite", [](World&, Batch& b) { b.batch.scale = INFINITY; }},
             };
             for (const auto& [what, t] : bad_outputs) r.push_back(err(op_names[i], what, inv, M, row(t)));
+            r.push_back(err(op_names[i], "out buffer destroyed", hnd, M,
+                            row([](World& wd, Batch& b) { b.o = buffer_output(wd.dead_buffer, 0); })));
         }
     }
 
@@ -327,6 +424,18 @@ void add_memory_rows(World& w, std::vector<Row>* rows) {
     }
     r.push_back(err("kvrt_memory_seq_rm", "stream of another context", inv, M, [&w] { return out(kvrt_memory_seq_rm(w.memory, w.stream_b, 0)); }));
     r.push_back(err("kvrt_memory_seq_cp", "stream of another context", inv, M, [&w] { return out(kvrt_memory_seq_cp(w.memory, w.stream_b, 0, 1)); }));
+    // Of another context and not recording: the context is checked first.
+    r.push_back(err("kvrt_memory_update", "a stream of another context that is not recording", inv, M, [&w] {
+        Batch b;
+        b.o = buffer_output(w.buffer, 0);
+        return out(kvrt_memory_update(w.memory, w.stream_b, &b.batch));
+    }));
+    r.push_back(err("kvrt_memory_seq_rm", "a recording stream of another context", inv, M, [&w] {
+        return while_recording(w.stream_b, [&] { return out(kvrt_memory_seq_rm(w.memory, w.stream_b, 0)); });
+    }));
+    r.push_back(err("kvrt_memory_seq_cp", "a recording stream of another context", inv, M, [&w] {
+        return while_recording(w.stream_b, [&] { return out(kvrt_memory_seq_cp(w.memory, w.stream_b, 0, 1)); });
+    }));
     r.push_back(err("kvrt_memory_seq_rm", "a stream that is not recording", state, M, [&w] { return out(kvrt_memory_seq_rm(w.memory, w.stream, 0)); }));
     r.push_back(err("kvrt_memory_seq_cp", "a stream that is not recording", state, M, [&w] { return out(kvrt_memory_seq_cp(w.memory, w.stream, 0, 1)); }));
     for (int32_t s : {2, kMax32}) {

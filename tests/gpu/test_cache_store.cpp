@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/random.hpp"
 #include "kvrt/kvrt_vulkan.h"
 #include "reference/half.hpp"
 #include "reference/quant.hpp"
@@ -20,10 +21,7 @@ namespace {
 // Input rows with the cases that trip quantizers: zero blocks, a negative
 // maximum, exact halves, ties between +m and -m, tiny and large magnitudes.
 std::vector<float> make_rows(uint32_t rows, uint32_t row_elems, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(size_t{rows} * row_elems);
-    for (auto& v : x) v = normal(rng);
+    std::vector<float> x = Rng(seed).normal(size_t{rows} * row_elems);
     for (uint32_t r = 0; r < rows; ++r) {
         float* row = &x[size_t{r} * row_elems];
         switch (r % 6) {

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <random>
 
+#include "common/random.hpp"
+
 using namespace kvrt_test;
 
 namespace {
@@ -50,8 +52,8 @@ TEST_CASE("copy moves exactly its range between and within buffers", "[stream]")
         const uint64_t words = piece / 2 + 1000;  // a bit over 2 pieces
         Buffer src(ctx, words * 4), dst(ctx, words * 4);
         std::vector<uint32_t> data(words);
-        std::mt19937 rng(7);
-        for (auto& w : data) w = rng();
+        Rng rng(7);
+        for (auto& w : data) w = static_cast<uint32_t>(rng.next());
         src.upload_words(0, data);
         dst.upload_words(0, std::vector<uint32_t>(words, kSentinel));
         Stream s(ctx);

@@ -16,6 +16,7 @@
 
 #include "kv/cell_table.hpp"
 #include "kv/compaction.hpp"
+#include "common/random.hpp"
 
 using kvrt::kv::CellMove;
 using kvrt::kv::CellTable;
@@ -184,10 +185,10 @@ TEST_CASE("CellTable agrees with a reference model over 100,000 random operation
     constexpr uint32_t kCap = 150;  // not a power of two: exercises the wrap and the n_attend cap
     constexpr int32_t kSeqs = 64;
     constexpr int kSteps = 100000;
-    std::mt19937 rng(0x6b767274u);
+    kvrt_test::Rng rng(0x6b767274u);
     std::map<std::string, int> ok, failed;  // per operation
     // Uniform enough for a test, and cheap in a debug build.
-    auto rnd = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
+    auto rnd = [&](int64_t lo, int64_t hi) { return rng.between(lo, hi); };
     CellTable t;
     REQUIRE(t.init(kCap, kSeqs) == KVRT_SUCCESS);
     Model m(kCap, kSeqs);

@@ -15,6 +15,7 @@
 
 #include "kv/cell_table.hpp"
 #include "kv/compaction.hpp"
+#include "common/random.hpp"
 
 using kvrt::kv::CellMove;
 using kvrt::kv::CellTable;
@@ -209,8 +210,8 @@ TEST_CASE("apply_moves refuses moves that do not fit and changes nothing", "[kv]
 
 TEST_CASE("Rows moved with the metadata stay consistent, also when a copy fails", "[kv][compaction]") {
     constexpr uint32_t kCap = 200;
-    std::mt19937 rng(1234u);
-    auto rnd = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
+    kvrt_test::Rng rng(1234u);
+    auto rnd = [&](int64_t lo, int64_t hi) { return rng.between(lo, hi); };
     CellTable t;
     REQUIRE(t.init(kCap, 8) == KVRT_SUCCESS);
     // The "device": one row per cell, holding the id of the token stored there
@@ -294,8 +295,8 @@ TEST_CASE("Rows moved with the metadata stay consistent, also when a copy fails"
 }
 
 TEST_CASE("Plans on random tables keep their promises", "[kv][compaction]") {
-    std::mt19937 rng(99u);
-    auto rnd = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
+    kvrt_test::Rng rng(99u);
+    auto rnd = [&](int64_t lo, int64_t hi) { return rng.between(lo, hi); };
     uint32_t complete = 0, partial = 0;
     for (int iter = 0; iter < 1500; ++iter) {
         CellTable t;

@@ -12,6 +12,7 @@
 #include "kv/format.hpp"
 #include "kv/geometry.hpp"
 #include "reference/quant.hpp"
+#include "common/random.hpp"
 
 using namespace kvrt;
 using ref::StaticType;
@@ -116,7 +117,7 @@ TEST_CASE("static rows encode U16 little-endian and decode back", "[static-types
 }
 
 TEST_CASE("kv::decode_row decodes static-scale rows bit-identically with the reference", "[static-types][format]") {
-    std::mt19937 rng(7);
+    kvrt_test::Rng rng(7);
     for (kvrt_type type : {KVRT_TYPE_U8_STATIC, KVRT_TYPE_U16_STATIC}) {
         const StaticType st = type == KVRT_TYPE_U8_STATIC ? StaticType::U8 : StaticType::U16;
         const uint32_t qmax = ref::static_qmax(st);
@@ -125,7 +126,7 @@ TEST_CASE("kv::decode_row decodes static-scale rows bit-identically with the ref
                                         kv::StaticScale{2.5e-7f, 1.0f / 2.5e-7f, static_cast<int32_t>(qmax)}}) {
             const size_t n = 38;  // not a multiple of 4
             std::vector<unsigned char> bytes(n * ref::static_code_bytes(st));
-            for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+            for (auto& b : bytes) b = static_cast<unsigned char>(rng.next());
             bytes[0] = 0;  // the extreme codes
             bytes[ref::static_code_bytes(st)] = 0xff;
             if (st == StaticType::U16) bytes[3] = 0xff;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kv/static_window.hpp"
+#include "common/random.hpp"
 
 using namespace kvrt;
 
@@ -189,7 +190,7 @@ TEST_CASE("rows-moved formula against a direct count", "[static]") {
 }
 
 TEST_CASE("static window multi-row appends keep the newest rows", "[static]") {
-    std::mt19937 rng(1234);
+    kvrt_test::Rng rng(1234);
     for (uint32_t S : {2u, 9u, 64u}) {
         for (double R : {1.0, 1.5, 2.0, 3.0}) {
             INFO("S=" << S << " R=" << R);
@@ -199,7 +200,7 @@ TEST_CASE("static window multi-row appends keep the newest rows", "[static]") {
             Shadow sh(g.reservation_rows);
             int64_t t = 0;
             for (int step = 0; step < 200; ++step) {
-                const uint32_t n = 1 + rng() % g.window_rows;
+                const uint32_t n = 1 + rng.below(g.window_rows);
                 kv::StaticAppend a;
                 REQUIRE(w.append(n, &a) == KVRT_SUCCESS);
                 sh.apply(a, t + 1);
@@ -279,7 +280,7 @@ TEST_CASE("static layout rejects bad input", "[static]") {
 TEST_CASE("static window removals keep the other rows, in order, at the window's end", "[static]") {
     // A model list of the token ids held (oldest first), cut and appended
     // independently of StaticWindow; the shadow rows follow the copies it asks.
-    std::mt19937 rng(99);
+    kvrt_test::Rng rng(99);
     for (uint32_t S : {2u, 3u, 9u, 33u}) {
         for (double R : {1.0, 1.5, 2.0, 3.0}) {
             INFO("S=" << S << " R=" << R);
@@ -293,8 +294,8 @@ TEST_CASE("static window removals keep the other rows, in order, at the window's
             uint64_t copies = 0, copied = 0, free_suffixes = 0, copied_suffixes = 0;
             for (int step = 0; step < 600; ++step) {
                 INFO("step " << step << " held " << held.size() << " start " << w.start());
-                if (held.empty() || rng() % 2 == 0) {
-                    const uint32_t n = 1 + rng() % W;
+                if (held.empty() || rng.below(2) == 0) {
+                    const uint32_t n = 1 + rng.below(W);
                     kv::StaticAppend a;
                     REQUIRE(w.append(n, &a) == KVRT_SUCCESS);
                     if (a.slide.needed) ++copies, copied += a.slide.rows;
@@ -305,8 +306,8 @@ TEST_CASE("static window removals keep the other rows, in order, at the window's
                 } else {
                     const uint32_t n = static_cast<uint32_t>(held.size());
                     // Suffixes (draft rejection) most often, then prefixes and middles.
-                    const uint32_t kind = rng() % 4;
-                    uint32_t first = rng() % n, count = 1 + rng() % (n - first);
+                    const uint32_t kind = rng.below(4);
+                    uint32_t first = rng.below(n), count = 1 + rng.below(n - first);
                     if (kind <= 1) count = n - first;
                     if (kind == 2) first = 0;
                     const uint32_t start_before = w.start();

@@ -10,6 +10,7 @@
 
 #include "kv/cell_table.hpp"
 #include "kv/token_tree.hpp"
+#include "common/random.hpp"
 
 #include "cell_table_snapshot.hpp"
 
@@ -59,11 +60,11 @@ TEST_CASE("check_tree enforces the rules of a token tree", "[kv][tree]") {
 }
 
 TEST_CASE("ancestor bits and kept tokens match walks of the parent links", "[kv][tree]") {
-    std::mt19937 rng(17);
+    kvrt_test::Rng rng(17);
     for (int round = 0; round < 200; ++round) {
-        const uint32_t n = 1 + rng() % 100;
+        const uint32_t n = 1 + rng.below(100);
         std::vector<int32_t> parents(n);
-        for (uint32_t i = 0; i < n; ++i) parents[i] = i == 0 || rng() % 5 == 0 ? -1 : int32_t(rng() % i);
+        for (uint32_t i = 0; i < n; ++i) parents[i] = i == 0 || rng.below(5) == 0 ? -1 : int32_t(rng.below(i));
         std::vector<uint32_t> anc;
         REQUIRE(tree_ancestors(n, parents.data(), &anc) == KVRT_SUCCESS);
         const uint32_t w = tree_words(n);
@@ -75,7 +76,7 @@ TEST_CASE("ancestor bits and kept tokens match walks of the parent links", "[kv]
                 REQUIRE(bit == (j < n && is_ancestor(parents, int32_t(j), int32_t(i))));
             }
         std::vector<int32_t> leaves;
-        for (uint32_t k = rng() % 4; k > 0; --k) leaves.push_back(int32_t(rng() % n));
+        for (uint32_t k = rng.below(4); k > 0; --k) leaves.push_back(int32_t(rng.below(n)));
         std::vector<uint8_t> keep;
         REQUIRE(tree_kept(n, parents.data(), uint32_t(leaves.size()), leaves.data(), &keep) == KVRT_SUCCESS);
         for (uint32_t t = 0; t < n; ++t) {
