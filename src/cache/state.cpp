@@ -489,7 +489,9 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
     std::vector<View> before(last - first);
     std::vector<uint32_t> cells, order;
     size_t n_set = 0, n_drop = 0;
-    std::shared_ptr<kv::CellTable> table_before;
+    // What puts the table back: each replaced sequence as it was (their
+    // sizes are what the load changes in the table).
+    auto saved = std::make_shared<std::vector<kv::SeqRemoval>>();
     try {
         per_seq.resize(c_.geo_.max_seqs);
         for (uint32_t i = 0; i < d.header.n_cells; ++i) {
@@ -507,16 +509,17 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
         }
         cells.reserve(n_set);
         order.reserve(n_set);
-        table_before = std::make_shared<kv::CellTable>(c_.table_);
+        saved->resize(last - first);
     } catch (const std::bad_alloc&) {
         return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory to load %u cells", d.header.n_cells);
     }
+    for (uint32_t s = first; s < last; ++s) KVRT_TRY(c_.table_.save_seq(int32_t(s), &(*saved)[s - first]));
     KVRT_TRY(reserve(n_set, n_drop));
     // The pool's undo record gives back what the load changes in it, the
-    // table's copy the table.
-    auto restore = [this, table_before]() {
+    // saved sequences the table.
+    auto restore = [this, saved]() {
         pool_.rewind();
-        std::swap(c_.table_, *table_before);
+        c_.table_.restore_seqs(saved->data(), saved->size());
     };
     pool_.mark();
 

@@ -806,8 +806,8 @@ Result CellTable::cells_of_seq(int32_t seq, std::vector<uint32_t>* out) const {
     return KVRT_SUCCESS;
 }
 
-Result CellTable::remove_seq(int32_t seq, SeqRemoval* out) {
-    KVRT_TRY(check_seq("remove_seq", seq));
+Result CellTable::save_seq(int32_t seq, SeqRemoval* out) {
+    KVRT_TRY(check_seq("save_seq", seq));
     const uint32_t n = seq_cells_[size_t(seq)];
     try {
         out->seq = seq;
@@ -816,7 +816,7 @@ Result CellTable::remove_seq(int32_t seq, SeqRemoval* out) {
         out->cells.reserve(n);
         out->epochs.reserve(n);
     } catch (const std::bad_alloc&) {
-        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "remove_seq: out of host memory for %u cells", n);
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "save_seq: out of host memory for %u cells", n);
     }
     KVRT_TRY(reserve_nodes(n));
     for (uint32_t c = 0; c < used_end_ && out->cells.size() < n; ++c) {
@@ -824,29 +824,53 @@ Result CellTable::remove_seq(int32_t seq, SeqRemoval* out) {
         out->cells.push_back({c, pos_[c], delta_[c]});
         out->epochs.push_back(epoch_[c]);
     }
+    out->span_lo = span_lo_[size_t(seq)];
+    out->span_hi = span_hi_[size_t(seq)];
     out->head = head_;
+    return KVRT_SUCCESS;
+}
+
+Result CellTable::remove_seq(int32_t seq, SeqRemoval* out) {
+    KVRT_TRY(save_seq(seq, out));
     return seq_rm(seq, -1, -1);
 }
 
-void CellTable::restore_seq(const SeqRemoval& removed) {
-    const uint32_t sq = uint32_t(removed.seq);
-    for (size_t i = 0; i < removed.cells.size(); ++i) {
-        const CellSet& e = removed.cells[i];
+void CellTable::restore_seqs(const SeqRemoval* saved, size_t n) {
+    if (n == 0) return;
+    // Out of the cells they hold now; the other sequences' runs stay.
+    for (size_t k = 0; k < n; ++k) {
+        const uint32_t sq = uint32_t(saved[k].seq);
+        for (uint32_t c = 0; c < used_end_ && seq_cells_[sq] > 0; ++c) {
+            if (pos_[c] < 0 || !has_seq(c, sq)) continue;
+            cell_words(c)[sq >> 6] &= ~(uint64_t(1) << (sq & 63));
+            mark_changed(c);
+            index_remove(sq, pos_[c]);
+            if (cell_seq_count(c) == 0) free_cell(c);
+        }
+    }
+    for (size_t k = 0; k < n; ++k) put_back(saved[k]);
+    head_ = saved[0].head;
+    touch();
+}
+
+void CellTable::put_back(const SeqRemoval& saved) {
+    const uint32_t sq = uint32_t(saved.seq);
+    for (size_t i = 0; i < saved.cells.size(); ++i) {
+        const CellSet& e = saved.cells[i];
         const uint32_t c = e.cell;
         if (pos_[c] < 0) {
             pos_[c] = e.pos;
             set_delta(c, e.delta);
-            epoch_[c] = removed.epochs[i];
+            epoch_[c] = saved.epochs[i];
             ++used_;
             used_end_ = std::max(used_end_, c + 1);
         }
         cell_words(c)[sq >> 6] |= uint64_t(1) << (sq & 63);
-        widen_span(sq, c);
         index_add(sq, e.pos);
         mark_changed(c);
     }
-    head_ = removed.head;
-    if (!removed.cells.empty()) touch();
+    span_lo_[sq] = saved.span_lo;
+    span_hi_[sq] = saved.span_hi;
 }
 
 void CellTable::clear() {

@@ -71,13 +71,15 @@ using IndexNodePool = std::multimap<int32_t, uint32_t>;
 
 class CellTable;
 
-// The undo record of CellTable::remove_seq: the removed sequence's cells,
-// each with its position, pending shift and the placement that filled it,
-// and the table's head before the removal. Its size is the sequence's.
+// A sequence as it was (CellTable::save_seq, remove_seq), to put back
+// with restore_seq: its cells, each with its position, pending shift and
+// the placement that filled it, its run of cells, and the table's head.
+// Its size is the sequence's.
 struct SeqRemoval {
     int32_t seq = -1;
     std::vector<CellSet> cells;
     std::vector<uint64_t> epochs;
+    uint32_t span_lo = 0, span_hi = 0;
     uint32_t head = 0;
 };
 
@@ -244,17 +246,23 @@ public:
     // no end); 0 when seq is out of range. O(log n + positions in range).
     uint32_t seq_count(int32_t seq, int32_t p0, int32_t p1) const;
 
-    // Removes every cell of `seq` as seq_rm(seq, -1, -1) does, and records in
-    // *out what restore_seq needs to put them back (reserving what that
-    // needs, so the restore cannot fail). KVRT_ERROR_INVALID_ARGUMENT for a
-    // bad seq, KVRT_ERROR_OUT_OF_HOST_MEMORY (the table unchanged).
+    // Records in *out what restore_seq needs to put `seq` back as it is now
+    // (reserving what that needs, so the restore cannot fail).
+    // KVRT_ERROR_INVALID_ARGUMENT for a bad seq, KVRT_ERROR_OUT_OF_HOST_MEMORY
+    // (the table unchanged either way).
+    Result save_seq(int32_t seq, SeqRemoval* out);
+    // save_seq, then removes every cell of `seq` as seq_rm(seq, -1, -1) does.
     Result remove_seq(int32_t seq, SeqRemoval* out);
-    // Puts a removed sequence back exactly as it was (cells, positions,
-    // pending shifts, placements, head), once every change since
-    // remove_seq has been undone: the sequence holds no cell and each of its
-    // cells is empty or still held by its other sequences. Allocates
-    // nothing.
-    void restore_seq(const SeqRemoval& removed);
+    // Puts a saved sequence back exactly as it was (cells, positions, pending
+    // shifts, placements, its run of cells, the head): first takes it out of
+    // the cells it holds now (a cell nobody else holds becomes empty), then
+    // puts it in its saved cells. Each saved cell must be empty by then or
+    // held by other sequences at the saved position: the other sequences'
+    // changes since the save are undone first. Allocates nothing when only
+    // the save reserved index nodes since. restore_seqs puts back n
+    // sequences saved at the same time: all are taken out first.
+    void restore_seq(const SeqRemoval& saved) { restore_seqs(&saved, 1); }
+    void restore_seqs(const SeqRemoval* saved, size_t n);
 
     // Writes the cells of `seq`, in increasing cell order, to *out (replacing
     // its contents). KVRT_ERROR_INVALID_ARGUMENT for a bad seq or NULL out,
@@ -429,6 +437,8 @@ private:
         }
     }
     void recompute_spans();
+    // restore_seqs: puts one saved sequence in its saved cells.
+    void put_back(const SeqRemoval& saved);
     void set_cell_pos(uint32_t cell, int32_t pos);
     void free_cell(uint32_t cell);
     void touch();

@@ -284,7 +284,27 @@ TEST_CASE("remove_seq and restore_seq put a sequence back exactly", "[kv][cell_t
     for (uint32_t c = 0; c < t.capacity(); ++c) CHECK(epoch(c) == epochs[c]);
     CHECK(t.verify() == KVRT_SUCCESS);
 
+    uint32_t lo = 0, hi = 0, lo2 = 0, hi2 = 0;
+    t.seq_cell_span(2, &lo, &hi);
+
+    // Saved, then changed by mirror_seq (which never narrows a run), then
+    // restored with no rollback: the same again, its run included.
+    kvrt::kv::SeqRemoval saved;
+    REQUIRE(t.save_seq(2, &saved) == KVRT_SUCCESS);
+    CHECK(snapshot(t).same_state(before));
+    const CellSet moved[2] = {{40, 200, 0}, {41, 201, 0}};
+    REQUIRE(t.mirror_seq(2, cells2.data(), 3, moved, 2) == KVRT_SUCCESS);
+    CHECK(cells_of(t, 2) != cells2);
+    t.restore_seq(saved);
+    CHECK(snapshot(t).same_state(before));
+    t.seq_cell_span(2, &lo2, &hi2);
+    CHECK(lo2 == lo);
+    CHECK(hi2 == hi);
+    for (uint32_t c = 0; c < t.capacity(); ++c) CHECK(epoch(c) == epochs[c]);
+    CHECK(t.verify() == KVRT_SUCCESS);
+
     // Bad ids change nothing.
+    CHECK(t.save_seq(8, &saved) == KVRT_ERROR_INVALID_ARGUMENT);
     CHECK(t.remove_seq(8, &removed) == KVRT_ERROR_INVALID_ARGUMENT);
     CHECK(t.remove_seq(-1, &removed) == KVRT_ERROR_INVALID_ARGUMENT);
     CHECK(snapshot(t).same_state(before));
@@ -294,6 +314,30 @@ TEST_CASE("remove_seq and restore_seq put a sequence back exactly", "[kv][cell_t
     CHECK(removed.cells.empty());
     t.restore_seq(removed);
     CHECK(snapshot(t).same_state(before));
+}
+
+TEST_CASE("restore_seqs puts back sequences whose cells went to each other", "[kv][cell_table]") {
+    CellTable t;
+    REQUIRE(t.init(32, 4) == KVRT_SUCCESS);
+    REQUIRE(place(t, {0}, 0, 6) == KVRT_SUCCESS);
+    REQUIRE(place(t, {1}, 0, 6) == KVRT_SUCCESS);
+    REQUIRE(place(t, {0, 1}, 6, 2) == KVRT_SUCCESS);
+    const Snapshot before = snapshot(t);
+    std::vector<kvrt::kv::SeqRemoval> saved(2);
+    REQUIRE(t.save_seq(0, &saved[0]) == KVRT_SUCCESS);
+    REQUIRE(t.save_seq(1, &saved[1]) == KVRT_SUCCESS);
+    // A whole load's edits: both emptied, then sequence 1 in sequence 0's
+    // old cells at other positions, sequence 0 in new ones.
+    REQUIRE(t.seq_rm(0, -1, -1) == KVRT_SUCCESS);
+    REQUIRE(t.seq_rm(1, -1, -1) == KVRT_SUCCESS);
+    std::vector<CellSet> one, zero;
+    for (uint32_t i = 0; i < 6; ++i) one.push_back({i, int32_t(50 + i), 0});
+    for (uint32_t i = 0; i < 3; ++i) zero.push_back({20 + i, int32_t(i), 0});
+    REQUIRE(t.mirror_seq(1, nullptr, 0, one.data(), one.size()) == KVRT_SUCCESS);
+    REQUIRE(t.mirror_seq(0, nullptr, 0, zero.data(), zero.size()) == KVRT_SUCCESS);
+    t.restore_seqs(saved.data(), saved.size());
+    CHECK(snapshot(t).same_state(before));
+    CHECK(t.verify() == KVRT_SUCCESS);
 }
 
 TEST_CASE("seq_rm drops positions and frees unshared cells", "[kv][cell_table]") {

@@ -46,6 +46,11 @@ int run_swap(Env& env, const Args& args, std::vector<Row>* rows) {
     std::string tname;
     kvrt_type type = KVRT_TYPE_F16;
     if (!type_option(args, "type", "f16", &type, &tname)) return 2;
+    const std::string layout = args.str("layout", "cells");
+    if (layout != "cells" && layout != "paged") {
+        std::fprintf(stderr, "error: --layout is cells or paged\n");
+        return 2;
+    }
 
     kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
     d.n_layers = static_cast<uint32_t>(layers);
@@ -55,7 +60,13 @@ int run_swap(Env& env, const Args& args, std::vector<Row>* rows) {
     d.max_seqs = static_cast<uint32_t>(1 + (others ? other_seqs : 0));
     d.type_k = d.type_v = type;
     kvrt_static_scales_desc scales = KVRT_STATIC_SCALES_DESC_INIT;
-    d.next = bench_scales(type, type, &scales);
+    kvrt_paged_layout_desc paged = KVRT_PAGED_LAYOUT_DESC_INIT;
+    paged.next = bench_scales(type, type, &scales);
+    d.next = paged.next;
+    if (layout == "paged") {
+        d.layout = KVRT_LAYOUT_PAGED;
+        d.next = &paged;
+    }
     kvrt_cache cache = nullptr;
     kvrt_result r = kvrt_cache_create(env.ctx, &d, &cache);
     // Sequence 0's tokens, then each other sequence's share.
@@ -94,6 +105,7 @@ int run_swap(Env& env, const Args& args, std::vector<Row>* rows) {
     Row row;
     row.name = "swap";
     row.params = {{"type", tname},
+                  {"layout", layout},
                   {"tokens", std::to_string(tokens)},
                   {"others", std::to_string(others)},
                   {"layers", std::to_string(layers)},
@@ -113,7 +125,7 @@ int run_swap(Env& env, const Args& args, std::vector<Row>* rows) {
 
 const bool registered = register_case(
     {"swap",
-     "[--tokens N] [--layers N] [--kv-heads N] [--head-dim N] [--type T] [--others M] [--other-seqs S]: host "
+     "[--tokens N] [--layers N] [--kv-heads N] [--head-dim N] [--type T] [--others M] [--other-seqs S] [--layout cells|paged]: host "
      "swap of one sequence of N tokens (kvrt_cache_seq_swap_out to host memory, then kvrt_cache_seq_swap_in), "
      "host time per MiB both ways, in a cache that also holds M tokens of S other sequences",
      run_swap,
