@@ -431,6 +431,31 @@ func TestStaticLayout(t *testing.T) {
 	if err := c.StaticMask(0, mask[:2]); !errors.Is(err, kvrt.ErrInvalidArgument) {
 		t.Fatalf("short mask: %v", err)
 	}
+	// A graph of 2 new rows: its past is the window's last seqLen-2 rows, of
+	// which the last 3 are valid, then its own tokens, causal.
+	graph := make([]float32, 2*seqLen)
+	must(t, c.StaticGraphMask(0, kvrt.GraphMask{NNew: 2, Finite: true, MaskedValue: -65535}, graph))
+	for j := 0; j < 2; j++ {
+		for i := 0; i < seqLen; i++ {
+			past := seqLen - 2
+			attend := (i < past && i >= past-3) || (i >= past && i-past <= j)
+			if got := graph[j*seqLen+i]; (attend && got != 0) || (!attend && got != -65535) {
+				t.Fatalf("graph mask row %d: %v", j, graph[j*seqLen:(j+1)*seqLen])
+			}
+		}
+	}
+	graph16 := make([]uint16, 2*seqLen)
+	must(t, c.StaticGraphMaskU16(0, 2, graph16))
+	if graph16[0] != 0 || graph16[seqLen-1] != 0 || graph16[2*seqLen-1] != 65535 {
+		t.Fatalf("u16 graph mask %v", graph16)
+	}
+	must(t, c.StaticGraphMaskF16(0, kvrt.GraphMask{}, graph16[:seqLen]))
+	if graph16[0] != 0xFC00 || graph16[seqLen-1] != 0 {
+		t.Fatalf("f16 graph mask %x", graph16[:seqLen])
+	}
+	if err := c.StaticGraphMask(0, kvrt.GraphMask{NNew: 2}, graph[:seqLen]); !errors.Is(err, kvrt.ErrInvalidArgument) {
+		t.Fatalf("short graph mask: %v", err)
+	}
 	st, err := c.StaticStats(-1)
 	must(t, err)
 	if st.RowsAppended != 3 {

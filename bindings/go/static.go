@@ -87,6 +87,53 @@ func (c *Cache) StaticMaskF16(seq int32, out []uint16) error {
 	})
 }
 
+// GraphMask describes the mask a static graph takes (kvrt_static_mask_desc,
+// less its format, which the method that writes it names). A graph of NNew
+// new rows per step binds the window's last S-NNew rows as its past, at the
+// window's Offset + (NNew-1)*RowStride; its mask is NNew rows of S entries:
+// the past (left-padded), then the step's own tokens, causal.
+type GraphMask struct {
+	// NNew is the number of new tokens per step: 1 (or 0) for a decode graph,
+	// N for an AR-N graph (at most S-1).
+	NNew uint32
+	// Finite makes the masked entries of f32 and f16 masks MaskedValue
+	// (finite and below 0, such as -65535) instead of -Inf.
+	Finite      bool
+	MaskedValue float32
+}
+
+func (c *Cache) graphMask(seq int32, m GraphMask, format C.kvrt_mask_format, p unsafe.Pointer, bytes int) error {
+	d := C.go_static_mask_desc_init()
+	d.format = format
+	d.n_new = C.uint32_t(m.NNew)
+	if m.Finite {
+		d.flags = C.KVRT_MASK_FINITE
+		d.masked_value = C.float(m.MaskedValue)
+	}
+	return c.meta("kvrt_cache_static_get_graph_mask", func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_static_get_graph_mask(h, C.int32_t(seq), &d, p, C.uint64_t(bytes))
+	})
+}
+
+// StaticGraphMask writes the mask of a static graph for seq's next step as
+// f32 (kvrt_cache_static_get_graph_mask, KVRT_MASK_F32): 0 attend, -Inf or
+// m.MaskedValue masked; out must hold NNew*S values.
+func (c *Cache) StaticGraphMask(seq int32, m GraphMask, out []float32) error {
+	return c.graphMask(seq, m, C.KVRT_MASK_F32, slicePtr(out), 4*len(out))
+}
+
+// StaticGraphMaskF16 is StaticGraphMask with f16 entries (KVRT_MASK_F16):
+// 0x0000 attend, 0xFC00 or m.MaskedValue rounded to half masked.
+func (c *Cache) StaticGraphMaskF16(seq int32, m GraphMask, out []uint16) error {
+	return c.graphMask(seq, m, C.KVRT_MASK_F16, slicePtr(out), 2*len(out))
+}
+
+// StaticGraphMaskU16 writes the mask of a graph of nNew new rows as uint16
+// (KVRT_MASK_U16): 65535 attend, 0 masked.
+func (c *Cache) StaticGraphMaskU16(seq int32, nNew uint32, out []uint16) error {
+	return c.graphMask(seq, GraphMask{NNew: nNew}, C.KVRT_MASK_U16, slicePtr(out), 2*len(out))
+}
+
 // StaticStats are the counters of the windows' movement (kvrt_static_stats).
 type StaticStats struct {
 	RowsAppended uint64 // tokens appended

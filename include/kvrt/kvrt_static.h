@@ -127,6 +127,67 @@ KVRT_API kvrt_result kvrt_cache_static_get_window(kvrt_cache cache, int32_t seq,
 KVRT_API kvrt_result kvrt_cache_static_get_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
                                                 uint64_t out_bytes);
 
+/* How a graph's mask says "attend" and "masked" (kvrt_static_mask_desc):
+ * the encodings the DSP graphs of static-layout engines take. */
+typedef enum kvrt_mask_format {
+    /* float entries added to the scores: 0 attend, -inf masked (or
+     * `masked_value` with KVRT_MASK_FINITE). */
+    KVRT_MASK_F32 = 0,
+    /* IEEE half entries: 0x0000 attend, 0xFC00 (-inf) masked (or
+     * `masked_value` rounded to half with KVRT_MASK_FINITE; a value below
+     * -65504 rounds to -inf). */
+    KVRT_MASK_F16 = 1,
+    /* uint16 entries: 65535 attend, 0 masked (a quantized mask, as uint16
+     * graphs of Qualcomm's runners take it). */
+    KVRT_MASK_U16 = 2,
+    KVRT_MASK_FORMAT_MAX_ENUM = 0x7FFFFFFF
+} kvrt_mask_format;
+
+/* kvrt_static_mask_desc.flags: masked entries of KVRT_MASK_F32 and
+ * KVRT_MASK_F16 hold `masked_value`, not -inf (graphs that keep their
+ * scores finite, such as the -65535 of Qualcomm's float masks). */
+#define KVRT_MASK_FINITE 0x1u
+
+/* The mask a graph takes (kvrt_cache_static_get_graph_mask). */
+typedef struct kvrt_static_mask_desc {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_MASK_DESC */
+    const void* next;
+    kvrt_mask_format format;
+    uint32_t flags;           /* KVRT_MASK_FINITE or 0 */
+    /* With KVRT_MASK_FINITE: the masked entries' value, finite and below 0. */
+    float masked_value;
+    /* New tokens per step: 1 for a decode graph (0 means 1), N for a graph
+     * of N new rows (1 <= N <= S-1). */
+    uint32_t n_new;
+} kvrt_static_mask_desc;
+
+#define KVRT_STATIC_MASK_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_MASK_DESC, NULL, KVRT_MASK_F32, 0, 0.0f, 1 }
+
+/* Writes the mask of `seq`'s next step for a graph that takes N = n_new new
+ * tokens per step, in the encoding `desc` names (NULL: a decode graph's f32
+ * mask, as kvrt_cache_static_get_mask writes it). The graph's context is S
+ * (seq_len) and its past is the window's last S-N rows, which it binds at
+ * the window's offset + (N-1) * row_stride (kvrt_cache_static_get_window);
+ * N = 1 is the whole window. The mask is N rows of S entries, row-major;
+ * row j (the step's new token j) holds:
+ *   entries 0..S-N-1: the past rows, attended where valid (the last
+ *     min(n_valid, S-N) of them), masked where padding;
+ *   entries S-N..S-1: the step's new tokens 0..N-1, attended up to token j
+ *     (causal), masked after it.
+ * After the graph ran, kvrt_cache_store appends the N tokens' rows. With
+ * n_new = 1 and KVRT_MASK_F32 or KVRT_MASK_F16 and no flags it is exactly
+ * kvrt_cache_static_get_mask's mask. `out_bytes` must hold N * S entries (4
+ * bytes each for KVRT_MASK_F32, 2 for the others). Fails with
+ * KVRT_ERROR_INVALID_HANDLE for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for
+ * a mistyped or badly chained `desc`, an unknown format or flag, a
+ * masked_value that is not finite and below 0 (with KVRT_MASK_FINITE), an
+ * n_new above S-1, a NULL `out` or `out_bytes` too small, a cache of another
+ * layout or an unknown sequence.
+ * Thread-safety: Unsafe. */
+KVRT_API kvrt_result kvrt_cache_static_get_graph_mask(kvrt_cache cache, int32_t seq,
+                                                      const kvrt_static_mask_desc* desc, void* out,
+                                                      uint64_t out_bytes);
+
 /* Counters of the windows' movement (kvrt_cache_static_get_stats). */
 typedef struct kvrt_static_stats {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_STATS */

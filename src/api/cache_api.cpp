@@ -450,6 +450,18 @@ KVRT_API kvrt_result kvrt_cache_static_get_mask(kvrt_cache cache, int32_t seq, k
     });
 }
 
+KVRT_API kvrt_result kvrt_cache_static_get_graph_mask(kvrt_cache cache, int32_t seq,
+                                                      const kvrt_static_mask_desc* desc, void* out,
+                                                      uint64_t out_bytes) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        KVRT_TRY(check_optional_struct("desc", desc, KVRT_STRUCT_TYPE_STATIC_MASK_DESC));
+        const cache::StaticLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_get_graph_mask", &layout));
+        return layout->graph_mask(seq, desc, out, out_bytes);
+    });
+}
+
 KVRT_API kvrt_result kvrt_cache_static_get_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));

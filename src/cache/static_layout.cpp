@@ -4,11 +4,14 @@
 #include "cache/static_layout.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string>
 
 #include "cache/cache.hpp"
+#include "kv/memory_half.hpp"
 #include "ops/rows.hpp"
 #include "ops/tuning.hpp"
 
@@ -430,6 +433,48 @@ Result StaticLayout::mask(int32_t seq, kvrt_type type, void* out, uint64_t out_b
     KVRT_TRY(kv::check_type("element_type", type));
     return fail(KVRT_ERROR_INVALID_ARGUMENT, "the mask's element_type must be F32 or F16 (got %s)",
                 kv::type_name(type));
+}
+
+Result StaticLayout::graph_mask(int32_t seq, const kvrt_static_mask_desc* desc, void* out,
+                                uint64_t out_bytes) const {
+    const kvrt_static_mask_desc d = desc ? *desc : kvrt_static_mask_desc KVRT_STATIC_MASK_DESC_INIT;
+    if (d.format != KVRT_MASK_F32 && d.format != KVRT_MASK_F16 && d.format != KVRT_MASK_U16)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->format %d is not a kvrt_mask_format", static_cast<int>(d.format));
+    if (d.flags & ~KVRT_MASK_FINITE)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown desc->flags 0x%x", static_cast<unsigned>(d.flags));
+    const bool finite = d.flags & KVRT_MASK_FINITE;
+    if (finite && d.format == KVRT_MASK_U16)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "KVRT_MASK_FINITE applies to KVRT_MASK_F32 and KVRT_MASK_F16, not "
+                                                 "KVRT_MASK_U16 (0 is its masked entry)");
+    if (finite && !(std::isfinite(d.masked_value) && d.masked_value < 0.0f))
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->masked_value %g must be finite and below 0",
+                    static_cast<double>(d.masked_value));
+    const uint32_t n_new = d.n_new ? d.n_new : 1;
+    const uint64_t S = geometry_.max_seq;
+    if (n_new > S - 1)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->n_new %u is above S-1 = %llu", n_new,
+                    static_cast<unsigned long long>(S - 1));
+    if (seq < 0 || static_cast<uint32_t>(seq) >= c_.geo_.max_seqs)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, c_.geo_.max_seqs - 1);
+    if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+    const uint64_t entry = d.format == KVRT_MASK_F32 ? 4 : 2;
+    const uint64_t need = uint64_t{n_new} * S * entry;
+    if (out_bytes < need)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "the mask needs %llu bytes (%u x %llu entries of %llu bytes), got %llu",
+                    static_cast<unsigned long long>(need), n_new, static_cast<unsigned long long>(S),
+                    static_cast<unsigned long long>(entry), static_cast<unsigned long long>(out_bytes));
+    const kv::StaticWindow& w = windows_[static_cast<size_t>(seq)];
+    const size_t count = static_cast<size_t>(uint64_t{n_new} * S);
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    switch (d.format) {
+        case KVRT_MASK_F32:
+            return w.graph_mask(n_new, 0.0f, finite ? d.masked_value : neg_inf, static_cast<float*>(out), count);
+        case KVRT_MASK_F16:
+            return w.graph_mask(n_new, uint16_t{0x0000}, finite ? kv::memory_half::from_f32(d.masked_value) : uint16_t{0xFC00},
+                                static_cast<uint16_t*>(out), count);
+        default:
+            return w.graph_mask(n_new, uint16_t{65535}, uint16_t{0}, static_cast<uint16_t*>(out), count);
+    }
 }
 
 Result StaticLayout::stats(int32_t seq, kvrt_static_stats* out) const {

@@ -55,9 +55,12 @@ public:
         kvrt_type type = KVRT_TYPE_F16;
         kv::StaticScale scale;
     };
-    // kvrt_cache_static_get_window / _get_mask / _get_stats.
+    // kvrt_cache_static_get_window / _get_mask / _get_graph_mask (desc
+    // checked as a struct by the caller; NULL: the decode graph's f32 mask)
+    // / _get_stats.
     Result window(int32_t seq, int32_t layer, uint32_t head, Array array, WindowView* out) const;
     Result mask(int32_t seq, kvrt_type type, void* out, uint64_t out_bytes) const;
+    Result graph_mask(int32_t seq, const kvrt_static_mask_desc* desc, void* out, uint64_t out_bytes) const;
     Result stats(int32_t seq, kvrt_static_stats* out) const;
 
 private:

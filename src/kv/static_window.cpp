@@ -1,5 +1,6 @@
 #include "kv/static_window.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -164,25 +165,46 @@ void StaticWindow::reset() {
 namespace {
 
 template <typename T>
-Result write_mask(uint32_t window_rows, uint32_t n_valid, T valid, T padding, T* out, size_t count) {
+Result write_mask(uint32_t window_rows, uint32_t n_valid, uint32_t n_new, T valid, T padding, T* out,
+                  size_t count) {
     if (window_rows == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
+    if (n_new == 0 || n_new > window_rows)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: a graph of %u new rows (S-1 = %u at most)", n_new,
+                    window_rows);
     const size_t s = static_cast<size_t>(window_rows) + 1;
-    if (out == nullptr || count < s)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: mask needs %zu entries (S), got %zu%s", s, count,
-                    out == nullptr ? " and a null pointer" : "");
-    const uint32_t pad = window_rows - n_valid;
-    for (size_t i = 0; i < s; ++i) out[i] = i < pad ? padding : valid;
+    const size_t need = s * n_new;
+    if (out == nullptr || count < need)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: the mask needs %zu entries (%u x S), got %zu%s", need,
+                    n_new, count, out == nullptr ? " and a null pointer" : "");
+    // The graph's past: the window's last S - n_new rows, of which the last
+    // min(n_valid, past) are valid.
+    const uint32_t past = window_rows + 1 - n_new;
+    const uint32_t pad = past - std::min(n_valid, past);
+    for (uint32_t j = 0; j < n_new; ++j) {
+        T* row = out + size_t{j} * s;
+        for (uint32_t i = 0; i < past; ++i) row[i] = i < pad ? padding : valid;
+        for (uint32_t k = 0; k < n_new; ++k) row[past + k] = k <= j ? valid : padding;
+    }
     return KVRT_SUCCESS;
 }
 
 }  // namespace
 
 Result StaticWindow::mask_f32(float* out, size_t count) const {
-    return write_mask<float>(window_rows_, n_valid_, 0.0f, -std::numeric_limits<float>::infinity(), out, count);
+    return write_mask<float>(window_rows_, n_valid_, 1, 0.0f, -std::numeric_limits<float>::infinity(), out, count);
 }
 
 Result StaticWindow::mask_f16(uint16_t* out, size_t count) const {
-    return write_mask<uint16_t>(window_rows_, n_valid_, 0x0000, 0xFC00, out, count);
+    return write_mask<uint16_t>(window_rows_, n_valid_, 1, 0x0000, 0xFC00, out, count);
+}
+
+Result StaticWindow::graph_mask(uint32_t n_new, float attend, float masked, float* out, size_t count) const {
+    return write_mask<float>(window_rows_, n_valid_, n_new, attend, masked, out, count);
+}
+
+Result StaticWindow::graph_mask(uint32_t n_new, uint16_t attend, uint16_t masked, uint16_t* out,
+                                size_t count) const {
+    return write_mask<uint16_t>(window_rows_, n_valid_, n_new, attend, masked, out, count);
 }
 
 uint64_t expected_rows_moved(uint32_t max_seq, double reserve, uint64_t tokens) {

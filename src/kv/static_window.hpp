@@ -129,6 +129,15 @@ public:
     Result mask_f32(float* out, size_t count) const;
     // Same as IEEE half bits: 0x0000 valid, 0xFC00 (-inf) padding.
     Result mask_f16(uint16_t* out, size_t count) const;
+    // The mask of a graph of n_new new rows per step (1 <= n_new <= S-1),
+    // whose past is the window's last S - n_new rows: n_new rows of S
+    // entries; row j: the past rows (`attend` where valid, `masked` where
+    // padding), then the new tokens 0..n_new-1 (`attend` up to token j,
+    // `masked` after). n_new = 1 is the mask above. Writes n_new * S of
+    // `count` entries; KVRT_ERROR_INVALID_ARGUMENT when they do not fit or
+    // n_new is out of range.
+    Result graph_mask(uint32_t n_new, float attend, float masked, float* out, size_t count) const;
+    Result graph_mask(uint32_t n_new, uint16_t attend, uint16_t masked, uint16_t* out, size_t count) const;
 
 private:
     uint32_t window_rows_ = 0;

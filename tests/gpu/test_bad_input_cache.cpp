@@ -2,6 +2,8 @@
 #include "test_bad_input.hpp"
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -406,6 +408,10 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
         r.push_back(err("kvrt_cache_static_get_mask", what, hnd, C, [c] {
             float mask[World::kStaticSeqLen];
             return out(kvrt_cache_static_get_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
+        }));
+        r.push_back(err("kvrt_cache_static_get_graph_mask", what, hnd, C, [c] {
+            float mask[World::kStaticSeqLen];
+            return out(kvrt_cache_static_get_graph_mask(c, 0, nullptr, mask, sizeof mask));
         }));
         r.push_back(err("kvrt_cache_static_get_stats", what, hnd, C, [c] {
             kvrt_static_stats st = KVRT_STATIC_STATS_INIT;
@@ -1158,6 +1164,66 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
     r.push_back(err("kvrt_cache_static_get_mask", "a cache of the cell layout", inv, C, mask(0, KVRT_TYPE_F32, 32, w.cache)));
     r.push_back(err("kvrt_cache_static_get_mask", "out NULL", inv, S,
                     [&w] { return out(kvrt_cache_static_get_mask(w.static_cache, 0, KVRT_TYPE_F32, nullptr, 32)); }));
+    // Graph masks: a desc changed by `edit`, S = 8 entries per new row.
+    const auto graph = [&w](std::function<void(kvrt_static_mask_desc*)> edit, int32_t seq, uint64_t room, kvrt_cache c) {
+        return [&w, edit, seq, room, c] {
+            kvrt_static_mask_desc d = KVRT_STATIC_MASK_DESC_INIT;
+            edit(&d);
+            float m[World::kStaticSeqLen * World::kStaticSeqLen];
+            return out(kvrt_cache_static_get_graph_mask(c ? c : w.static_cache, seq, &d, m, room));
+        };
+    };
+    const uint64_t one_row = World::kStaticSeqLen * 4;
+    const auto keep = [](kvrt_static_mask_desc*) {};
+    r.push_back(err("kvrt_cache_static_get_graph_mask", "desc->type of another struct", inv, S,
+                    graph([](kvrt_static_mask_desc* d) { d->type = KVRT_STRUCT_TYPE_STATIC_WINDOW; }, 0, one_row, nullptr)));
+    r.push_back(err("kvrt_cache_static_get_graph_mask", "desc->next a struct of another kind", inv, S,
+                    graph([](kvrt_static_mask_desc* d) {
+                        static const kvrt_static_stats other = KVRT_STATIC_STATS_INIT;
+                        d->next = &other;
+                    }, 0, one_row, nullptr)));
+    for (int32_t f : {-1, 3, 12345, kMax32})
+        r.push_back(err("kvrt_cache_static_get_graph_mask", "desc->format " + std::to_string(f), inv, S,
+                        graph([f](kvrt_static_mask_desc* d) { d->format = bad_enum<kvrt_mask_format>(f); }, 0, one_row,
+                              nullptr)));
+    for (uint32_t flags : {0x2u, 0x80000000u, 0x3u})
+        r.push_back(err("kvrt_cache_static_get_graph_mask", "desc->flags " + std::to_string(flags), inv, S,
+                        graph([flags](kvrt_static_mask_desc* d) {
+                            d->flags = flags;
+                            d->masked_value = -1.0f;
+                        }, 0, one_row, nullptr)));
+    r.push_back(err("kvrt_cache_static_get_graph_mask", "KVRT_MASK_FINITE with KVRT_MASK_U16", inv, S,
+                    graph([](kvrt_static_mask_desc* d) {
+                        d->format = KVRT_MASK_U16;
+                        d->flags = KVRT_MASK_FINITE;
+                        d->masked_value = -1.0f;
+                    }, 0, one_row, nullptr)));
+    for (float v : {0.0f, 1.0f, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::infinity()})
+        r.push_back(err("kvrt_cache_static_get_graph_mask", "KVRT_MASK_FINITE with masked_value " + std::to_string(v),
+                        inv, S, graph([v](kvrt_static_mask_desc* d) {
+                            d->flags = KVRT_MASK_FINITE;
+                            d->masked_value = v;
+                        }, 0, one_row, nullptr)));
+    for (uint32_t n : {World::kStaticSeqLen, World::kStaticSeqLen + 1, 0xFFFFFFFFu})
+        r.push_back(err("kvrt_cache_static_get_graph_mask", "desc->n_new " + std::to_string(n) + " (S = 8)", inv, S,
+                        graph([n](kvrt_static_mask_desc* d) { d->n_new = n; }, 0,
+                              World::kStaticSeqLen * World::kStaticSeqLen * 4, nullptr)));
+    for (int32_t s : {kMin32, -1, 2, kMax32})
+        r.push_back(err("kvrt_cache_static_get_graph_mask", "sequence " + std::to_string(s), inv, S,
+                        graph(keep, s, one_row, nullptr)));
+    for (uint64_t room : {uint64_t{0}, uint64_t{31}})
+        r.push_back(err("kvrt_cache_static_get_graph_mask", "out_bytes " + std::to_string(room) + " (8 floats)", inv, S,
+                        graph(keep, 0, room, nullptr)));
+    r.push_back(err("kvrt_cache_static_get_graph_mask", "out_bytes 63 for 2 rows of 8 floats", inv, S,
+                    graph([](kvrt_static_mask_desc* d) { d->n_new = 2; }, 0, 63, nullptr)));
+    r.push_back(err("kvrt_cache_static_get_graph_mask", "out_bytes 15 for 8 uint16 entries", inv, S,
+                    graph([](kvrt_static_mask_desc* d) { d->format = KVRT_MASK_U16; }, 0, 15, nullptr)));
+    r.push_back(err("kvrt_cache_static_get_graph_mask", "a cache of the cell layout", inv, C,
+                    graph(keep, 0, one_row, w.cache)));
+    r.push_back(err("kvrt_cache_static_get_graph_mask", "out NULL", inv, S, [&w] {
+        return out(kvrt_cache_static_get_graph_mask(w.static_cache, 0, nullptr, nullptr, 32));
+    }));
     const auto stats = [&w](int32_t seq, kvrt_cache c, bool mistype) {
         return [&w, seq, c, mistype] {
             kvrt_static_stats st = KVRT_STATIC_STATS_INIT;

@@ -62,6 +62,7 @@ pub const KVRT_STRUCT_TYPE_BATCH_TREE: kvrt_struct_type = 24;
 pub const KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC: kvrt_struct_type = 25;
 pub const KVRT_STRUCT_TYPE_PAGED_STATS: kvrt_struct_type = 26;
 pub const KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC: kvrt_struct_type = 27;
+pub const KVRT_STRUCT_TYPE_STATIC_MASK_DESC: kvrt_struct_type = 28;
 pub const KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC: kvrt_struct_type = 100;
 pub const KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC: kvrt_struct_type = 101;
 pub const KVRT_STRUCT_TYPE_VULKAN_COMPLETION: kvrt_struct_type = 102;

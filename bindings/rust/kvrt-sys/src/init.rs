@@ -256,6 +256,16 @@ pub const KVRT_STATIC_STATS_INIT: kvrt_static_stats = kvrt_static_stats {
     bytes_moved: 0,
 };
 
+/// The value of `KVRT_STATIC_MASK_DESC_INIT`: `type` set and every field at its default.
+pub const KVRT_STATIC_MASK_DESC_INIT: kvrt_static_mask_desc = kvrt_static_mask_desc {
+    type_: KVRT_STRUCT_TYPE_STATIC_MASK_DESC,
+    next: core::ptr::null(),
+    format: KVRT_MASK_F32,
+    flags: 0,
+    masked_value: 0.0,
+    n_new: 1,
+};
+
 /// The value of `KVRT_PAGED_LAYOUT_DESC_INIT`: `type` set and every field at its default.
 pub const KVRT_PAGED_LAYOUT_DESC_INIT: kvrt_paged_layout_desc = kvrt_paged_layout_desc {
     type_: KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC,

@@ -518,6 +518,49 @@ pub struct StaticStats {
     pub bytes_moved: u64,
 }
 
+/// The mask a static graph takes (`kvrt_static_mask_desc`, less its
+/// format, which the method that writes it names).
+///
+/// A graph of `n_new` new rows per step binds the window's last
+/// `S - n_new` rows as its past, at the window's offset plus
+/// `(n_new - 1) * row_stride`; its mask is `n_new` rows of `S` entries: the
+/// past (left-padded), then the step's own tokens, causal.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GraphMask {
+    /// New tokens per step: 1 for a decode graph, N for an AR-N graph
+    /// (1..=S-1).
+    pub n_new: u32,
+    /// The masked entries' value for f32 and f16 masks when the graph keeps
+    /// its scores finite (for example `-65535.0`): finite and below 0.
+    /// `None`: -inf.
+    pub masked_value: Option<f32>,
+}
+
+impl Default for GraphMask {
+    fn default() -> Self {
+        Self {
+            n_new: 1,
+            masked_value: None,
+        }
+    }
+}
+
+impl GraphMask {
+    fn desc(&self, format: sys::kvrt_mask_format) -> sys::kvrt_static_mask_desc {
+        sys::kvrt_static_mask_desc {
+            format,
+            flags: if self.masked_value.is_some() {
+                sys::KVRT_MASK_FINITE
+            } else {
+                0
+            },
+            masked_value: self.masked_value.unwrap_or(0.0),
+            n_new: self.n_new,
+            ..sys::KVRT_STATIC_MASK_DESC_INIT
+        }
+    }
+}
+
 /// A KV cache (`kvrt_cache`): the keys and values of one model's layers for
 /// up to `capacity` tokens shared by up to `max_seqs` sequences.
 ///
@@ -933,6 +976,56 @@ impl Cache {
                 std::mem::size_of_val(out) as u64,
             )
         })
+    }
+
+    /// The mask of a static graph for `seq`'s next step, as f32 (0 attend,
+    /// -inf or `mask.masked_value` masked): `mask.n_new * S` entries
+    /// (`kvrt_cache_static_get_graph_mask`, `KVRT_MASK_F32`).
+    pub fn static_graph_mask(&self, seq: i32, mask: &GraphMask, out: &mut [f32]) -> Result<()> {
+        self.graph_mask(
+            seq,
+            &mask.desc(sys::KVRT_MASK_F32),
+            out.as_mut_ptr().cast(),
+            std::mem::size_of_val(out),
+        )
+    }
+
+    /// The same mask as f16 bit patterns (`KVRT_MASK_F16`: 0x0000 attend,
+    /// 0xFC00 or the masked value rounded to half masked).
+    pub fn static_graph_mask_f16(&self, seq: i32, mask: &GraphMask, out: &mut [u16]) -> Result<()> {
+        self.graph_mask(
+            seq,
+            &mask.desc(sys::KVRT_MASK_F16),
+            out.as_mut_ptr().cast(),
+            std::mem::size_of_val(out),
+        )
+    }
+
+    /// The mask of a graph of `n_new` new rows as uint16 (`KVRT_MASK_U16`:
+    /// 65535 attend, 0 masked).
+    pub fn static_graph_mask_u16(&self, seq: i32, n_new: u32, out: &mut [u16]) -> Result<()> {
+        let mask = GraphMask {
+            n_new,
+            masked_value: None,
+        };
+        self.graph_mask(
+            seq,
+            &mask.desc(sys::KVRT_MASK_U16),
+            out.as_mut_ptr().cast(),
+            std::mem::size_of_val(out),
+        )
+    }
+
+    fn graph_mask(
+        &self,
+        seq: i32,
+        desc: &sys::kvrt_static_mask_desc,
+        out: *mut std::ffi::c_void,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: Unsafe on the cache (not Sync); `bytes` is the size of the
+        // slice `out` points to and bounds the write; `desc` lives for the call.
+        check(unsafe { sys::kvrt_cache_static_get_graph_mask(self.raw, seq, desc, out, bytes as u64) })
     }
 
     /// The window counters of `seq`, or of every sequence with `None`

@@ -92,8 +92,8 @@ pub use kvrt_sys as sys;
 
 pub use buffer::{AsBuffer, Buffer, CacheBuffer};
 pub use cache::{
-    AttentionParams, Cache, CacheDesc, CacheEstimate, CacheInfo, Layout, Reevaluation, RopeDesc, RopeMode,
-    StaticLayoutDesc, StaticScales, StaticStats, StaticWindow, WindowLayoutDesc,
+    AttentionParams, Cache, CacheDesc, CacheEstimate, CacheInfo, GraphMask, Layout, Reevaluation, RopeDesc,
+    RopeMode, StaticLayoutDesc, StaticScales, StaticStats, StaticWindow, WindowLayoutDesc,
 };
 pub use context::{enumerate_devices, Context, ContextBuilder, ContextStats, DeviceInfo, DeviceType};
 pub use error::{Error, Result};

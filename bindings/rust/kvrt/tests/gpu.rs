@@ -231,6 +231,29 @@ fn static_window_and_transfer() {
     stat.static_mask(0, &mut mask).unwrap();
     assert_eq!(mask[0], f32::NEG_INFINITY);
     assert_eq!(&mask[1..], &[0.0; 4]);
+    // A graph of 2 new rows: its past is the window's last 3 rows (all
+    // valid), then its own tokens, causal.
+    let mut graph = [1f32; 10];
+    let two = kvrt::GraphMask {
+        n_new: 2,
+        masked_value: Some(-65535.0),
+    };
+    stat.static_graph_mask(0, &two, &mut graph).unwrap();
+    let m = -65535.0;
+    assert_eq!(graph, [0.0, 0.0, 0.0, 0.0, m, 0.0, 0.0, 0.0, 0.0, 0.0]);
+    let mut graph16 = [7u16; 10];
+    stat.static_graph_mask_u16(0, 2, &mut graph16).unwrap();
+    assert_eq!(
+        graph16,
+        [65535, 65535, 65535, 65535, 0, 65535, 65535, 65535, 65535, 65535]
+    );
+    stat.static_graph_mask_f16(0, &kvrt::GraphMask::default(), &mut graph16[..5])
+        .unwrap();
+    assert_eq!(&graph16[..5], &[0xFC00, 0, 0, 0, 0]);
+    assert!(matches!(
+        stat.static_graph_mask(0, &two, &mut graph[..9]),
+        Err(kvrt::Error::InvalidArgument(_))
+    ));
     assert_eq!(stat.static_stats(None).unwrap().rows_appended, 3);
     assert!(matches!(
         stat.seq_add(0, 0, -1, 1),
