@@ -13,10 +13,18 @@ namespace kvrt_test {
 template <class Engine>
 class BasicRng {
 public:
-    explicit BasicRng(typename Engine::result_type seed) : engine_(seed) {}
+    // A standard uniform random bit generator: the engine's values and range,
+    // so a std distribution or std::shuffle given this draws what it drew
+    // given the engine.
+    using result_type = typename Engine::result_type;
+    static constexpr result_type min() { return Engine::min(); }
+    static constexpr result_type max() { return Engine::max(); }
 
-    // The engine's next raw value.
-    typename Engine::result_type next() { return engine_(); }
+    explicit BasicRng(result_type seed) : engine_(seed) {}
+
+    // The engine's next raw value (next() is the same).
+    result_type operator()() { return engine_(); }
+    result_type next() { return engine_(); }
     // A value in [0, n), as raw % n: no distribution, so the same sequence on
     // every standard library.
     uint32_t below(uint32_t n) { return static_cast<uint32_t>(engine_() % n); }
@@ -46,7 +54,7 @@ public:
         for (uint8_t& b : out) b = static_cast<uint8_t>(engine_());
         return out;
     }
-    // The engine, for the standard algorithms and distributions (std::shuffle).
+    // The engine itself (the generator draws the same values from it).
     Engine& engine() { return engine_; }
 
 private:

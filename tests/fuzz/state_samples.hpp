@@ -3,9 +3,9 @@
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <vector>
 
+#include "common/random.hpp"
 #include "state/state_format.hpp"
 
 namespace kvrt_test {
@@ -33,7 +33,7 @@ struct SampleSpec {
 // whole-cache state some cells shared by two sequences, random rows.
 inline std::vector<uint8_t> make_sample_state(const SampleSpec& spec) {
     using namespace kvrt;
-    std::mt19937 rng(spec.seed);
+    Rng rng(spec.seed);
     state::Description d;
     state::Header& h = d.header;
     h.flags = (spec.seq >= 0 ? state::kFlagSequence : 0) | (spec.deferred ? state::kFlagDeferredRope : 0);

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "api/handles.hpp"
+#include "common/random.hpp"
 #include "reference/attention.hpp"
 #include "reference/half.hpp"
 #include "reference/metrics.hpp"
@@ -52,7 +53,7 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
     Cache cache;
     KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &desc, cache.out()));
 
-    std::mt19937 rng(c.seed);
+    Rng rng(c.seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const uint32_t ke = c.n_kv_heads * c.dk, ve = c.n_kv_heads * c.dv;
     // Unquantized K/V of every cell, per layer, for the f32 comparison.

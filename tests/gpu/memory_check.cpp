@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 
+#include "common/random.hpp"
 #include "reference/half.hpp"
 #include "reference/metrics.hpp"
 
@@ -35,7 +37,7 @@ Geometry shape(uint32_t layers, uint32_t heads, uint32_t m, uint32_t e, uint32_t
     return g;
 }
 
-Batch random_batch(const Geometry& g, uint32_t n, int32_t layer, std::mt19937& rng, uint32_t n_seqs) {
+Batch random_batch(const Geometry& g, uint32_t n, int32_t layer, Rng& rng, uint32_t n_seqs) {
     Batch b;
     b.n = n;
     b.layer = layer;

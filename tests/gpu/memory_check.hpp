@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <random>
 #include <vector>
 
+#include "common/random.hpp"
 #include "gpu_test.hpp"
 #include "reference/memory.hpp"
 
@@ -99,7 +99,7 @@ struct Batch {
     float scale = 0.0f;
 };
 
-Batch random_batch(const Geometry& g, uint32_t n, int32_t layer, std::mt19937& rng, uint32_t n_seqs = 1);
+Batch random_batch(const Geometry& g, uint32_t n, int32_t layer, Rng& rng, uint32_t n_seqs = 1);
 
 // The double-precision model of a whole memory: [seq][layer][head].
 class Reference {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/random.hpp"
 #include "reference/metrics.hpp"
 #include "reference/quant.hpp"
 
@@ -173,7 +174,7 @@ std::vector<std::vector<uint8_t>> ShiftCache::shift_roundings(const std::vector<
 }
 
 std::vector<float> random_raw(uint32_t n, uint32_t row, uint32_t seed) {
-    std::mt19937 rng(seed);
+    Rng rng(seed);
     std::normal_distribution<float> normal;
     std::vector<float> x(size_t{n} * row);
     for (auto& v : x) v = normal(rng);

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/random.hpp"
+
 using namespace kvrt_test;
 
 namespace {
@@ -459,7 +461,7 @@ TEST_CASE("every entry point refuses unknown, unaccepted and repeated chained st
                         return outcome(kvrt_memory_estimate_size(ctx, &d.desc, &e));
                     }});
     Memory memory(ctx, g);
-    std::mt19937 rng(3);
+    Rng rng(3);
     const Batch tokens = random_batch(g, 3, -1, rng, 2);
     std::vector<float> reads(size_t{g.layers} * tokens.n * g.heads * g.d);
     enum class MemArg { Batch, Wq, Wv, Q, Out };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/handles.hpp"
+#include "common/random.hpp"
 #include "reference/quant.hpp"
 
 using namespace kvrt_test;
@@ -277,7 +278,7 @@ TEST_CASE("KVRT_TYPE_UNDEFINED is refused wherever a type is required", "[abi]")
     }
     {
         Memory m(ctx, g);
-        std::mt19937 rng(1);
+        Rng rng(1);
         const Batch tokens = random_batch(g, 2, 0, rng);
         std::vector<float> reads(size_t{tokens.n} * g.heads * g.d);
         MemoryBatch mb(tokens, &reads);
@@ -396,7 +397,7 @@ TEST_CASE("the memory's seq_cp copies from its first sequence, seq_rm restores t
     Memory m(ctx, g);
     const auto initial = all_states(m, g);
     const auto init1 = get_state(m, g, 2, 1);  // layer 1 of any sequence, initially
-    std::mt19937 rng(5);
+    Rng rng(5);
     const Batch b = random_batch(g, 6, -1, rng);  // sequence 0
     const MemoryBatch mb(b, nullptr);
     KVRT_REQUIRE_OK(kvrt_memory_update(m, nullptr, mb.get()));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "api/handles.hpp"
+#include "common/random.hpp"
 #include "reference/quant.hpp"
 
 using namespace kvrt_test;
@@ -154,7 +155,7 @@ private:
 
     Cache cache_;
     kvrt_type tk_, tv_;
-    std::mt19937 rng_;
+    Rng rng_;
     std::vector<Token> tokens_;
     std::map<int32_t, uint32_t> seqs_[kSeqs];  // position -> token
     int32_t next_pos_[kSeqs] = {};

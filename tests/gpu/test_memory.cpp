@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "common/random.hpp"
 #include "reference/half.hpp"
 #include "reference/metrics.hpp"
 
@@ -26,7 +26,7 @@ constexpr uint32_t kSentinel = 0xDEADBEEFu;
 void long_run(kvrt_context ctx, const Geometry& g, int calls, double* reads, double* state) {
     Memory m(ctx, g);
     Reference r(g);
-    std::mt19937 rng(1);
+    Rng rng(1);
     std::vector<float> got;
     std::vector<double> want;
     for (int i = 0; i < calls; ++i) {
@@ -66,7 +66,7 @@ TEST_CASE("memory: chunked processing equals token-by-token processing", "[memor
         const Geometry g = shape(2, 2, 37, 19, 23, 1, chunk);
         Memory m(ctx, g);
         Reference r(g);
-        std::mt19937 rng(7);
+        Rng rng(7);
         std::vector<float> all;
         for (const uint32_t n : {150u, 1u, 449u}) {  // 600 tokens: partial chunks, two 512-chunks
             const Batch b = random_batch(g, chunk == 1 ? n / 3 + 1 : n, -1, rng);
@@ -106,7 +106,7 @@ TEST_CASE("memory: several sequences in one batch, all layers", "[memory]") {
     const Geometry g = shape(3, 3, 40, 24, 16, 4, 32, true);
     Memory m(ctx, g);
     Reference r(g);
-    std::mt19937 rng(5);
+    Rng rng(5);
     for (const uint32_t n : {1u, 97u, 200u}) {
         const Batch b = random_batch(g, n, -1, rng, 3);  // sequences 0..2, interleaved; 3 stays initial
         CHECK(run_both(Op::UpdateRead, m, r, b, g) <= 1e-6);
@@ -121,7 +121,7 @@ TEST_CASE("memory: plain reads see the state before the call", "[memory]") {
     const Geometry g = shape(1, 2, 64, 32, 32, 2, 0, true);
     Memory m(ctx, g);
     Reference r(g);
-    std::mt19937 rng(9);
+    Rng rng(9);
     Batch b = random_batch(g, 70, 0, rng, 2);
     b.scale = 0.3f;
     CHECK(run_both(Op::Read, m, r, b, g) <= 1e-6);  // initial state
@@ -136,7 +136,7 @@ TEST_CASE("memory: seq_cp and seq_rm", "[memory]") {
     const Geometry g = shape(2, 2, 64, 32, 32, 3, 0, true);
     Memory m(ctx, g);
     Reference r(g);
-    std::mt19937 rng(11);
+    Rng rng(11);
     auto batch = [&](int32_t seq) {
         Batch b = random_batch(g, 50, -1, rng);
         std::fill(b.ids.begin(), b.ids.end(), seq);
@@ -175,7 +175,7 @@ TEST_CASE("memory: buffers, f16 data, streams and guard bands", "[memory]") {
     const Geometry g = shape(2, 3, 33, 13, 10, 2);  // heads * d even: f16 output rows are whole words
     Memory m(ctx, g);
     Reference r(g);
-    std::mt19937 rng(13);
+    Rng rng(13);
     const uint32_t n = 45;
     for (const bool f16 : {false, true}) {
         INFO((f16 ? "f16 data" : "f32 data"));
@@ -252,7 +252,7 @@ TEST_CASE("memory: small bindings and unmapped memory", "[memory]") {
     const Geometry g = shape(2, 3, 37, 19, 23, 4, 32, true);
     Memory m(ctx, g);
     Reference r(g);
-    std::mt19937 rng(23);
+    Rng rng(23);
     for (int i = 0; i < 2; ++i) CHECK(run_both(Op::UpdateRead, m, r, random_batch(g, 70, -1, rng, 4), g) <= 1e-6);
     KVRT_REQUIRE_OK(kvrt_memory_seq_cp(m, nullptr, 3, 1));
     r.seq_cp(3, 1);

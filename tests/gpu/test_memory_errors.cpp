@@ -8,10 +8,10 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <random>
 #include <thread>
 #include <vector>
 
+#include "common/random.hpp"
 #include "core/fault.hpp"
 #include "reference/metrics.hpp"
 
@@ -23,7 +23,7 @@ TEST_CASE("memory: a failure at any fault point changes nothing", "[memory]") {
     const Geometry g = shape(2, 2, 64, 32, 32, 3, 32, true);  // several chunks per sequence
     Memory m(ctx, g);
     Reference r(g);
-    std::mt19937 rng(19);
+    Rng rng(19);
     run_both(Op::UpdateRead, m, r, random_batch(g, 40, -1, rng, 3), g);
 
     // Arms fault point n = 1, 2, ... until `attempt` succeeds; after every
@@ -156,7 +156,7 @@ TEST_CASE("memory: a dropped recording or a timed-out call leaves the state as i
     SECTION("dropped recording") {
         GpuContext ctx;
         Memory m(ctx, g);
-        std::mt19937 rng(29);
+        Rng rng(29);
         Reference r(g);
         run_both(Op::Update, m, r, random_batch(g, 30, 0, rng, 2), g);
         const auto before = all_states(m, g);
@@ -215,7 +215,7 @@ TEST_CASE("memory: a dropped recording or a timed-out call leaves the state as i
             REQUIRE(got == KVRT_SUCCESS);
             return st;
         };
-        std::mt19937 rng(31);
+        Rng rng(31);
         Batch b = random_batch(big, 512, 0, rng, 1);
         MemoryBatch mb(b, nullptr);
         Stream s(ctx);  // the first update through a stream: no internal wait

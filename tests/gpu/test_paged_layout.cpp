@@ -14,6 +14,7 @@
 #include <map>
 #include <random>
 
+#include "common/random.hpp"
 #include "core/fault.hpp"
 #include "reference/attention.hpp"
 #include "reference/half.hpp"
@@ -73,7 +74,7 @@ void check_rows(kvrt_cache paged, kvrt_cache twin, const Shape& sh, const std::v
 
 // One query per non-empty sequence; the paged cache attends like the twin.
 void check_attention(kvrt_cache paged, kvrt_cache twin, const Shape& sh, const std::vector<SeqModel>& model,
-                     std::mt19937& rng) {
+                     Rng& rng) {
     std::vector<int32_t> seqs, positions;
     for (size_t s = 0; s < model.size(); ++s) {
         if (model[s].pos.empty()) continue;
@@ -106,7 +107,7 @@ TEST_CASE("paged layout: random schedules keep every sequence's rows and attenti
     const uint32_t n_seqs = 6;
     Cache paged = CacheSpec(sh).cells(24 * block, n_seqs).paged(block).create(ctx);
     Cache twin = CacheSpec(sh).cells(2048, n_seqs).create(ctx);
-    std::mt19937 rng(1234 + block + static_cast<uint32_t>(sh.type_k));
+    Rng rng(1234 + block + static_cast<uint32_t>(sh.type_k));
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     // Three system prompts that new sequences start with.
     std::vector<std::vector<int32_t>> prompts(3);
@@ -295,7 +296,7 @@ TEST_CASE("paged layout: attention over shared and copied blocks matches the dou
         for (int32_t i = 0; i < 48; ++i) qpos[static_cast<size_t>(i)] = 32 + i;
     }
     INFO((prefill ? "prefill" : "decode"));
-    std::mt19937 rng(3);
+    Rng rng(3);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> q(qseq.size() * sh.heads * sh.dk);
     for (float& x : q) x = nd(rng);
@@ -778,7 +779,7 @@ TEST_CASE("paged layout: a token tree is attended and accepted as in the cell la
     KVRT_REQUIRE_OK(kvrt_cache_store(paged, nullptr, &tb, -1, &kr, &vr, pc.data()));
     KVRT_REQUIRE_OK(kvrt_cache_store(twin, nullptr, &tb, -1, &kr, &vr, tc.data()));
     // Attention of the tree's queries: each sees the prompt and its ancestors.
-    std::mt19937 rng(11);
+    Rng rng(11);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> q(7 * sh.heads * sh.dk);
     for (float& x : q) x = nd(rng);

@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 
+#include "common/random.hpp"
 #include "core/fault.hpp"
 #include "reference/metrics.hpp"
 
@@ -65,7 +66,7 @@ void check_same_attention(kvrt_cache a, int32_t sa, kvrt_cache b, int32_t sb, co
     KVRT_REQUIRE_OK(kvrt_cache_seq_pos_min(a, sa, &lo_a));
     KVRT_REQUIRE_OK(kvrt_cache_seq_pos_min(b, sb, &lo_b));
     REQUIRE(lo_a == lo_b);
-    std::mt19937 rng(static_cast<uint32_t>(sa * 31 + sb));
+    Rng rng(static_cast<uint32_t>(sa * 31 + sb));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> q(2 * sh.heads * sh.dk);
     for (float& x : q) x = nd(rng);

@@ -15,12 +15,12 @@
 #include <algorithm>
 #include <functional>
 #include <tuple>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "api/handles.hpp"
+#include "common/random.hpp"
 #include "core/fault.hpp"
 #include "paged_check.hpp"
 #include "reference/metrics.hpp"
@@ -303,7 +303,7 @@ TEST_CASE("paged window group: admit maps what the group can serve", "[paged][wi
 TEST_CASE("paged window group: random schedules agree with the plain cache and the model", "[paged][window]") {
     GpuContext ctx;
     Pair pair(ctx);
-    std::mt19937 rng(20261128);
+    Rng rng(20261128);
     auto pick = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
     uint32_t plain_shared = 0;
     uint32_t appends = 0, refused_appends = 0, admits = 0, shared_admits = 0, forks = 0, shifts = 0, removes = 0,

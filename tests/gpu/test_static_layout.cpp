@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "common/random.hpp"
 #include "kv/static_window.hpp"
 #include "kvrt/kvrt_vulkan.h"
 #include "reference/attention.hpp"
@@ -281,7 +282,7 @@ TEST_CASE("static layout: attention equals the cell layout's on the same tokens"
     const int32_t total = 100;
     for (int32_t p = 0; p < total; p += 10) REQUIRE(store_tokens(st, sh, 0, p, 10) == KVRT_SUCCESS);
     REQUIRE(store_tokens(cells, sh, 0, total - static_cast<int32_t>(W), W) == KVRT_SUCCESS);
-    std::mt19937 rng(7);
+    Rng rng(7);
     std::normal_distribution<float> nd(0.0f, 0.01f);
     kvrt_attention_params params = KVRT_ATTENTION_PARAMS_INIT;
     params.scale = 0.002f;  // the rows hold values up to 512
@@ -566,7 +567,7 @@ TEST_CASE("static layout: sequences spread over several pieces", "[static][atten
         REQUIRE(store_tokens(cells, sh, seq, last[seq] + 1 - static_cast<int32_t>(held), held) == KVRT_SUCCESS);
     }
     std::vector<float> q(3 * sh.heads * sh.dk);
-    std::mt19937 rng(3);
+    Rng rng(3);
     std::normal_distribution<float> nd(0.0f, 0.01f);
     for (float& x : q) x = nd(rng);
     const int32_t pos[3] = {last[0], last[1], last[2]}, seqs[3] = {0, 1, 2};
@@ -647,7 +648,7 @@ TEST_CASE("static layout: removing any range keeps the other rows and attends li
     Cache st = CacheSpec(sh).static_layout(S, reserve).cells(0, 2).create(ctx);
     Cache cells = CacheSpec(sh).cells(128, 2).create(ctx);
     std::vector<std::vector<int32_t>> held(2);
-    std::mt19937 rng(static_cast<uint32_t>(reserve * 10));
+    Rng rng(static_cast<uint32_t>(reserve * 10));
     uint64_t copies = 0;
     for (int step = 0; step < 60; ++step) {
         const int32_t seq = static_cast<int32_t>(rng() % 2);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "api/handles.hpp"
+#include "common/random.hpp"
 #include "reference/half.hpp"
 #include "reference/metrics.hpp"
 #include "reference/quant.hpp"
@@ -131,7 +132,7 @@ std::vector<float> make_values(uint32_t rows, uint32_t n, QuantScale q, uint32_t
         0.5f * s, -0.5f * s, 1.5f * s, -1.5f * s, 2.5f * s, -2.5f * s, 3.5f * s, -3.5f * s,
         0.49999997f * s, -0.49999997f * s, top * s, (top + 0.5f) * s, (top - 0.5f) * s, -zp * s, (-zp - 0.5f) * s,
         (-zp + 0.5f) * s, 1e-3f * s, -1e-3f * s, 1e-38f};
-    std::mt19937 rng(seed);
+    Rng rng(seed);
     std::uniform_real_distribution<float> uniform((-zp - 4.0f) * s, (top + 4.0f) * s);
     std::vector<float> x(size_t{rows} * n);
     for (auto& v : x) v = uniform(rng);
@@ -438,7 +439,7 @@ ref::RopeParams ref_rope(const kvrt_rope_desc& rp, uint32_t dim) {
 // K of n tokens: uniform values within 60% of the smaller side of each
 // layer's range, so rotated pairs (|x| grows by up to sqrt 2) stay in range.
 std::vector<float> rope_inputs(const StaticCache& c, uint32_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
+    Rng rng(seed);
     std::vector<float> k;
     const uint32_t qmax = ref::static_qmax(static_type(c.spec.k_type));
     for (uint32_t l = 0; l < c.spec.layers; ++l) {
@@ -583,7 +584,7 @@ TEST_CASE("deferred RoPE over static-scale K: shifts leave K alone and attention
         KVRT_REQUIRE_OK(kvrt_cache_apply_shifts(shifted.cache, nullptr));
         CHECK(read_layer(shifted, false, 0, cells) == before);
 
-        std::mt19937 rng(9);
+        Rng rng(9);
         std::normal_distribution<float> normal;
         std::vector<float> q(size_t{s.kv_heads} * 2 * s.dk);
         for (auto& x : q) x = normal(rng);

@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/random.hpp"
 #include "memory_check.hpp"
 #include "reference/attention.hpp"
 #include "reference/half.hpp"
@@ -279,7 +280,7 @@ private:
 
     kvrt_context ctx_;
     bool sync_;
-    std::mt19937 rng_;
+    Rng rng_;
     std::normal_distribution<float> normal_{0.0f, 1.0f};
     int iterations_;
     Outcome o_;
@@ -300,7 +301,7 @@ Outcome run_memory_worker(kvrt_context ctx, uint32_t seed, int iterations) {
     const Geometry g = shape(1, 2, 16, 16, 16, 2);
     const MemoryDesc md(g);
     Reference r(g);
-    std::mt19937 rng(seed);
+    Rng rng(seed);
     kvrt_memory mem = nullptr;
     kvrt_stream s = nullptr;
     kvrt_buffer out = nullptr;
@@ -350,7 +351,7 @@ Outcome run_memory_worker(kvrt_context ctx, uint32_t seed, int iterations) {
 // destroyed, and the context's counters and pipeline cache read.
 Outcome run_churn(kvrt_context ctx, const std::atomic<bool>& stop, uint32_t seed) {
     Outcome o;
-    std::mt19937 rng(seed);
+    Rng rng(seed);
     uint64_t submissions = 0;
     for (int round = 0; o.ok() && (round < 4 || !stop.load()); ++round) {
         kvrt_context_stats st = KVRT_CONTEXT_STATS_INIT;
@@ -546,7 +547,7 @@ TEST_CASE("threads: staged uploads and downloads on several threads", "[threads]
     std::vector<std::function<void()>> fns;
     for (int t = 0; t < 3; ++t)
         fns.push_back([&, t]() {
-            std::mt19937 rng(100 + static_cast<uint32_t>(t));
+            Rng rng(100 + static_cast<uint32_t>(t));
             for (int it = 0; it < 12 && o[t].ok(); ++it) {
                 const uint32_t words = 1 + static_cast<uint32_t>(rng() % 4096);
                 kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;

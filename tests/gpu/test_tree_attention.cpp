@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/random.hpp"
 #include "reference/attention.hpp"
 #include "reference/metrics.hpp"
 
@@ -64,7 +65,7 @@ kvrt_batch batch_of(const Tokens& t, kvrt_batch_tree* tree) {
 }
 
 // Stores `t` with random K/V; fills t.cells and the model.
-void store(kvrt_cache cache, const Geometry& g, Tokens& t, Model& m, std::mt19937& rng) {
+void store(kvrt_cache cache, const Geometry& g, Tokens& t, Model& m, Rng& rng) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> k(size_t{t.size()} * g.kv_heads * g.dk), v(k.size());
     for (auto& x : k) x = normal(rng);
@@ -86,7 +87,7 @@ void store(kvrt_cache cache, const Geometry& g, Tokens& t, Model& m, std::mt1993
 
 // Every sequence in `seqs` gets a random tree of 1..max_tokens tokens below
 // its next position; the trees are interleaved with parents first.
-Tokens random_forest(std::mt19937& rng, const Model& m, const std::vector<int32_t>& seqs, uint32_t max_tokens) {
+Tokens random_forest(Rng& rng, const Model& m, const std::vector<int32_t>& seqs, uint32_t max_tokens) {
     struct Local {
         std::vector<int32_t> pos, parent;  // parent: index within the sequence's tree
     };
@@ -123,7 +124,7 @@ Tokens random_forest(std::mt19937& rng, const Model& m, const std::vector<int32_
 // Runs attention for `queries` (a tree when it has parents) and compares it
 // with the reference over the modelled cells; returns the NMSE.
 double check_attention(kvrt_context ctx, kvrt_cache cache, const Geometry& g, const Tokens& queries, const Model& m,
-                       std::mt19937& rng, std::vector<float>* out_values = nullptr) {
+                       Rng& rng, std::vector<float>* out_values = nullptr) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const uint32_t nq = queries.size();
     std::vector<float> q(size_t{nq} * g.heads * g.dk), out(q.size(), -7.0f);
@@ -182,7 +183,7 @@ uint32_t used(kvrt_cache cache) {
 // reference, acceptance of one random branch per sequence (or none), then a
 // decode query per sequence that must see the accepted branches only.
 void run_rounds(kvrt_context ctx, const Geometry& g, uint32_t seed, int rounds) {
-    std::mt19937 rng(seed);
+    Rng rng(seed);
     Cache cache = g.create(ctx);
     Model m(g.capacity);
     std::vector<int32_t> seqs;
@@ -266,7 +267,7 @@ TEST_CASE("the tiled kernel honours token trees", "[attention][tree][kernels]") 
 TEST_CASE("a tree that breaks the rules is refused and nothing changes", "[attention][tree][bad_input]") {
     GpuContext ctx;
     Geometry g;
-    std::mt19937 rng(3);
+    Rng rng(3);
     Cache cache = g.create(ctx);
     Model m(g.capacity);
     Tokens prompt{{0, 1, 2, 3}, {0, 0, 0, 0}, {}, {}};
@@ -376,7 +377,7 @@ TEST_CASE("a tree that breaks the rules is refused and nothing changes", "[atten
 TEST_CASE("a cache with an open tree saves and loads, and attends the same", "[attention][tree][state]") {
     GpuContext ctx;
     Geometry g;
-    std::mt19937 rng(21);
+    Rng rng(21);
     Cache cache = g.create(ctx);
     Model m(g.capacity);
     Tokens prompt{{0, 1, 2, 3, 4, 5}, {0, 0, 0, 0, 0, 0}, {}, {}};
@@ -395,7 +396,7 @@ TEST_CASE("a cache with an open tree saves and loads, and attends the same", "[a
     KVRT_REQUIRE_OK(kvrt_cache_state_load(loaded, -1, state.data(), size));
     CHECK(used(loaded) == used(cache));
 
-    std::mt19937 rng_a(5), rng_b(5);
+    Rng rng_a(5), rng_b(5);
     std::vector<float> a, b;
     CHECK(check_attention(ctx, cache, g, t, m, rng_a, &a) <= 1e-6);
     CHECK(check_attention(ctx, loaded, g, t, m, rng_b, &b) <= 1e-6);

@@ -15,12 +15,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "api/handles.hpp"
+#include "common/random.hpp"
 #include "reference/attention.hpp"
 #include "reference/metrics.hpp"
 
@@ -478,7 +478,7 @@ private:
     }
 
     kvrt_context ctx_;
-    std::mt19937_64 rng_;
+    Rng64 rng_;
     Cache c_;
     Model model_;
     uint32_t next_token_ = 1;

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/random.hpp"
 #include "core/fault.hpp"
 #include "kv/block_pool.hpp"
 
@@ -689,7 +690,7 @@ void run_model_check(uint32_t n_blocks, uint32_t block_size, kvrt::kv::BlockHash
     constexpr int kSteps = 100000;
     constexpr int kDocs = 5;
     constexpr uint32_t kDocLen = 64;
-    std::mt19937 rng(seed);
+    kvrt_test::Rng rng(seed);
     auto rnd = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
 
     BlockPool p;
@@ -975,7 +976,7 @@ void run_isolation_check(uint32_t seed) {
     constexpr uint32_t kB = 8, kBlocks = 96;
     constexpr int kSteps = 20000;
     constexpr int32_t kPublic = -1;
-    std::mt19937 rng(seed);
+    kvrt_test::Rng rng(seed);
     auto rnd = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint64_t(hi - lo + 1)); };
     BlockPool p;
     REQUIRE(p.init(kBlocks, kB, kSeqs) == KVRT_SUCCESS);
@@ -1115,7 +1116,7 @@ void run_undo_check(uint32_t n_blocks, uint32_t block_size, kvrt::kv::BlockHashF
     BlockPool p;
     REQUIRE(p.init(n_blocks, block_size, kSeqs) == KVRT_SUCCESS);
     REQUIRE(p.set_hash_function(hash) == KVRT_SUCCESS);
-    std::mt19937 gen(seed);
+    kvrt_test::Rng gen(seed);
     auto rnd = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(gen); };
     BlockWork w;
     std::vector<std::pair<uint32_t, uint32_t>> moves;
