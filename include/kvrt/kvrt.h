@@ -523,7 +523,7 @@ typedef struct kvrt_context_stats {
  * have, the GPU's device type; vendor and device IDs, subgroup size and
  * timestamp period stay the device's. A name that is not a profile fails
  * here and in kvrt_context_create with KVRT_ERROR_INVALID_ARGUMENT
- * (docs/device-profiles.md).
+ * (device-profiles.md, installed in share/doc/kvrt/).
  * Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_enumerate_devices(kvrt_device_info* infos, uint32_t* count);
 

@@ -22,8 +22,9 @@ extern "C" {
  * header with a magic, the format version, the geometry, the K and V types
  * (and static scales), then each cell's position and sequences, each layer's
  * K and V rows in the stored type, bit for bit, and an XXH3-64 checksum. The
- * format is documented byte for byte in docs/state-format.md of the source
- * distribution; it is little-endian on every platform.
+ * format is documented byte for byte in state-format.md, installed with the
+ * headers in share/doc/kvrt/ (docs/ of the source distribution); it is
+ * little-endian on every platform.
  *
  * - Saving applies pending RoPE shifts first (kvrt_cache_apply_shifts), so
  *   saved K is rotated to the saved positions (a deferred-RoPE cache saves K

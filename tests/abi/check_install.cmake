@@ -50,6 +50,28 @@ foreach(link libkvrt.so ${soname})
 endforeach()
 message(STATUS "installed ${installed_libs}")
 
+# The installed headers stand alone: every document they name is installed
+# with them, in share/doc/kvrt.
+file(GLOB headers ${prefix}/include/kvrt/*.h)
+set(named)
+foreach(h ${headers})
+  file(STRINGS ${h} lines REGEX "[A-Za-z0-9_-]+\\.md")
+  foreach(line ${lines})
+    string(REGEX MATCHALL "[A-Za-z0-9_-]+\\.md" docs "${line}")
+    list(APPEND named ${docs})
+  endforeach()
+endforeach()
+list(REMOVE_DUPLICATES named)
+if(NOT named)
+  message(FATAL_ERROR "the installed headers name no document; the check would pass for nothing")
+endif()
+foreach(doc ${named})
+  if(NOT EXISTS ${prefix}/share/doc/kvrt/${doc})
+    message(FATAL_ERROR "a public header names ${doc}, which is not installed in share/doc/kvrt")
+  endif()
+endforeach()
+message(STATUS "installed the documents the headers name: ${named}")
+
 # kvrt-config-version.cmake, asked the way find_package asks it.
 file(GLOB_RECURSE version_file ${prefix}/*/kvrt-config-version.cmake)
 function(expect_compatible requested want)
