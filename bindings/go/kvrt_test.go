@@ -461,6 +461,29 @@ func TestStaticLayout(t *testing.T) {
 	if st.RowsAppended != 3 {
 		t.Fatalf("stats %+v", st)
 	}
+	// Room for 2 rows after the window (R = 2: 10 rows for a window of 5);
+	// a graph writes token 3's key there, and Place takes it with no copy.
+	must(t, c.StaticMakeRoom(0, 2))
+	w, err = c.StaticWindow(0, 0, 0, kvrt.ArrayK)
+	must(t, err)
+	written := make([]uint16, 8)
+	for i := range written {
+		written[i] = 0x3C00 + uint16(i) // 1.0, 1.0009..., distinct halves
+	}
+	must(t, w.Buffer.UploadF16(w.Offset+w.Bytes, written))
+	_, err = c.Place(kvrt.SeqBatch(0, 3, 1))
+	must(t, err)
+	w, err = c.StaticWindow(0, 0, 0, kvrt.ArrayK)
+	must(t, err)
+	got = make([]uint16, w.Rows*8)
+	must(t, w.Buffer.DownloadF16(w.Offset, got))
+	if w.NValid != 4 || w.PosLast != 3 || got[(w.Rows-1)*8] != 0x3C00 || got[(w.Rows-1)*8+7] != 0x3C07 {
+		t.Fatalf("window after a graph's row: %+v, last row %x", w, got[(w.Rows-1)*8:])
+	}
+	if err := c.StaticMakeRoom(0, 6); !errors.Is(err, kvrt.ErrInvalidArgument) {
+		t.Fatalf("room beyond the region: %v", err)
+	}
+	must(t, c.SeqRm(0, 3, -1)) // back to the 3 stored tokens
 	if err := c.SeqAdd(0, 0, -1, 1); !errors.Is(err, kvrt.ErrUnsupported) {
 		t.Fatalf("SeqAdd on a static cache: %v", err)
 	}

@@ -134,6 +134,17 @@ func (c *Cache) StaticGraphMaskU16(seq int32, nNew uint32, out []uint16) error {
 	return c.graphMask(seq, GraphMask{NNew: nNew}, C.KVRT_MASK_U16, slicePtr(out), 2*len(out))
 }
 
+// StaticMakeRoom makes room for nRows rows right after seq's window, where a
+// graph writes its tokens' rows in place; Place then takes the accepted ones
+// with no copy (kvrt_cache_static_make_room). Where the region lacks the
+// room it first slides the window's valid rows to the region's start
+// (synchronously); ask for the windows after it.
+func (c *Cache) StaticMakeRoom(seq int32, nRows uint32) error {
+	return c.meta("kvrt_cache_static_make_room", func(h C.kvrt_cache) C.kvrt_result {
+		return C.kvrt_cache_static_make_room(h, C.int32_t(seq), C.uint32_t(nRows))
+	})
+}
+
 // StaticStats are the counters of the windows' movement (kvrt_static_stats).
 type StaticStats struct {
 	RowsAppended uint64 // tokens appended

@@ -188,6 +188,38 @@ KVRT_API kvrt_result kvrt_cache_static_get_graph_mask(kvrt_cache cache, int32_t 
                                                       const kvrt_static_mask_desc* desc, void* out,
                                                       uint64_t out_bytes);
 
+/* Makes room for `n_rows` rows right after `seq`'s window, so that a graph
+ * can write the K and V rows of its next tokens there in place (as the
+ * shift-pointer graphs of Qualcomm's flow write each new row after the
+ * window) and kvrt_cache_place then takes them with no copy and no store.
+ * The rows after the window: for each (layer, KV head, K|V), row i of the
+ * new tokens at the window's offset + (S-1 + i) * row_stride, in the
+ * array's stored type (a static-scale type with the layer's scale and zero
+ * point), head_dim values, as kvrt_cache_static_get_window describes it once
+ * this call returned. The steps of one decode or draft step:
+ *
+ *   1. kvrt_cache_static_make_room(cache, seq, n): where the region lacks n
+ *      rows after the window, the window's valid rows are copied to the
+ *      region's start first (synchronous, on the cache's own submission:
+ *      work already recorded for the sequence into a stream not yet
+ *      submitted must be submitted first); ask for the windows after it.
+ *   2. The graph reads the window and writes its tokens' rows after it.
+ *   3. kvrt_cache_place with the accepted tokens, in order: the first k <= n
+ *      of the rows written become the window's newest rows (metadata only).
+ *      Rejected draft rows are never placed, so the window keeps its S-1
+ *      valid rows; a store or place of more rows than the room made may
+ *      slide, and then moves only the rows already in the window.
+ *
+ * Fails with KVRT_ERROR_INVALID_HANDLE for a bad cache;
+ * KVRT_ERROR_INVALID_ARGUMENT for a cache of another layout, an unknown
+ * sequence, or n_rows 0 or above ceil(R*(S-1)) - (S-1) (the room a region
+ * has beyond its window; R = 1 has none); the copy's errors
+ * (KVRT_ERROR_OUT_OF_DEVICE_MEMORY, KVRT_ERROR_DEVICE_LOST, ...) leave the
+ * window as it was, and KVRT_ERROR_TIMEOUT keeps the move (the copy
+ * completes later).
+ * Thread-safety: Unsafe (on the cache). */
+KVRT_API kvrt_result kvrt_cache_static_make_room(kvrt_cache cache, int32_t seq, uint32_t n_rows);
+
 /* Counters of the windows' movement (kvrt_cache_static_get_stats). */
 typedef struct kvrt_static_stats {
     kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_STATIC_STATS */

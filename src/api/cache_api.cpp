@@ -462,6 +462,15 @@ KVRT_API kvrt_result kvrt_cache_static_get_graph_mask(kvrt_cache cache, int32_t 
     });
 }
 
+KVRT_API kvrt_result kvrt_cache_static_make_room(kvrt_cache cache, int32_t seq, uint32_t n_rows) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        cache::StaticLayout* layout = nullptr;
+        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_make_room", &layout));
+        return layout->make_room(seq, n_rows);
+    });
+}
+
 KVRT_API kvrt_result kvrt_cache_static_get_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
     return guarded([&]() -> Result {
         KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));

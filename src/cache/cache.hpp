@@ -93,6 +93,7 @@ public:
     // (KVRT_ERROR_INVALID_ARGUMENT for the static layout's queries,
     // KVRT_ERROR_UNSUPPORTED for the paged layout's operations).
     Result static_layout(const char* op, const StaticLayout** out) const;
+    Result static_layout(const char* op, StaticLayout** out);
     Result paged_layout(const char* op, PagedLayout** out);
     // kvrt_cache_seq_transfer (transfer.cpp), into this cache; refuses
     // src_seq of this cache as dst_seq.

@@ -24,6 +24,11 @@ Result Cache::static_layout(const char* op, const StaticLayout** out) const {
     return *out ? KVRT_SUCCESS : fail(KVRT_ERROR_INVALID_ARGUMENT, "%s needs a cache with KVRT_LAYOUT_STATIC", op);
 }
 
+Result Cache::static_layout(const char* op, StaticLayout** out) {
+    *out = dynamic_cast<StaticLayout*>(layout_.get());
+    return *out ? KVRT_SUCCESS : fail(KVRT_ERROR_INVALID_ARGUMENT, "%s needs a cache with KVRT_LAYOUT_STATIC", op);
+}
+
 Result Cache::paged_layout(const char* op, PagedLayout** out) {
     *out = dynamic_cast<PagedLayout*>(layout_.get());
     return *out ? KVRT_SUCCESS : fail(KVRT_ERROR_UNSUPPORTED, "%s needs a cache with KVRT_LAYOUT_PAGED", op);

@@ -382,6 +382,42 @@ Result StaticLayout::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
     return KVRT_SUCCESS;
 }
 
+Result StaticLayout::make_room(int32_t seq, uint32_t n) {
+    if (seq < 0 || static_cast<uint32_t>(seq) >= c_.geo_.max_seqs)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, c_.geo_.max_seqs - 1);
+    const uint32_t W = geometry_.window_rows, Rr = geometry_.reservation_rows;
+    if (n == 0 || n > Rr - W)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "room for %u rows after the window: this cache's regions have room for 1 to %u (ceil(R * (S-1)) - "
+                    "(S-1) with R = %g; a larger reserve makes more)",
+                    n, Rr - W, geometry_.reserve);
+    kv::StaticWindow w = windows_[static_cast<size_t>(seq)];
+    kv::StaticSlide slide;
+    KVRT_TRY(w.make_room(n, &slide));
+    if (!slide.needed) {
+        windows_[static_cast<size_t>(seq)] = w;  // at most a restart of an empty window
+        return KVRT_SUCCESS;
+    }
+    std::vector<SeqSnapshot> snaps(1);
+    KVRT_TRY(snapshot(seq, &snaps[0]));
+    vk::Transaction tx(&c_, nullptr, c_.own_);
+    tx.on_undo([this, snaps]() { restore(snaps); });
+    KVRT_TRY(c_.table_.apply_moves(slide_moves(static_cast<uint32_t>(seq), Rr, slide)));
+    windows_[static_cast<size_t>(seq)] = w;
+    // The copy completes before the call returns; a wait that times out
+    // keeps it (the work was submitted and completes later).
+    tx.keep_on_timeout();
+    KVRT_TRY(tx.begin());
+    vk::Stream& s = tx.stream();
+    s.begin_op("static room");
+    const Result r = record_slide(s, static_cast<uint32_t>(seq), slide);
+    s.end_op();
+    KVRT_TRY(r);
+    KVRT_TRY(tx.submit());
+    tx.commit();
+    return KVRT_SUCCESS;
+}
+
 Result StaticLayout::window(int32_t seq, int32_t layer_arg, uint32_t head, Array array, WindowView* out) const {
     if (seq < 0 || static_cast<uint32_t>(seq) >= c_.geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, c_.geo_.max_seqs - 1);

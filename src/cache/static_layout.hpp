@@ -61,6 +61,9 @@ public:
     Result window(int32_t seq, int32_t layer, uint32_t head, Array array, WindowView* out) const;
     Result mask(int32_t seq, kvrt_type type, void* out, uint64_t out_bytes) const;
     Result graph_mask(int32_t seq, const kvrt_static_mask_desc* desc, void* out, uint64_t out_bytes) const;
+    // kvrt_cache_static_make_room: room for n rows after `seq`'s window
+    // (synchronous; a slide copy when the region lacks it).
+    Result make_room(int32_t seq, uint32_t n);
     Result stats(int32_t seq, kvrt_static_stats* out) const;
 
 private:

@@ -153,6 +153,33 @@ Result StaticWindow::remove(uint32_t first, uint32_t count, StaticSlide* out) {
     return KVRT_SUCCESS;
 }
 
+Result StaticWindow::make_room(uint32_t n, StaticSlide* out) {
+    if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: null output");
+    if (window_rows_ == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
+    const uint32_t room = reservation_rows_ - window_rows_;
+    if (n == 0 || n > room)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: room for %u rows after the window; 1 to %u allowed", n,
+                    room);
+    StaticSlide slide;
+    if (uint64_t{start_} + window_rows_ + n > reservation_rows_) {
+        // start_ > 0 here (the region holds W + n rows): the valid rows move
+        // down by start_ rows, to the end of a window at row 0.
+        if (n_valid_ > 0) {
+            slide.needed = true;
+            slide.src_row = first_valid_row();
+            slide.dst_row = window_rows_ - n_valid_;
+            slide.rows = n_valid_;
+            slide.overlapping = start_ < n_valid_;
+            rows_moved_ += n_valid_;
+            ++slides_;
+        }
+        ++restarts_;
+        start_ = 0;
+    }
+    *out = slide;
+    return KVRT_SUCCESS;
+}
+
 void StaticWindow::reset() {
     n_valid_ = 0;
     start_ = 0;

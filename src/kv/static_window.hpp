@@ -107,6 +107,14 @@ public:
     // copy counts as a slide of out->rows rows.
     Result remove(uint32_t first, uint32_t count, StaticSlide* out);
 
+    // Makes room for `n` rows right after the window, where a graph writes
+    // the rows of its next tokens in place (1 <= n <= reservation - window
+    // rows, else KVRT_ERROR_INVALID_ARGUMENT and no change). Where the region
+    // lacks the room, the window restarts at row 0 and `out` says which copy
+    // moves its valid rows there (counted as a slide); otherwise nothing
+    // changes and `out` needs no copy.
+    Result make_room(uint32_t n, StaticSlide* out);
+
     // Back to empty at row 0; counters cleared.
     void reset();
 

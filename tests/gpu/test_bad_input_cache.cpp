@@ -409,6 +409,8 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
             float mask[World::kStaticSeqLen];
             return out(kvrt_cache_static_get_mask(c, 0, KVRT_TYPE_F32, mask, sizeof mask));
         }));
+        r.push_back(err("kvrt_cache_static_make_room", what, hnd, C,
+                        [c] { return out(kvrt_cache_static_make_room(c, 0, 1)); }));
         r.push_back(err("kvrt_cache_static_get_graph_mask", what, hnd, C, [c] {
             float mask[World::kStaticSeqLen];
             return out(kvrt_cache_static_get_graph_mask(c, 0, nullptr, mask, sizeof mask));
@@ -1221,6 +1223,14 @@ void add_cache_rows(World& w, std::vector<Row>* rows) {
                     graph([](kvrt_static_mask_desc* d) { d->format = KVRT_MASK_U16; }, 0, 15, nullptr)));
     r.push_back(err("kvrt_cache_static_get_graph_mask", "a cache of the cell layout", inv, C,
                     graph(keep, 0, one_row, w.cache)));
+    for (int32_t s : {kMin32, -1, 2, kMax32})
+        r.push_back(err("kvrt_cache_static_make_room", "sequence " + std::to_string(s), inv, S,
+                        [&w, s] { return out(kvrt_cache_static_make_room(w.static_cache, s, 1)); }));
+    for (uint32_t n : {0u, 0xFFFFFFFFu})
+        r.push_back(err("kvrt_cache_static_make_room", "n_rows " + std::to_string(n), inv, S,
+                        [&w, n] { return out(kvrt_cache_static_make_room(w.static_cache, 0, n)); }));
+    r.push_back(err("kvrt_cache_static_make_room", "a cache of the cell layout", inv, C,
+                    [&w] { return out(kvrt_cache_static_make_room(w.cache, 0, 1)); }));
     r.push_back(err("kvrt_cache_static_get_graph_mask", "out NULL", inv, S, [&w] {
         return out(kvrt_cache_static_get_graph_mask(w.static_cache, 0, nullptr, nullptr, 32));
     }));

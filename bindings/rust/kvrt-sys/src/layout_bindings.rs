@@ -138,6 +138,13 @@ unsafe extern "C" {
         out_bytes: u64,
     ) -> kvrt_result;
 }
+unsafe extern "C" {
+    pub fn kvrt_cache_static_make_room(
+        cache: kvrt_cache,
+        seq: i32,
+        n_rows: u32,
+    ) -> kvrt_result;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvrt_static_stats {

@@ -1028,6 +1028,16 @@ impl Cache {
         check(unsafe { sys::kvrt_cache_static_get_graph_mask(self.raw, seq, desc, out, bytes as u64) })
     }
 
+    /// Makes room for `n_rows` rows right after `seq`'s window, where a graph
+    /// writes its tokens' rows in place; [`Cache::place`] then takes the
+    /// accepted ones with no copy (`kvrt_cache_static_make_room`). Slides the
+    /// window's valid rows to the region's start first where the region lacks
+    /// the room (synchronous); ask for the windows after it.
+    pub fn static_make_room(&mut self, seq: i32, n_rows: u32) -> Result<()> {
+        // SAFETY: Unsafe on the cache (&mut).
+        check(unsafe { sys::kvrt_cache_static_make_room(self.raw, seq, n_rows) })
+    }
+
     /// The window counters of `seq`, or of every sequence with `None`
     /// (`kvrt_cache_static_get_stats`).
     pub fn static_stats(&self, seq: Option<i32>) -> Result<StaticStats> {

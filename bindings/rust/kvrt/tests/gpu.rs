@@ -255,6 +255,20 @@ fn static_window_and_transfer() {
         Err(kvrt::Error::InvalidArgument(_))
     ));
     assert_eq!(stat.static_stats(None).unwrap().rows_appended, 3);
+    // Room for 2 rows after the window (R = 2: 8 rows for a window of 4):
+    // the 3 valid rows slide to the region's start; a token a graph wrote
+    // there is then placed with no copy.
+    stat.static_make_room(0, 2).unwrap();
+    assert_eq!(stat.static_stats(Some(0)).unwrap().slides, 1);
+    stat.place(&Batch::for_seq(0, &[3])).unwrap();
+    let w = stat.static_window(0, 0, 0, KvArray::K).unwrap();
+    assert_eq!((w.n_valid, w.pos_last), (4, 3));
+    assert_eq!(stat.static_stats(Some(0)).unwrap().slides, 1);
+    assert!(matches!(
+        stat.static_make_room(0, 5),
+        Err(kvrt::Error::InvalidArgument(_))
+    ));
+    stat.seq_rm(0, 3, -1).unwrap(); // back to the 3 stored tokens
     assert!(matches!(
         stat.seq_add(0, 0, -1, 1),
         Err(kvrt::Error::Unsupported(_))
