@@ -426,7 +426,7 @@ func (c *Cache) run(op string, s *Stream, bufs []*bufRef, f func(h C.kvrt_cache,
 }
 
 // layerCount returns the layers a call covers, or an error for a bad layer.
-func (c *Cache) layerCount(op string, layer int) (uint64, error) {
+func (c *Cache) layerCount(op string, layer int32) (uint64, error) {
 	if layer == AllLayers {
 		return uint64(c.layers), nil
 	}
@@ -464,7 +464,7 @@ func (c *Cache) Info() (CacheInfo, error) {
 // rows for layer (or AllLayers), all or nothing (kvrt_cache_store). k and v
 // hold KVHeads rows per token (per layer). It returns the cell of each token.
 // A full cache gives an error matching ErrCacheFull, and nothing changed.
-func (c *Cache) Store(s *Stream, b Batch, layer int, k, v Tensor) ([]uint32, error) {
+func (c *Cache) Store(s *Stream, b Batch, layer int32, k, v Tensor) ([]uint32, error) {
 	const op = "kvrt_cache_store"
 	nl, err := c.layerCount(op, layer)
 	if err != nil {
@@ -517,7 +517,7 @@ func (c *Cache) Place(b Batch) ([]uint32, error) {
 
 // Write writes K and V rows of the tokens in cells (from Place) for layer
 // (or AllLayers) (kvrt_cache_write).
-func (c *Cache) Write(s *Stream, cells []uint32, layer int, k, v Tensor) error {
+func (c *Cache) Write(s *Stream, cells []uint32, layer int32, k, v Tensor) error {
 	const op = "kvrt_cache_write"
 	nl, err := c.layerCount(op, layer)
 	if err != nil {
@@ -545,7 +545,7 @@ func (c *Cache) Write(s *Stream, cells []uint32, layer int, k, v Tensor) error {
 // len(cells)*KVHeads*HeadDimV; either may be nil. A shorter slice is
 // ErrInvalidArgument and nothing is written; values beyond those needed are
 // left as they were.
-func (c *Cache) Read(layer int, cells []uint32, k, v []float32) error {
+func (c *Cache) Read(layer int32, cells []uint32, k, v []float32) error {
 	const op = "kvrt_cache_read"
 	if _, err := c.layerCount(op, layer); err != nil || layer == AllLayers {
 		if err == nil {
@@ -575,7 +575,7 @@ func (c *Cache) Read(layer int, cells []uint32, k, v []float32) error {
 // ReadRaw reads the stored bytes of cells in one layer's K or V, bit for bit
 // (kvrt_cache_read_raw): CacheInfo.KRowBytes (or VRowBytes) per cell. What
 // it reads can be stored again with a Tensor{Raw: ..., Type: the stored type}.
-func (c *Cache) ReadRaw(layer int, array KVArray, cells []uint32, out []byte) error {
+func (c *Cache) ReadRaw(layer int32, array KVArray, cells []uint32, out []byte) error {
 	const op = "kvrt_cache_read_raw"
 	cp, op2 := slicePtr(cells), slicePtr(out)
 	return c.run(op, nil, nil, func(h C.kvrt_cache, _ C.kvrt_stream) C.kvrt_result {
@@ -756,7 +756,7 @@ type AttentionParams struct {
 // <= its own. q holds Heads rows of HeadDimK values per query, out receives
 // Heads rows of HeadDimV values. params may be nil. Host outputs need a nil
 // stream.
-func (c *Cache) Attention(s *Stream, layer int, queries Batch, q Tensor, out Output, params *AttentionParams) error {
+func (c *Cache) Attention(s *Stream, layer int32, queries Batch, q Tensor, out Output, params *AttentionParams) error {
 	const op = "kvrt_cache_attention"
 	if _, err := c.layerCount(op, layer); err != nil || layer == AllLayers {
 		if err == nil {

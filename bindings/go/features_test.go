@@ -71,7 +71,7 @@ func rotateKeys(keys [][]float64, dim int, delta func(tok int) int) {
 	}
 }
 
-func attend(t *testing.T, c *kvrt.Cache, layer int, seq, pos int32, q []float32, params *kvrt.AttentionParams) []float32 {
+func attend(t *testing.T, c *kvrt.Cache, layer int32, seq, pos int32, q []float32, params *kvrt.AttentionParams) []float32 {
 	t.Helper()
 	out := make([]float32, int(c.Heads())*int(c.HeadDimV()))
 	must(t, c.Attention(nil, layer, kvrt.SeqBatch(seq, pos, 1), kvrt.HostF32(q), kvrt.Output{F32: out}, params))
@@ -136,21 +136,21 @@ func TestPlaceWrite(t *testing.T) {
 		return func(tok, h, d int) float32 { return valueOf(tok, h, d) - float32(4*l) }
 	}
 	for l := 0; l < 2; l++ {
-		must(t, c.Write(nil, cells, l, kvrt.HostF32(rows(0, n, nKVHeads, headDim, layerKey(l))),
+		must(t, c.Write(nil, cells, int32(l), kvrt.HostF32(rows(0, n, nKVHeads, headDim, layerKey(l))),
 			kvrt.HostF32(rows(0, n, nKVHeads, headDim, layerValue(l)))))
 	}
 	q := rows(1, 1, nHeads, headDim, queryOf)
 	for l := 0; l < 2; l++ {
 		k := make([]float32, n*nKVHeads*headDim)
 		v := make([]float32, n*nKVHeads*headDim)
-		must(t, c.Read(l, cells, k, v))
+		must(t, c.Read(int32(l), cells, k, v))
 		wk, wv := rows(0, n, nKVHeads, headDim, layerKey(l)), rows(0, n, nKVHeads, headDim, layerValue(l))
 		for i := range k {
 			if k[i] != wk[i] || v[i] != wv[i] {
 				t.Fatalf("layer %d value %d: %v %v, want %v %v", l, i, k[i], v[i], wk[i], wv[i])
 			}
 		}
-		out := attend(t, c, l, 0, n-1, q, nil)
+		out := attend(t, c, int32(l), 0, n-1, q, nil)
 		want := refAttention(q, tokenRows(0, n, nKVHeads, headDim, layerKey(l)),
 			tokenRows(0, n, nKVHeads, headDim, layerValue(l)), nHeads, nKVHeads, headDim)
 		if d := maxDiff(out, want); d > 2e-3 {
@@ -442,7 +442,7 @@ func TestSlidingWindow(t *testing.T) {
 	values := tokenRows(0, n, nKVHeads, headDim, valueOf)
 	q := rows(0, 1, nHeads, headDim, queryOf)
 	for _, tc := range []struct {
-		layer  int
+		layer  int32
 		params *kvrt.AttentionParams
 		seen   []int
 	}{

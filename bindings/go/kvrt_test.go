@@ -198,7 +198,7 @@ func TestAttentionMatchesReference(t *testing.T) {
 	}
 	keys := tokenRows(0, n, nKVHeads, headDim, keyOf)
 	values := tokenRows(0, n, nKVHeads, headDim, valueOf)
-	for layer := 0; layer < 2; layer++ {
+	for layer := int32(0); layer < 2; layer++ {
 		// Two queries at positions 4 and 8: causal masks differ.
 		q := rows(0, 2, nHeads, headDim, queryOf)
 		out := make([]float32, 2*nHeads*headDim)
@@ -715,7 +715,7 @@ func TestConcurrentCaches(t *testing.T) {
 				}
 				q := rows(step, 1, nHeads, headDim, queryOf)
 				out := make([]float32, nHeads*headDim)
-				if err := c.Attention(nil, step%2, kvrt.SeqBatch(int32(w%4), int32(step), 1), kvrt.HostF32(q),
+				if err := c.Attention(nil, int32(step%2), kvrt.SeqBatch(int32(w%4), int32(step), 1), kvrt.HostF32(q),
 					kvrt.Output{F32: out}, nil); err != nil {
 					t.Error(err)
 					return

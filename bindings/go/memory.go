@@ -179,7 +179,7 @@ func (m *Memory) Close() error {
 type MemoryBatch struct {
 	NTokens uint32
 	SeqIDs  []int32 // NTokens sequence ids; nil: all in sequence 0
-	Layer   int     // a layer, or AllLayers
+	Layer   int32   // a layer, or AllLayers
 	WQ, WV  *Tensor // update keys and values
 	Q       *Tensor // read queries
 	Out     *Output // read outputs
@@ -321,7 +321,7 @@ func (m *Memory) SeqCp(s *Stream, src, dst int32) error {
 // State returns the state MV of seq at layer as f32: Heads*Slots*ValueDim
 // values, head-major, row-major (kvrt_memory_get_state). For tests and
 // debugging.
-func (m *Memory) State(seq int32, layer int) ([]float32, error) {
+func (m *Memory) State(seq int32, layer int32) ([]float32, error) {
 	out := make([]float32, int(m.heads)*int(m.slots)*int(m.valueDim))
 	if layer < 0 || uint64(layer) >= uint64(m.layers) {
 		return nil, argError("kvrt_memory_get_state", "layer %d out of range (the memory has %d)", layer, m.layers)

@@ -46,7 +46,7 @@ func readLayers(t *testing.T, c *kvrt.Cache, cells []uint32) (k, v []float32) {
 	for l := 0; l < int(c.Layers()); l++ {
 		kl := make([]float32, len(cells)*nKVHeads*headDim)
 		vl := make([]float32, len(cells)*nKVHeads*headDim)
-		must(t, c.Read(l, cells, kl, vl))
+		must(t, c.Read(int32(l), cells, kl, vl))
 		k, v = append(k, kl...), append(v, vl...)
 	}
 	return k, v

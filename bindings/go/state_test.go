@@ -20,8 +20,8 @@ func rawRows(t *testing.T, c *kvrt.Cache, cells []uint32) []byte {
 	for l := 0; l < int(c.Layers()); l++ {
 		k := make([]byte, uint64(len(cells))*info.KRowBytes)
 		v := make([]byte, uint64(len(cells))*info.VRowBytes)
-		must(t, c.ReadRaw(l, kvrt.ArrayK, cells, k))
-		must(t, c.ReadRaw(l, kvrt.ArrayV, cells, v))
+		must(t, c.ReadRaw(int32(l), kvrt.ArrayK, cells, k))
+		must(t, c.ReadRaw(int32(l), kvrt.ArrayV, cells, v))
 		out = append(append(out, k...), v...)
 	}
 	return out

@@ -29,7 +29,7 @@ type StaticWindow struct {
 // StaticWindow describes the current window of seq for (layer, kvHead,
 // array) (kvrt_cache_static_get_window). The offset moves with every append:
 // ask again after each Store.
-func (c *Cache) StaticWindow(seq int32, layer int, kvHead uint32, array KVArray) (StaticWindow, error) {
+func (c *Cache) StaticWindow(seq int32, layer int32, kvHead uint32, array KVArray) (StaticWindow, error) {
 	const op = "kvrt_cache_static_get_window"
 	w := C.go_static_window_init()
 	var out StaticWindow

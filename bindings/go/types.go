@@ -76,4 +76,4 @@ const (
 )
 
 // AllLayers as a layer argument makes a call cover every layer (-1 in kvrt.h).
-const AllLayers = -1
+const AllLayers int32 = -1

@@ -140,7 +140,7 @@ func pagedWindowWrite(t *testing.T, c *kvrt.Cache, cells []uint32, ids, position
 			k = append(k, pagedWindowRow(int(ids[i]), int(positions[i]), l, 0)...)
 			v = append(v, pagedWindowRow(int(ids[i]), int(positions[i]), l, 1)...)
 		}
-		must(t, c.Write(nil, cells, l, kvrt.HostF32(k), kvrt.HostF32(v)))
+		must(t, c.Write(nil, cells, int32(l), kvrt.HostF32(k), kvrt.HostF32(v)))
 	}
 }
 
@@ -182,7 +182,7 @@ func pagedWindowRun(t *testing.T, c *kvrt.Cache) (uint32, [][]float32) {
 				q[i] = float32(math.Cos(0.9*float64(sp.seq) + 1.7*float64(l) + 0.43*float64(i)))
 			}
 			out := make([]float32, nHeads*headDim)
-			if err := c.Attention(nil, l, kvrt.SeqBatch(sp.seq, sp.next, 1), kvrt.HostF32(q), kvrt.Output{F32: out}, nil); err != nil {
+			if err := c.Attention(nil, int32(l), kvrt.SeqBatch(sp.seq, sp.next, 1), kvrt.HostF32(q), kvrt.Output{F32: out}, nil); err != nil {
 				t.Fatalf("attention of sequence %d at %d, layer %d: %v", sp.seq, sp.next, l, err)
 			}
 			outs = append(outs, out)

@@ -60,24 +60,18 @@ impl Kv {
         desc.label = Some(label.to_string());
         // The model's RoPE, which kvrt's K shifts must reproduce: llama's
         // "normal" mode (pairs (2i, 2i+1)) over the whole head.
-        desc.rope = Some(RopeDesc {
-            mode: RopeMode::Normal,
-            n_rot: hp.rope_dim as u32,
-            freq_base: hp.rope_freq_base,
-            ..Default::default()
-        });
+        desc.rope = Some(RopeDesc::new(
+            RopeMode::Normal,
+            hp.rope_dim as u32,
+            hp.rope_freq_base,
+        ));
         if layout == Layout::Paged {
             desc.capacity = capacity.div_ceil(PAGED_BLOCK) * PAGED_BLOCK;
-            desc.paged_layout = Some(PagedLayoutDesc {
-                block_size: PAGED_BLOCK,
-            });
+            desc.paged_layout = Some(PagedLayoutDesc::new(PAGED_BLOCK));
         }
         if layout == Layout::Static {
             desc.capacity = 0;
-            desc.static_layout = Some(StaticLayoutDesc {
-                seq_len: capacity + 1,
-                reserve: 0.0,
-            });
+            desc.static_layout = Some(StaticLayoutDesc::new(capacity + 1));
         }
         Ok(Kv {
             cache: ctx.create_cache(&desc)?,

@@ -17,6 +17,7 @@ use crate::types::{len_u32, opt_cstring, opt_ptr, ElementType, KvArray, Layers};
 
 /// How a cache arranges its rows (`kvrt_layout`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Layout {
     /// The general layout: any cell holds any token of any sequences.
     #[default]
@@ -51,6 +52,7 @@ pub enum Layout {
 
 /// The RoPE mode (`kvrt_rope_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum RopeMode {
     /// Pairs (2i, 2i+1).
     #[default]
@@ -62,6 +64,7 @@ pub enum RopeMode {
 /// The model's RoPE (`kvrt_rope_desc`); [`Default`] is `KVRT_ROPE_DESC_INIT`
 /// and zero fields take the library's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
 pub struct RopeDesc {
     /// Pairing of the rotated dimensions.
     pub mode: RopeMode,
@@ -83,13 +86,37 @@ pub struct RopeDesc {
     pub n_ctx_orig: u32,
 }
 
+impl RopeDesc {
+    /// RoPE of `mode` over the first `n_rot` dims of each head with base
+    /// frequency `freq_base`; the YaRN fields at their defaults.
+    pub fn new(mode: RopeMode, n_rot: u32, freq_base: f32) -> Self {
+        Self {
+            mode,
+            n_rot,
+            freq_base,
+            ..Self::default()
+        }
+    }
+}
+
 /// The sizes of a static layout (`kvrt_static_layout_desc`).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
 pub struct StaticLayoutDesc {
     /// S >= 2: the graph's sequence length; windows hold S-1 rows.
     pub seq_len: u32,
     /// R >= 1: rows reserved per window, as a multiple of S-1; 0 = 2.
     pub reserve: f64,
+}
+
+impl StaticLayoutDesc {
+    /// Windows of `seq_len - 1` rows, with the default reserve (R = 2).
+    pub fn new(seq_len: u32) -> Self {
+        Self {
+            seq_len,
+            reserve: 0.0,
+        }
+    }
 }
 
 /// The windowed layers in a group of their own (`kvrt_window_layout_desc`),
@@ -144,13 +171,14 @@ pub struct StaticLayoutDesc {
 /// desc.layer_windows = Some(vec![0, 64, 0, 64]);
 /// desc.max_seqs = 2;
 /// let full = desc.estimate().unwrap();
-/// desc.window_layout = Some(WindowLayoutDesc { cells: 0, n_keep: 4 });
+/// desc.window_layout = Some(WindowLayoutDesc::new(0, 4));
 /// assert!(desc.estimate().unwrap().device_bytes < full.device_bytes);
 /// // A window group needs a windowed layer.
 /// desc.layer_windows = None;
 /// assert!(matches!(desc.estimate(), Err(kvrt::Error::InvalidArgument(_))));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub struct WindowLayoutDesc {
     /// Cells of the windowed group; 0 = min(capacity, max_seqs × (W +
     /// n_keep) + 512), W the largest window. At most the capacity.
@@ -160,6 +188,12 @@ pub struct WindowLayoutDesc {
 }
 
 impl WindowLayoutDesc {
+    /// A group of `cells` cells for the windowed layers, keeping the first
+    /// `n_keep` positions of every sequence (sinks).
+    pub fn new(cells: u32, n_keep: u32) -> Self {
+        Self { cells, n_keep }
+    }
+
     /// The C struct, chained before `next`.
     pub(crate) fn raw(&self, next: *const std::ffi::c_void) -> sys::kvrt_window_layout_desc {
         sys::kvrt_window_layout_desc {
@@ -174,6 +208,7 @@ impl WindowLayoutDesc {
 /// Scales of static-scale K/V types (`kvrt_static_scales_desc`): each
 /// non-empty array has one entry (all layers) or n_layers entries.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct StaticScales {
     /// K scales, when type_k is static-scale.
     pub k_scales: Vec<f32>,
@@ -195,6 +230,7 @@ pub struct StaticScales {
 /// assert_eq!(est.bytes_per_token, 2 * 2 * (64 * 2 + 64 * 2));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct CacheDesc {
     /// Layers.
     pub n_layers: u32,
@@ -265,6 +301,7 @@ impl Default for CacheDesc {
 
 /// Sizes of a cache before anything is allocated (`kvrt_cache_estimate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CacheEstimate {
     /// K and V bytes of one token over all layers.
     pub bytes_per_token: u64,
@@ -428,6 +465,7 @@ impl CacheDesc {
 
 /// Occupancy of a cache (`kvrt_cache_info`).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct CacheInfo {
     /// Cells.
     pub capacity: u32,
@@ -452,6 +490,7 @@ pub struct CacheInfo {
 /// Options of an attention call (`kvrt_attention_params`); [`Default`] is
 /// `KVRT_ATTENTION_PARAMS_INIT`.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct AttentionParams {
     /// Let queries see later positions too (`KVRT_ATTENTION_NON_CAUSAL`).
     pub non_causal: bool,
@@ -469,6 +508,7 @@ pub struct AttentionParams {
 
 /// What to evaluate again after [`Cache::discard_for_reevaluation`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Reevaluation {
     /// The first of the tokens to evaluate again, at its old position.
     pub src_pos: i32,
@@ -480,6 +520,7 @@ pub struct Reevaluation {
 
 /// Where one static window lies (`kvrt_static_window`); borrows the cache.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct StaticWindow<'c> {
     /// The cache-owned buffer holding the window.
     pub buffer: CacheBuffer<'c>,
@@ -507,6 +548,7 @@ pub struct StaticWindow<'c> {
 
 /// Counters of the static windows' movement (`kvrt_static_stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct StaticStats {
     /// Tokens appended.
     pub rows_appended: u64,
@@ -526,6 +568,7 @@ pub struct StaticStats {
 /// `(n_new - 1) * row_stride`; its mask is `n_new` rows of `S` entries: the
 /// past (left-padded), then the step's own tokens, causal.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct GraphMask {
     /// New tokens per step: 1 for a decode graph, N for an AR-N graph
     /// (1..=S-1).
@@ -534,6 +577,16 @@ pub struct GraphMask {
     /// its scores finite (for example `-65535.0`): finite and below 0.
     /// `None`: -inf.
     pub masked_value: Option<f32>,
+}
+
+impl GraphMask {
+    /// The mask of a graph of `n_new` new rows per step, masked entries -inf.
+    pub fn new(n_new: u32) -> Self {
+        Self {
+            n_new,
+            masked_value: None,
+        }
+    }
 }
 
 impl Default for GraphMask {

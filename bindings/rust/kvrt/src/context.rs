@@ -14,6 +14,7 @@ use crate::types::{cstring, fixed_str, LogLevel};
 
 /// The kind of a device (`kvrt_device_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DeviceType {
     /// Another kind, or unknown.
     Other,
@@ -41,6 +42,7 @@ impl DeviceType {
 
 /// What a device is and can do (`kvrt_device_info`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     /// Index in [`enumerate_devices`] order.
     pub index: u32,
@@ -141,6 +143,7 @@ pub fn enumerate_devices() -> Result<Vec<DeviceInfo>> {
 
 /// Counters of a context (`kvrt_context_stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct ContextStats {
     /// Validation-layer errors seen so far.
     pub validation_errors: u64,

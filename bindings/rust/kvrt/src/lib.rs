@@ -18,7 +18,7 @@
 //! let ctx = kvrt::Context::new()?;
 //! let mut desc = kvrt::CacheDesc::new(1, 1, 1, 8, 0);
 //! desc.layout = kvrt::Layout::Static;
-//! desc.static_layout = Some(kvrt::StaticLayoutDesc { seq_len: 8, reserve: 0.0 });
+//! desc.static_layout = Some(kvrt::StaticLayoutDesc::new(8));
 //! let cache = ctx.create_cache(&desc)?;
 //! let window = cache.static_window(0, 0, 0, kvrt::KvArray::K)?;
 //! drop(cache); // error: `cache` is borrowed by `window`
@@ -34,6 +34,15 @@
 //! [`Cache::state_load_file`] do the same with files written atomically,
 //! and [`Cache::seq_swap_out`] / [`Cache::seq_swap_in`] (and their `_file`
 //! forms) move a sequence out to the host and back.
+//!
+//! # Descriptors and enums grow
+//!
+//! The C structs and enums behind this crate's descriptors, results and
+//! enums gain fields and values in minor releases. So every one of them is
+//! `#[non_exhaustive]`: build a descriptor with its `new` or [`Default`] and
+//! set the fields you need (`let mut p = AttentionParams::default();
+//! p.scale = 0.1;`), and give a `match` on an enum a `_` arm. A later kvrt
+//! then adds a field or a value without breaking your code.
 //!
 //! # Threads
 //!

@@ -21,6 +21,7 @@ use crate::types::{as_bytes, opt_cstring, opt_ptr, ElementType, Layers, Plain};
 /// n_layers × n_heads blocks of n_slots rows of key_dim (MK) or value_dim
 /// (MV) values, row-major.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub enum MemoryInit<'a> {
     /// All zero.
     #[default]
@@ -108,6 +109,7 @@ impl<'a> MemoryInit<'a> {
 /// The descriptor of a memory (`kvrt_memory_desc`); [`Default`] gives
 /// `KVRT_MEMORY_DESC_INIT` (F32 state). **Experimental.**
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct MemoryDesc<'a> {
     /// Layers.
     pub n_layers: u32,
@@ -135,6 +137,7 @@ pub struct MemoryDesc<'a> {
 
 /// Sizes of a memory (`kvrt_memory_estimate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MemoryEstimate {
     /// Device memory the memory allocates.
     pub device_bytes: u64,
@@ -195,6 +198,7 @@ impl MemoryDesc<'_> {
 /// A batch for [`Memory::update`], [`Memory::read`] and
 /// [`Memory::update_read`] (`kvrt_memory_batch`). **Experimental.**
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct MemoryBatch<'a> {
     /// Tokens.
     pub n_tokens: u32,

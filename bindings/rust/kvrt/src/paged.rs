@@ -19,13 +19,14 @@ use crate::types::len_u32;
 /// use kvrt::{CacheDesc, Layout, PagedLayoutDesc};
 /// let mut desc = CacheDesc::new(2, 4, 2, 64, 1024);
 /// desc.layout = Layout::Paged;
-/// desc.paged_layout = Some(PagedLayoutDesc { block_size: 32 });
+/// desc.paged_layout = Some(PagedLayoutDesc::new(32));
 /// assert!(desc.estimate().is_ok());
 /// // 16, 32 or 64 only, and the capacity must be a multiple of it.
-/// desc.paged_layout = Some(PagedLayoutDesc { block_size: 24 });
+/// desc.paged_layout = Some(PagedLayoutDesc::new(24));
 /// assert!(matches!(desc.estimate(), Err(kvrt::Error::InvalidArgument(_))));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub struct PagedLayoutDesc {
     /// Tokens per block: 16, 32 or 64; 0 = 16. The cache's capacity must be
     /// a multiple of it.
@@ -33,6 +34,11 @@ pub struct PagedLayoutDesc {
 }
 
 impl PagedLayoutDesc {
+    /// Blocks of `block_size` tokens (16, 32 or 64; 0 = 16).
+    pub fn new(block_size: u32) -> Self {
+        Self { block_size }
+    }
+
     /// The C struct, chained before `next`.
     pub(crate) fn raw(&self, next: *const std::ffi::c_void) -> sys::kvrt_paged_layout_desc {
         sys::kvrt_paged_layout_desc {
@@ -47,6 +53,7 @@ impl PagedLayoutDesc {
 /// [`Cache::paged_stats`]): `free_blocks + cached_blocks + used_blocks ==
 /// n_blocks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub struct PagedStats {
     /// Tokens per block.
     pub block_size: u32,
@@ -67,6 +74,7 @@ pub struct PagedStats {
 
 /// What [`Cache::paged_admit`] did with a prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Admitted {
     /// Leading tokens of the prompt whose rows are already cached (a multiple
     /// of the block size, and fewer than the prompt's tokens): the engine

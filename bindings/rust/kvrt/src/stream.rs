@@ -16,6 +16,7 @@ use crate::types::{opt_cstring, opt_ptr};
 /// Options of a new stream (`kvrt_stream_desc`); [`Default`] gives
 /// `KVRT_STREAM_DESC_INIT`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamDesc {
     /// Record GPU timestamps around every operation (`KVRT_STREAM_TIMESTAMPS`),
     /// read with [`Stream::timings`].
@@ -28,6 +29,7 @@ pub struct StreamDesc {
 
 /// The GPU time of one recorded operation (`kvrt_timing`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Timing {
     /// Names the operation, e.g. "fill".
     pub label: String,

@@ -184,6 +184,7 @@ impl<'a> Batch<'a> {
 /// Strides of tensor and output data, in bytes; zero means packed (see
 /// `kvrt_tensor_ref`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Strides {
     /// Bytes to the first value.
     pub offset: u64,

@@ -119,6 +119,7 @@ impl std::fmt::Display for ElementType {
 
 /// The level of a log message, or the lowest level delivered (`kvrt_log_level`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[non_exhaustive]
 pub enum LogLevel {
     /// As a threshold: the library's default, [`LogLevel::Warn`].
     #[default]

@@ -85,9 +85,10 @@ fn recorded_attention_into_buffer() {
     let q = values(7, H * D);
     let out_buf = ctx.create_buffer((H * D * 4) as u64).unwrap();
     let mut stream = ctx
-        .create_stream(&StreamDesc {
-            timestamps: true,
-            ..Default::default()
+        .create_stream(&{
+            let mut sd = StreamDesc::default();
+            sd.timestamps = true;
+            sd
         })
         .unwrap();
     {
@@ -202,10 +203,7 @@ fn static_window_and_transfer() {
     let d = 8u32;
     let mut desc = CacheDesc::new(1, 1, 1, d, 0);
     desc.layout = Layout::Static;
-    desc.static_layout = Some(StaticLayoutDesc {
-        seq_len: 5,
-        reserve: 0.0,
-    });
+    desc.static_layout = Some(StaticLayoutDesc::new(5));
     let mut stat = ctx.create_cache(&desc).unwrap();
     let positions = [0, 1, 2];
     let k = values(21, 3 * d as usize);
@@ -234,10 +232,8 @@ fn static_window_and_transfer() {
     // A graph of 2 new rows: its past is the window's last 3 rows (all
     // valid), then its own tokens, causal.
     let mut graph = [1f32; 10];
-    let two = kvrt::GraphMask {
-        n_new: 2,
-        masked_value: Some(-65535.0),
-    };
+    let mut two = kvrt::GraphMask::new(2);
+    two.masked_value = Some(-65535.0);
     stat.static_graph_mask(0, &two, &mut graph).unwrap();
     let m = -65535.0;
     assert_eq!(graph, [0.0, 0.0, 0.0, 0.0, m, 0.0, 0.0, 0.0, 0.0, 0.0]);
@@ -320,14 +316,12 @@ fn raw_read_and_write_back() {
 fn memory_update_read() {
     use kvrt::experimental::{MemoryBatch, MemoryDesc, MemoryInit};
     let ctx = context();
-    let desc = MemoryDesc {
-        n_layers: 1,
-        n_heads: 1,
-        n_slots: 4,
-        key_dim: 8,
-        keys: MemoryInit::Seed(7),
-        ..Default::default()
-    };
+    let mut desc = MemoryDesc::default();
+    desc.n_layers = 1;
+    desc.n_heads = 1;
+    desc.n_slots = 4;
+    desc.key_dim = 8;
+    desc.keys = MemoryInit::Seed(7);
     assert!(desc.estimate().unwrap().device_bytes > 0);
     let mut mem = ctx.create_memory(&desc).unwrap();
     let wq = values(41, 8);

@@ -69,10 +69,8 @@ fn short_host_data_is_refused() {
             &AttentionParams::default(),
         )
         .is_err());
-    let params = AttentionParams {
-        sinks: Some(vec![0.0; 3]),
-        ..Default::default()
-    };
+    let mut params = AttentionParams::default();
+    params.sinks = Some(vec![0.0; 3]);
     assert!(cache
         .attention(
             0,

@@ -21,7 +21,7 @@ const F16_ULP: f32 = 1.0 / 2048.0;
 fn paged_cache(ctx: &Context, capacity: u32) -> Cache {
     let mut desc = CacheDesc::new(LAYERS as u32, 2, KV as u32, D as u32, capacity);
     desc.layout = Layout::Paged;
-    desc.paged_layout = Some(PagedLayoutDesc { block_size: B as u32 });
+    desc.paged_layout = Some(PagedLayoutDesc::new(B as u32));
     desc.max_seqs = 4;
     ctx.create_cache(&desc).unwrap()
 }
@@ -307,9 +307,9 @@ fn paged_errors() {
     // not a multiple of it, a paged descriptor with another layout.
     let mut desc = CacheDesc::new(1, 1, 1, 8, 64);
     desc.layout = Layout::Paged;
-    desc.paged_layout = Some(PagedLayoutDesc { block_size: 24 });
+    desc.paged_layout = Some(PagedLayoutDesc::new(24));
     assert!(matches!(ctx.create_cache(&desc), Err(Error::InvalidArgument(_))));
-    desc.paged_layout = Some(PagedLayoutDesc { block_size: 64 });
+    desc.paged_layout = Some(PagedLayoutDesc::new(64));
     desc.capacity = 96;
     assert!(matches!(ctx.create_cache(&desc), Err(Error::InvalidArgument(_))));
     desc.paged_layout = None; // 16
@@ -318,7 +318,7 @@ fn paged_errors() {
         16
     );
     desc.layout = Layout::Cells;
-    desc.paged_layout = Some(PagedLayoutDesc { block_size: 16 });
+    desc.paged_layout = Some(PagedLayoutDesc::new(16));
     assert!(matches!(ctx.create_cache(&desc), Err(Error::InvalidArgument(_))));
 
     // Paged calls on a cell-layout cache.

@@ -60,7 +60,7 @@ fn cell_cache(ctx: &Context, capacity: u32) -> Cache {
 fn paged_cache(ctx: &Context, capacity: u32) -> Cache {
     let mut desc = CacheDesc::new(LAYERS as u32, H as u32, KV as u32, PD as u32, capacity);
     desc.layout = Layout::Paged;
-    desc.paged_layout = Some(PagedLayoutDesc { block_size: B as u32 });
+    desc.paged_layout = Some(PagedLayoutDesc::new(B as u32));
     desc.max_seqs = 4;
     ctx.create_cache(&desc).unwrap()
 }

@@ -25,10 +25,7 @@ fn window_cache(ctx: &Context) -> Cache {
     let mut desc = CacheDesc::new(LAYERS as u32, H as u32, KV as u32, D as u32, 256);
     desc.layer_windows = Some(vec![0, W]);
     desc.max_seqs = 1;
-    desc.window_layout = Some(WindowLayoutDesc {
-        cells: 0,
-        n_keep: N_KEEP,
-    });
+    desc.window_layout = Some(WindowLayoutDesc::new(0, N_KEEP));
     ctx.create_cache(&desc).unwrap()
 }
 
@@ -129,10 +126,7 @@ fn window_group_drops_rows_out_of_the_window() {
 fn window_layout_needs_a_windowed_layer() {
     let ctx = context();
     let mut desc = CacheDesc::new(LAYERS as u32, H as u32, KV as u32, D as u32, 256);
-    desc.window_layout = Some(WindowLayoutDesc {
-        cells: 0,
-        n_keep: N_KEEP,
-    });
+    desc.window_layout = Some(WindowLayoutDesc::new(0, N_KEEP));
     let err = ctx.create_cache(&desc).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     desc.layer_windows = Some(vec![0, 0]);
@@ -140,10 +134,7 @@ fn window_layout_needs_a_windowed_layer() {
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     // More cells than the capacity.
     desc.layer_windows = Some(vec![0, W]);
-    desc.window_layout = Some(WindowLayoutDesc {
-        cells: 257,
-        n_keep: 0,
-    });
+    desc.window_layout = Some(WindowLayoutDesc::new(257, 0));
     let err = ctx.create_cache(&desc).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
 }
@@ -170,14 +161,11 @@ const PAGED_N_KEEP: u32 = 2;
 fn paged_window_cache(ctx: &Context, grouped: bool) -> Cache {
     let mut desc = CacheDesc::new(PAGED_WINDOWS.len() as u32, H as u32, KV as u32, D as u32, 1024);
     desc.layout = Layout::Paged;
-    desc.paged_layout = Some(PagedLayoutDesc { block_size: 16 });
+    desc.paged_layout = Some(PagedLayoutDesc::new(16));
     desc.layer_windows = Some(PAGED_WINDOWS.to_vec());
     desc.max_seqs = 4;
     if grouped {
-        desc.window_layout = Some(WindowLayoutDesc {
-            cells: 0,
-            n_keep: PAGED_N_KEEP,
-        });
+        desc.window_layout = Some(WindowLayoutDesc::new(0, PAGED_N_KEEP));
     }
     ctx.create_cache(&desc).unwrap()
 }
