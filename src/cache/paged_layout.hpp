@@ -118,9 +118,9 @@ private:
     Result split_runs(const kv::Token* tokens, uint32_t n, std::vector<Run>* out) const;
     Result extend(vk::Stream* stream, std::vector<Run>& runs, uint32_t n, int32_t layer, const Source* k,
                   const Source* v, uint32_t* out_cells);
-    // The load's window group (state.cpp): plans the group's cells of the
+    // The load's window group (state.cpp): places the group's cells of the
     // loaded cells (per_seq: each loaded sequence's records, in token order)
-    // on a copy of its table.
+    // in its table (WindowGroup::plan_load: out->undo_table gives it back).
     Result plan_group_load(int32_t seq, const state::Plan& plan, const std::vector<std::vector<uint32_t>>& per_seq,
                            uint32_t first, uint32_t last, GroupLoad* out) const;
     // Records the copies of whole blocks and the group's rows of them, as

@@ -345,6 +345,7 @@ Result Cache::load_group(vk::Transaction& tx, int32_t seq, const state::Plan& pl
         g_load.cells.push_back(at[g.record]);
     }
     KVRT_TRY(group_->plan_load(seq, tokens, &g_load));
+    tx.on_undo(g_load.undo_table);
 
     // The rows, layer by layer: a windowed layer's are the group's records
     // (from a state without a group: those of every cell).
@@ -581,6 +582,11 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
         restore();
         return r;
     }
+    // From here on, the group's table too.
+    const auto undo_tables = [restore, group_table = group.undo_table]() {
+        if (group_table) group_table();
+        restore();
+    };
 
     // The rows, in one submission.
     LoadRows k, v;
@@ -615,17 +621,17 @@ Result PagedLayout::load(int32_t seq, const state::Plan& plan) {
         r = c_.table_.mirror_seq(int32_t(s), nullptr, 0, set_.data(), set_.size());
     }
     if (r != KVRT_SUCCESS) {
-        restore();
+        undo_tables();
         return r;
     }
     if (c_.group_) {
-        auto undo = c_.group_->commit_load(group);
-        tx.on_undo([restore, undo]() {
-            restore();
-            undo();
+        auto undo_links = c_.group_->commit_load(group);
+        tx.on_undo([undo_tables, undo_links]() {
+            undo_links();
+            undo_tables();
         });
     } else {
-        tx.on_undo(restore);
+        tx.on_undo(undo_tables);
     }
     // Past a timed-out wait the rows land later: the new pool and table describe them.
     tx.keep_on_timeout();

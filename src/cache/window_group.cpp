@@ -306,35 +306,80 @@ Result WindowGroup::record_copies(vk::Stream& s, const std::vector<uint32_t>& fr
     return rows_->record_copy_cells(s, *rows_, from, to);
 }
 
-Result WindowGroup::plan_load(int32_t seq, const std::vector<kv::Token>& tokens, GroupLoad* out) const {
-    const uint32_t m = static_cast<uint32_t>(tokens.size());
-    const kv::CellTable& live = rows_->table_;
-    out->table = std::make_shared<kv::CellTable>(live);
-    if (seq < 0) out->table->clear();
-    else KVRT_TRY(out->table->seq_rm(seq, -1, -1));
-    out->group_cells.resize(m);
-    const uint32_t k = kv::pick_load_cells(live, *out->table, m, out->group_cells.data());
-    if (k < m)
-        return fail(KVRT_ERROR_CACHE_FULL,
-                    "the state's windowed layers hold %u cells, the window group has %u for them", m, k);
+namespace {
+
+// The undo record of a load into the group's table (as a cell-layout load's
+// in state.cpp): a copy of the table for a whole load, else the replaced
+// sequence's cells and the placement.
+struct GroupTableUndo {
+    std::shared_ptr<kv::CellTable> whole;
+    kv::SeqRemoval removed;
     kv::Placement placement;
-    KVRT_TRY(out->table->plan(tokens.data(), m, &placement, out->group_cells.data(), true));
-    return out->table->apply(placement);
+
+    void run(kv::CellTable& t) {
+        if (whole) {
+            std::swap(t, *whole);
+            return;
+        }
+        if (placement.applied()) (void)t.rollback(placement);
+        if (removed.seq >= 0) t.restore_seq(removed);
+    }
+};
+
+}  // namespace
+
+Result WindowGroup::plan_load(int32_t seq, const std::vector<kv::Token>& tokens, GroupLoad* out) {
+    const uint32_t m = static_cast<uint32_t>(tokens.size());
+    kv::CellTable& t = rows_->table_;
+    auto undo = std::make_shared<GroupTableUndo>();
+    out->group_cells.resize(m);
+    uint32_t k = m;
+    if (seq < 0) {
+        try {
+            undo->whole = std::make_shared<kv::CellTable>(t);
+        } catch (const std::bad_alloc&) {
+            return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for the window group's cell table");
+        }
+        k = kv::first_free_cells(t, m, out->group_cells.data());  // free before the load
+        t.clear();
+    } else {
+        k = kv::first_free_cells(t, m, out->group_cells.data());
+        KVRT_TRY(t.remove_seq(seq, &undo->removed));
+    }
+    // From here on a failure gives the table back before it returns.
+    Result r = KVRT_SUCCESS;
+    if (k < m) {
+        k = kv::first_free_cells(t, m, out->group_cells.data());  // also the cells the load frees
+        if (k < m)
+            r = fail(KVRT_ERROR_CACHE_FULL, "the state's windowed layers hold %u cells, the window group has %u for them",
+                     m, k);
+    }
+    if (r == KVRT_SUCCESS) r = t.plan(tokens.data(), m, &undo->placement, out->group_cells.data(), true);
+    if (r == KVRT_SUCCESS) r = t.apply(undo->placement);
+    if (r != KVRT_SUCCESS) {
+        undo->run(t);
+        return r;
+    }
+    out->undo_table = [&t, undo]() { undo->run(t); };
+    return KVRT_SUCCESS;
 }
 
 std::function<void()> WindowGroup::commit_load(const GroupLoad& group) {
-    auto links = std::make_shared<std::pair<std::vector<int32_t>, std::vector<uint32_t>>>(group_of_, cell_of_);
-    std::shared_ptr<kv::CellTable> table = group.table;
-    std::swap(rows_->table_, *table);
+    // The links this changes, as they were.
+    auto links = std::make_shared<std::pair<std::vector<std::pair<uint32_t, int32_t>>,
+                                            std::vector<std::pair<uint32_t, uint32_t>>>>();
+    links->first.reserve(group.cells.size());
+    links->second.reserve(group.cells.size());
     for (size_t i = 0; i < group.cells.size(); ++i) {
+        links->first.emplace_back(group.cells[i], group_of_[group.cells[i]]);
+        links->second.emplace_back(group.group_cells[i], cell_of_[group.group_cells[i]]);
         group_of_[group.cells[i]] = static_cast<int32_t>(group.group_cells[i]);
         cell_of_[group.group_cells[i]] = group.cells[i];
     }
     forget_floors();
-    return [this, table, links]() {
-        std::swap(rows_->table_, *table);
-        std::swap(group_of_, links->first);
-        std::swap(cell_of_, links->second);
+    return [this, links]() {
+        for (auto it = links->second.rbegin(); it != links->second.rend(); ++it) cell_of_[it->first] = it->second;
+        for (auto it = links->first.rbegin(); it != links->first.rend(); ++it) group_of_[it->first] = it->second;
         forget_floors();
     };
 }

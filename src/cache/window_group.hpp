@@ -26,11 +26,12 @@
 namespace kvrt::cache {
 
 // The loaded cells of a cache with a window group: each one's group cell,
-// and for the paged layout the state's row of it in the windowed layers,
-// planned on a copy of the group's table.
+// and for the paged layout the state's row of it in the windowed layers.
+// `undo_table` gives the group's table back as it was before the load placed
+// them (WindowGroup::plan_load).
 struct GroupLoad {
-    std::shared_ptr<kv::CellTable> table;
     std::vector<uint32_t> cells, group_cells, rows;  // cache cell, group cell, windowed-layer row
+    std::function<void()> undo_table;
 };
 
 class WindowGroup {
@@ -102,13 +103,16 @@ public:
                      const int32_t* seq_ids, const Source& q, const Output& out, const kvrt_attention_params& params,
                      const Tree* tree);
 
-    // State loads: plans `tokens` (of sequence `seq`, or of every sequence
-    // when seq < 0, which replace what it held) on a copy of the group's
-    // table, in cells free before the load where enough are, else in any the
-    // load leaves free; the copy goes to `out` and each token's cell to
-    // out->group_cells. commit_load swaps the planned table and links in and
-    // returns their undo.
-    Result plan_load(int32_t seq, const std::vector<kv::Token>& tokens, GroupLoad* out) const;
+    // State loads: places `tokens` (of sequence `seq`, or of every sequence
+    // when seq < 0, which replace what it held) in the group's table, in
+    // cells free before the load where enough are, else in any the load
+    // leaves free; each token's cell goes to out->group_cells and the
+    // table's undo to out->undo_table (the caller runs it if the load fails
+    // later; a failure here leaves the table as it was). Its record is the
+    // replaced sequence's cells, or for a whole load a copy of the table.
+    // commit_load links the loaded cells and returns the undo of the links
+    // it changed.
+    Result plan_load(int32_t seq, const std::vector<kv::Token>& tokens, GroupLoad* out);
     std::function<void()> commit_load(const GroupLoad& group);
 
     // Checks that the group and the cache agree: every group cell belongs to
