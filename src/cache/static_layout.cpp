@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cache/cache.hpp"
+#include "core/raw_enum.hpp"
 #include "kv/memory_half.hpp"
 #include "ops/rows.hpp"
 #include "ops/tuning.hpp"
@@ -474,12 +475,15 @@ Result StaticLayout::mask(int32_t seq, kvrt_type type, void* out, uint64_t out_b
 Result StaticLayout::graph_mask(int32_t seq, const kvrt_static_mask_desc* desc, void* out,
                                 uint64_t out_bytes) const {
     const kvrt_static_mask_desc d = desc ? *desc : kvrt_static_mask_desc KVRT_STATIC_MASK_DESC_INIT;
-    if (d.format != KVRT_MASK_F32 && d.format != KVRT_MASK_F16 && d.format != KVRT_MASK_U16)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->format %d is not a kvrt_mask_format", static_cast<int>(d.format));
+    // Read as the caller's bits: any int32 may be there, not only a value of
+    // the enum.
+    const int32_t format = raw_enum(d.format);
+    if (format != KVRT_MASK_F32 && format != KVRT_MASK_F16 && format != KVRT_MASK_U16)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->format %d is not a kvrt_mask_format", static_cast<int>(format));
     if (d.flags & ~KVRT_MASK_FINITE)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown desc->flags 0x%x", static_cast<unsigned>(d.flags));
     const bool finite = d.flags & KVRT_MASK_FINITE;
-    if (finite && d.format == KVRT_MASK_U16)
+    if (finite && format == KVRT_MASK_U16)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "KVRT_MASK_FINITE applies to KVRT_MASK_F32 and KVRT_MASK_F16, not "
                                                  "KVRT_MASK_U16 (0 is its masked entry)");
     if (finite && !(std::isfinite(d.masked_value) && d.masked_value < 0.0f))
@@ -493,7 +497,7 @@ Result StaticLayout::graph_mask(int32_t seq, const kvrt_static_mask_desc* desc, 
     if (seq < 0 || static_cast<uint32_t>(seq) >= c_.geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, c_.geo_.max_seqs - 1);
     if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
-    const uint64_t entry = d.format == KVRT_MASK_F32 ? 4 : 2;
+    const uint64_t entry = format == KVRT_MASK_F32 ? 4 : 2;
     const uint64_t need = uint64_t{n_new} * S * entry;
     if (out_bytes < need)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "the mask needs %llu bytes (%u x %llu entries of %llu bytes), got %llu",
@@ -502,7 +506,7 @@ Result StaticLayout::graph_mask(int32_t seq, const kvrt_static_mask_desc* desc, 
     const kv::StaticWindow& w = windows_[static_cast<size_t>(seq)];
     const size_t count = static_cast<size_t>(uint64_t{n_new} * S);
     const float neg_inf = -std::numeric_limits<float>::infinity();
-    switch (d.format) {
+    switch (format) {
         case KVRT_MASK_F32:
             return w.graph_mask(n_new, 0.0f, finite ? d.masked_value : neg_inf, static_cast<float*>(out), count);
         case KVRT_MASK_F16:
