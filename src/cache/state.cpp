@@ -235,29 +235,6 @@ Result Cache::check_state_fits(int32_t seq, const state::Plan& plan) const {
     return KVRT_SUCCESS;
 }
 
-namespace {
-
-// The journal entry of a cell-layout load: what puts the table back. A
-// whole-cache load changes every cell, so its entry is a copy of the table;
-// a sequence's load keeps the record of the cells it replaced and the
-// placement it applied, whose sizes are the sequence's and the state's.
-struct TableLoadUndo {
-    std::shared_ptr<kv::CellTable> whole;
-    kv::SeqRemoval removed;
-    kv::Placement placement;
-
-    void run(kv::CellTable& t) {
-        if (whole) {
-            std::swap(t, *whole);
-            return;
-        }
-        if (placement.applied()) (void)t.rollback(placement);
-        if (removed.seq >= 0) t.restore_seq(removed);
-    }
-};
-
-}  // namespace
-
 Result CellLayout::load(int32_t seq, const state::Plan& plan) {
     const state::Description& d = plan.desc;
     const uint32_t n = d.header.n_cells;
@@ -276,7 +253,7 @@ Result CellLayout::load(int32_t seq, const state::Plan& plan) {
     // The table changes in place; the transaction's journal puts it back if
     // anything after fails.
     vk::Transaction tx(&c_, nullptr, c_.own_);
-    auto undo = std::make_shared<TableLoadUndo>();
+    auto undo = std::make_shared<kv::LoadUndo>();
     if (seq < 0) {
         try {
             undo->whole = std::make_shared<kv::CellTable>(t);

@@ -306,32 +306,10 @@ Result WindowGroup::record_copies(vk::Stream& s, const std::vector<uint32_t>& fr
     return rows_->record_copy_cells(s, *rows_, from, to);
 }
 
-namespace {
-
-// The undo record of a load into the group's table (as a cell-layout load's
-// in state.cpp): a copy of the table for a whole load, else the replaced
-// sequence's cells and the placement.
-struct GroupTableUndo {
-    std::shared_ptr<kv::CellTable> whole;
-    kv::SeqRemoval removed;
-    kv::Placement placement;
-
-    void run(kv::CellTable& t) {
-        if (whole) {
-            std::swap(t, *whole);
-            return;
-        }
-        if (placement.applied()) (void)t.rollback(placement);
-        if (removed.seq >= 0) t.restore_seq(removed);
-    }
-};
-
-}  // namespace
-
 Result WindowGroup::plan_load(int32_t seq, const std::vector<kv::Token>& tokens, GroupLoad* out) {
     const uint32_t m = static_cast<uint32_t>(tokens.size());
     kv::CellTable& t = rows_->table_;
-    auto undo = std::make_shared<GroupTableUndo>();
+    auto undo = std::make_shared<kv::LoadUndo>();
     out->group_cells.resize(m);
     uint32_t k = m;
     if (seq < 0) {

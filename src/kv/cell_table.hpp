@@ -30,6 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/result.hpp"
@@ -494,6 +496,25 @@ private:
 // `after` (the table the load plans, which frees what it replaces). Returns
 // how many it found (< n: too few either way).
 uint32_t pick_load_cells(const CellTable& before, const CellTable& after, uint32_t n, uint32_t* out);
+// The undo record of a state load into a table: a whole load changes every
+// cell, so its record is a copy of the table; a sequence's load keeps the
+// replaced sequence (remove_seq) and the placement it applied, whose sizes
+// are the sequence's and the state's. run() puts the table back.
+struct LoadUndo {
+    std::shared_ptr<CellTable> whole;
+    SeqRemoval removed;
+    Placement placement;
+
+    void run(CellTable& t) {
+        if (whole) {
+            std::swap(t, *whole);
+            return;
+        }
+        if (placement.applied()) (void)t.rollback(placement);
+        if (removed.seq >= 0) t.restore_seq(removed);
+    }
+};
+
 // The first n empty cells of `t`, lowest first, to out[]; returns how many
 // there are (< n: too few).
 uint32_t first_free_cells(const CellTable& t, uint32_t n, uint32_t* out);
