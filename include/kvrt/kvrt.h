@@ -254,6 +254,7 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_PAGED_STATS = 26,
     KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC = 27,
     KVRT_STRUCT_TYPE_STATIC_MASK_DESC = 28,
+    KVRT_STRUCT_TYPE_STATIC_STYLE_DESC = 29,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
     KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC = 101,
     KVRT_STRUCT_TYPE_VULKAN_COMPLETION = 102,
@@ -942,6 +943,31 @@ typedef struct kvrt_static_layout_desc {
 } kvrt_static_layout_desc;
 
 #define KVRT_STATIC_LAYOUT_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC, NULL, 0, 0.0 }
+
+/* How a static layout's windows take new rows (kvrt_static_style_desc): the
+ * two KV-cache styles of static-graph engines (ExecuTorch's static
+ * attention, Qualcomm's llama runners). See kvrt_static.h. */
+typedef enum kvrt_static_style {
+    /* The window slides through a region of ceil(R*(S-1)) rows: left-padded,
+     * new rows after it, one copy when the region runs out (the default). */
+    KVRT_STATIC_STYLE_SHIFT_POINTER = 0,
+    /* The window is the whole region of S-1 rows and never moves: new rows
+     * go to a ring position, right-padded while it fills, the mask opening
+     * from the left ("smart mask"). reserve must be 0 or 1. */
+    KVRT_STATIC_STYLE_SMART_MASK = 1,
+    KVRT_STATIC_STYLE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_static_style;
+
+/* The style of a static layout, chained on kvrt_cache_desc.next beside its
+ * kvrt_static_layout_desc (KVRT_ERROR_INVALID_ARGUMENT on a cache of another
+ * layout). Without it: KVRT_STATIC_STYLE_SHIFT_POINTER. */
+typedef struct kvrt_static_style_desc {
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_STATIC_STYLE_DESC */
+    const void* next;
+    kvrt_static_style style;
+} kvrt_static_style_desc;
+
+#define KVRT_STATIC_STYLE_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_STYLE_DESC, NULL, KVRT_STATIC_STYLE_SHIFT_POINTER }
 
 /* The scales of static-scale K/V types (KVRT_TYPE_U8_STATIC,
  * KVRT_TYPE_U16_STATIC), chained on kvrt_cache_desc.next; needed when either

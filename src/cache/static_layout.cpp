@@ -20,15 +20,18 @@ namespace kvrt::cache {
 
 namespace {
 
-// The cell moves of `slide` within the rows of `seq` (cell = seq * rr + row),
-// ordered so that each destination is free when its move comes: a copy to
-// lower rows goes first row first, one to higher rows last row first.
-std::vector<kv::CellMove> slide_moves(uint32_t seq, uint32_t rr, const kv::StaticSlide& slide) {
-    std::vector<kv::CellMove> moves(slide.rows);
-    const bool up = slide.dst_row > slide.src_row;
-    for (uint32_t j = 0; j < slide.rows; ++j) {
-        const uint32_t i = up ? slide.rows - 1 - j : j;
-        moves[j] = kv::CellMove{seq * rr + slide.src_row + i, seq * rr + slide.dst_row + i};
+// The cell moves of `slides`, in their order, within the rows of `seq`
+// (cell = seq * rr + row), ordered so that each destination is free when its
+// move comes: a copy to lower rows goes first row first, one to higher rows
+// last row first.
+std::vector<kv::CellMove> slide_moves(uint32_t seq, uint32_t rr, const std::vector<kv::StaticSlide>& slides) {
+    std::vector<kv::CellMove> moves;
+    for (const kv::StaticSlide& slide : slides) {
+        const bool up = slide.dst_row > slide.src_row;
+        for (uint32_t j = 0; j < slide.rows; ++j) {
+            const uint32_t i = up ? slide.rows - 1 - j : j;
+            moves.push_back(kv::CellMove{seq * rr + slide.src_row + i, seq * rr + slide.dst_row + i});
+        }
     }
     return moves;
 }
@@ -44,8 +47,12 @@ Result StaticLayout::create(Cache& cache, const kvrt_cache_desc& desc, std::uniq
     kv::TypeSize ts{};
     kv::type_size(geo.k.type, &ts);
     kv::StaticGeometry geometry;
-    KVRT_TRY(kv::StaticGeometry::create(geo.n_layers, geo.n_kv_heads, geo.k.head_dim, ts.block_bytes, r.seq_len,
-                                        r.reserve, &geometry));
+    if (r.ring)
+        KVRT_TRY(kv::StaticGeometry::create_ring(geo.n_layers, geo.n_kv_heads, geo.k.head_dim, ts.block_bytes,
+                                                 r.seq_len, &geometry));
+    else
+        KVRT_TRY(kv::StaticGeometry::create(geo.n_layers, geo.n_kv_heads, geo.k.head_dim, ts.block_bytes, r.seq_len,
+                                            r.reserve, &geometry));
     std::unique_ptr<StaticLayout> layout(new StaticLayout(cache, arena.get(), geometry));
     *out = std::move(layout);
     *out_arena = std::move(arena);
@@ -108,7 +115,9 @@ void StaticLayout::attention_cells(uint32_t layer, uint32_t n_queries, const int
         const kv::StaticWindow& w = windows_[static_cast<uint32_t>(seq)];
         if (w.n_valid() == 0) continue;
         const uint32_t base = static_cast<uint32_t>(seq) * rows;
-        c_.attention_segments(layer, base + w.first_valid_row(), base + w.start() + w.window_rows(), out);
+        uint32_t begin[2], end[2];
+        const uint32_t runs = w.valid_runs(begin, end);
+        for (uint32_t r = 0; r < runs; ++r) c_.attention_segments(layer, base + begin[r], base + end[r], out);
         *out_cells += w.n_valid();
     }
 }
@@ -121,9 +130,9 @@ Result StaticLayout::snapshot(int32_t seq, SeqSnapshot* out) const {
     // The sequence's cells are its window's valid rows: no table scan.
     const uint32_t base = static_cast<uint32_t>(seq) * geometry_.reservation_rows;
     const kv::StaticWindow& w = out->window;
-    for (uint32_t r = w.first_valid_row(); r < w.start() + w.window_rows(); ++r) {
-        out->cells.push_back(base + r);
-        out->positions.push_back(c_.table_.cell_pos(base + r));
+    for (uint32_t i = 0; i < w.n_valid(); ++i) {
+        out->cells.push_back(base + w.valid_row(i));
+        out->positions.push_back(c_.table_.cell_pos(base + w.valid_row(i)));
     }
     return KVRT_SUCCESS;
 }
@@ -256,7 +265,7 @@ Result StaticLayout::append(vk::Stream* stream, const kv::Token* tokens, uint32_
         const auto& list = of_seq[seq];
         KVRT_TRY(windows.back().append(static_cast<uint32_t>(list.size()), &appends[i]));
         for (size_t j = 0; j < list.size(); ++j)
-            cells[list[j]] = static_cast<uint32_t>(seq) * Rr + appends[i].write_row + static_cast<uint32_t>(j);
+            cells[list[j]] = static_cast<uint32_t>(seq) * Rr + (appends[i].write_row + static_cast<uint32_t>(j)) % Rr;
     }
 
     // Metadata: drop the rows that leave the window, move the survivors of a
@@ -269,13 +278,13 @@ Result StaticLayout::append(vk::Stream* stream, const kv::Token* tokens, uint32_
         const uint32_t added = static_cast<uint32_t>(of_seq[seq].size());
         const uint32_t keep = windows[i].n_valid() - added;  // old rows still in the window
         if (keep < before.n_valid()) {
-            const uint32_t first_kept_row = before.start() + W - keep;
+            const uint32_t first_kept_row = before.valid_row(before.n_valid() - keep);
             const int32_t from = keep == 0 ? -1 : c_.table_.cell_pos(static_cast<uint32_t>(seq) * Rr + first_kept_row);
             KVRT_TRY(c_.table_.seq_rm(seq, -1, from));
         }
         const kv::StaticSlide& slide = appends[i].slide;
         if (slide.needed && slide.rows > 0 && slide.src_row != slide.dst_row)
-            KVRT_TRY(c_.table_.apply_moves(slide_moves(static_cast<uint32_t>(seq), Rr, slide)));
+            KVRT_TRY(c_.table_.apply_moves(slide_moves(static_cast<uint32_t>(seq), Rr, {slide})));
     }
     kv::Placement placement;
     KVRT_TRY(c_.table_.plan(tokens, n, &placement, cells.data()));
@@ -320,19 +329,19 @@ Result StaticLayout::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
     struct Cut {
         int32_t seq = 0;
         kv::StaticWindow window;
-        kv::StaticSlide slide;
+        std::vector<kv::StaticSlide> slides;
     };
     std::vector<Cut> cuts;
     for (uint32_t s = first; s < last; ++s) {
         const kv::StaticWindow& w = windows_[s];
-        const uint32_t n = w.n_valid(), row0 = s * Rr + w.first_valid_row();
+        const uint32_t n = w.n_valid(), base = s * Rr;
         // The number of valid rows below position `p` (`if_negative` for p < 0).
         auto below = [&](int32_t p, uint32_t if_negative) {
             if (p < 0) return if_negative;
             uint32_t lo = 0, hi = n;
             while (lo < hi) {
                 const uint32_t mid = lo + (hi - lo) / 2;
-                if (c_.table_.cell_pos(row0 + mid) < p)
+                if (c_.table_.cell_pos(base + w.valid_row(mid)) < p)
                     lo = mid + 1;
                 else
                     hi = mid;
@@ -347,7 +356,7 @@ Result StaticLayout::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
         if (cut == 0 && end == n)
             c.window.reset();  // the whole sequence: its counters start again
         else
-            KVRT_TRY(c.window.remove(cut, end - cut, &c.slide));
+            KVRT_TRY(c.window.remove_runs(cut, end - cut, &c.slides));
         cuts.push_back(c);
     }
     if (cuts.empty()) return KVRT_SUCCESS;
@@ -359,8 +368,8 @@ Result StaticLayout::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
     bool device_work = false;
     for (const Cut& c : cuts) {
         KVRT_TRY(c_.table_.seq_rm(c.seq, p0, p1));
-        if (c.slide.needed) {
-            KVRT_TRY(c_.table_.apply_moves(slide_moves(static_cast<uint32_t>(c.seq), Rr, c.slide)));
+        if (!c.slides.empty()) {
+            KVRT_TRY(c_.table_.apply_moves(slide_moves(static_cast<uint32_t>(c.seq), Rr, c.slides)));
             device_work = true;
         }
         windows_[static_cast<size_t>(c.seq)] = c.window;
@@ -374,7 +383,8 @@ Result StaticLayout::seq_rm(int32_t seq, int32_t p0, int32_t p1) {
         s.begin_op("static removal");
         Result r = KVRT_SUCCESS;
         for (size_t i = 0; i < cuts.size() && r == KVRT_SUCCESS; ++i)
-            r = record_slide(s, static_cast<uint32_t>(cuts[i].seq), cuts[i].slide);
+            for (size_t j = 0; j < cuts[i].slides.size() && r == KVRT_SUCCESS; ++j)
+                r = record_slide(s, static_cast<uint32_t>(cuts[i].seq), cuts[i].slides[j]);
         s.end_op();
         KVRT_TRY(r);
         KVRT_TRY(tx.submit());
@@ -387,6 +397,10 @@ Result StaticLayout::make_room(int32_t seq, uint32_t n) {
     if (seq < 0 || static_cast<uint32_t>(seq) >= c_.geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, c_.geo_.max_seqs - 1);
     const uint32_t W = geometry_.window_rows, Rr = geometry_.reservation_rows;
+    if (geometry_.ring)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "kvrt_cache_static_make_room: a smart-mask cache's window is its whole region, with no room after "
+                    "it; kvrt_cache_store writes a step's accepted rows into the ring");
     if (n == 0 || n > Rr - W)
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
                     "room for %u rows after the window: this cache's regions have room for 1 to %u (ceil(R * (S-1)) - "
@@ -403,7 +417,7 @@ Result StaticLayout::make_room(int32_t seq, uint32_t n) {
     KVRT_TRY(snapshot(seq, &snaps[0]));
     vk::Transaction tx(&c_, nullptr, c_.own_);
     tx.on_undo([this, snaps]() { restore(snaps); });
-    KVRT_TRY(c_.table_.apply_moves(slide_moves(static_cast<uint32_t>(seq), Rr, slide)));
+    KVRT_TRY(c_.table_.apply_moves(slide_moves(static_cast<uint32_t>(seq), Rr, {slide})));
     windows_[static_cast<size_t>(seq)] = w;
     // The copy completes before the call returns; a wait that times out
     // keeps it (the work was submitted and completes later).
@@ -438,8 +452,8 @@ Result StaticLayout::window(int32_t seq, int32_t layer_arg, uint32_t head, Array
     v.n_valid = w.n_valid();
     if (v.n_valid) {
         const uint32_t base = static_cast<uint32_t>(seq) * geometry_.reservation_rows;
-        v.pos_first = c_.table_.cell_pos(base + w.first_valid_row());
-        v.pos_last = c_.table_.cell_pos(base + w.start() + w.window_rows() - 1);
+        v.pos_first = c_.table_.cell_pos(base + w.valid_row(0));
+        v.pos_last = c_.table_.cell_pos(base + w.valid_row(w.n_valid() - 1));
     }
     v.type = g.type;
     if (!g.scales.empty()) v.scale = g.scales[layer];
@@ -490,21 +504,22 @@ Result StaticLayout::graph_mask(int32_t seq, const kvrt_static_mask_desc* desc, 
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->masked_value %g must be finite and below 0",
                     static_cast<double>(d.masked_value));
     const uint32_t n_new = d.n_new ? d.n_new : 1;
-    const uint64_t S = geometry_.max_seq;
-    if (n_new > S - 1)
+    const uint64_t W = geometry_.window_rows;
+    if (n_new > W)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->n_new %u is above S-1 = %llu", n_new,
-                    static_cast<unsigned long long>(S - 1));
+                    static_cast<unsigned long long>(W));
     if (seq < 0 || static_cast<uint32_t>(seq) >= c_.geo_.max_seqs)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, c_.geo_.max_seqs - 1);
     if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
+    const kv::StaticWindow& w = windows_[static_cast<size_t>(seq)];
+    const uint64_t entries = w.mask_entries(n_new);  // S, or S-1 + N in the smart-mask style
     const uint64_t entry = format == KVRT_MASK_F32 ? 4 : 2;
-    const uint64_t need = uint64_t{n_new} * S * entry;
+    const uint64_t need = uint64_t{n_new} * entries * entry;
     if (out_bytes < need)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "the mask needs %llu bytes (%u x %llu entries of %llu bytes), got %llu",
-                    static_cast<unsigned long long>(need), n_new, static_cast<unsigned long long>(S),
+                    static_cast<unsigned long long>(need), n_new, static_cast<unsigned long long>(entries),
                     static_cast<unsigned long long>(entry), static_cast<unsigned long long>(out_bytes));
-    const kv::StaticWindow& w = windows_[static_cast<size_t>(seq)];
-    const size_t count = static_cast<size_t>(uint64_t{n_new} * S);
+    const size_t count = static_cast<size_t>(uint64_t{n_new} * entries);
     const float neg_inf = -std::numeric_limits<float>::infinity();
     switch (format) {
         case KVRT_MASK_F32:

@@ -185,8 +185,14 @@ Result resolve_rope(const kvrt_rope_desc* given, uint32_t head_dim_k, kvrt_rope_
 }
 
 // The static layout's regions of one array, and its pieces.
-Result static_regions(const char* what, const kvrt_static_layout_desc& d, uint32_t n_layers, uint32_t n_kv_heads,
-                      uint32_t max_seqs, uint64_t max_binding, RowGeometry* g) {
+// The reserve a static layout's descriptor asks for: 0 means 2 (1 in the
+// smart-mask style, whose window is its whole region).
+double static_reserve(const kvrt_static_layout_desc& d, bool ring) {
+    return d.reserve != 0.0 ? d.reserve : ring ? 1.0 : 2.0;
+}
+
+Result static_regions(const char* what, const kvrt_static_layout_desc& d, bool ring, uint32_t n_layers,
+                      uint32_t n_kv_heads, uint32_t max_seqs, uint64_t max_binding, RowGeometry* g) {
     if (g->type == KVRT_TYPE_Q8_0 || g->type == KVRT_TYPE_Q4_0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
                     "%s type %s is block-quantized; the static layout takes F32, F16, U8_STATIC or U16_STATIC", what,
@@ -199,8 +205,9 @@ Result static_regions(const char* what, const kvrt_static_layout_desc& d, uint32
     type_size(g->type, &ts);
     StaticGeometry sg;
     KVRT_TRY(StaticGeometry::create(n_layers, n_kv_heads, g->head_dim, ts.block_bytes, d.seq_len,
-                                    d.reserve == 0.0 ? 2.0 : d.reserve, &sg));
+                                    static_reserve(d, ring), &sg));
     StaticRegions& r = g->regions;
+    r.ring = ring;
     r.seq_len = sg.max_seq;
     r.reserve = sg.reserve;
     r.window_rows = sg.window_rows;
@@ -233,14 +240,15 @@ Result static_regions(const char* what, const kvrt_static_layout_desc& d, uint32
 }  // namespace
 
 Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_binding, CacheGeometry* out) {
-    const void* found[5] = {};
+    const void* found[6] = {};
     KVRT_TRY(check_struct("desc", desc, KVRT_STRUCT_TYPE_CACHE_DESC,
                           {KVRT_STRUCT_TYPE_ROPE_DESC, KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC,
                            KVRT_STRUCT_TYPE_STATIC_SCALES_DESC, KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC,
-                           KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC},
+                           KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC, KVRT_STRUCT_TYPE_STATIC_STYLE_DESC},
                           found));
     const auto* paged_desc = static_cast<const kvrt_paged_layout_desc*>(found[3]);
     const auto* window_desc = static_cast<const kvrt_window_layout_desc*>(found[4]);
+    const auto* style_desc = static_cast<const kvrt_static_style_desc*>(found[5]);
     const kvrt_cache_desc& d = *desc;
     struct {
         const kvrt_rope_desc* rope;
@@ -269,6 +277,13 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
                     "KVRT_LAYOUT_STATIC needs a kvrt_static_layout_desc (seq_len, reserve) in kvrt_cache_desc.next");
     if (!is_static && chain.layout)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "a kvrt_static_layout_desc is chained but the layout is not static");
+    if (!is_static && style_desc)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "a kvrt_static_style_desc is chained but the layout is not static");
+    const int32_t style = style_desc ? raw_enum(style_desc->style) : KVRT_STATIC_STYLE_SHIFT_POINTER;
+    if (style != KVRT_STATIC_STYLE_SHIFT_POINTER && style != KVRT_STATIC_STYLE_SMART_MASK)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_static_style_desc.style %d is not a kvrt_static_style",
+                    static_cast<int>(style));
+    const bool ring = style == KVRT_STATIC_STYLE_SMART_MASK;
     if (is_static && d.capacity != 0)
         return fail(KVRT_ERROR_INVALID_ARGUMENT,
                     "capacity must be 0 with KVRT_LAYOUT_STATIC (it is max_seqs * (seq_len - 1)); got %u", d.capacity);
@@ -307,9 +322,14 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
         if (chain.layout->seq_len < 2)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_static_layout_desc.seq_len %u must be at least 2",
                         chain.layout->seq_len);
-        const double reserve = chain.layout->reserve == 0.0 ? 2.0 : chain.layout->reserve;
+        const double reserve = static_reserve(*chain.layout, ring);
         if (!std::isfinite(reserve) || reserve < 1.0)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "kvrt_static_layout_desc.reserve %g must be finite and >= 1",
+                        reserve);
+        if (ring && reserve != 1.0)
+            return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                        "kvrt_static_layout_desc.reserve %g: the smart-mask style keeps S-1 rows per region (its "
+                        "window never moves); reserve must be 0 or 1",
                         reserve);
         const double rows = std::ceil(reserve * (chain.layout->seq_len - 1.0)) * g.max_seqs;
         if (rows > static_cast<double>(1u << 30))
@@ -326,8 +346,8 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     KVRT_TRY(static_scales("v", tv, chain.scales, chain.scales ? chain.scales->v_scales : nullptr,
                            chain.scales ? chain.scales->v_zero_points : nullptr, d.n_layers, &g.v.scales));
     if (is_static) {
-        KVRT_TRY(static_regions("K", *chain.layout, d.n_layers, d.n_kv_heads, g.max_seqs, max_binding, &g.k));
-        KVRT_TRY(static_regions("V", *chain.layout, d.n_layers, d.n_kv_heads, g.max_seqs, max_binding, &g.v));
+        KVRT_TRY(static_regions("K", *chain.layout, ring, d.n_layers, d.n_kv_heads, g.max_seqs, max_binding, &g.k));
+        KVRT_TRY(static_regions("V", *chain.layout, ring, d.n_layers, d.n_kv_heads, g.max_seqs, max_binding, &g.v));
     }
 
     // The metadata mirror: at most 2^30 cells of at most 1 + 2 * 1024 words.

@@ -69,6 +69,7 @@ inline bool is_static_scale(kvrt_type t) { return t == KVRT_TYPE_U8_STATIC || t 
 // `head_bytes`; a layer's regions lie in one buffer, sequence-major then head,
 // `regions_per_piece` (a multiple of n_kv_heads) to a piece.
 struct StaticRegions {
+    bool ring = false;               // the smart-mask style (KVRT_STATIC_STYLE_SMART_MASK), R = 1
     uint32_t seq_len = 0;            // S
     double reserve = 0.0;            // R
     uint32_t window_rows = 0;        // S - 1

@@ -67,6 +67,13 @@ Result StaticGeometry::create(uint32_t n_layers, uint32_t n_kv_heads, uint32_t h
     return KVRT_SUCCESS;
 }
 
+Result StaticGeometry::create_ring(uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim, uint32_t elem_bytes,
+                                   uint32_t max_seq, StaticGeometry* out) {
+    KVRT_TRY(create(n_layers, n_kv_heads, head_dim, elem_bytes, max_seq, 1.0, out));
+    out->ring = true;
+    return KVRT_SUCCESS;
+}
+
 Result StaticWindow::append(uint32_t n, StaticAppend* out) {
     if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: null output");
     if (window_rows_ == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
@@ -75,6 +82,20 @@ Result StaticWindow::append(uint32_t n, StaticAppend* out) {
                     window_rows_);
     StaticAppend a;
     a.rows = n;
+    if (ring_) {
+        // After the newest row, wrapping; the rows past W fall out, oldest first.
+        a.write_row = (tail_ + n_valid_) % window_rows_;
+        const uint32_t total = n_valid_ + n;
+        if (total > window_rows_) {
+            tail_ = (tail_ + (total - window_rows_)) % window_rows_;
+            n_valid_ = window_rows_;
+        } else {
+            n_valid_ = total;
+        }
+        rows_appended_ += n;
+        *out = a;
+        return KVRT_SUCCESS;
+    }
     const uint64_t end = static_cast<uint64_t>(start_) + window_rows_ + n;
     if (end <= reservation_rows_) {
         a.write_row = start_ + window_rows_;
@@ -111,9 +132,69 @@ Result StaticWindow::append(uint32_t n, StaticAppend* out) {
     return KVRT_SUCCESS;
 }
 
+Result StaticWindow::remove_runs(uint32_t first, uint32_t count, std::vector<StaticSlide>* out) {
+    if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: null output");
+    out->clear();
+    if (!ring_) {
+        StaticSlide slide;
+        KVRT_TRY(remove(first, count, &slide));
+        if (slide.needed) out->push_back(slide);
+        return KVRT_SUCCESS;
+    }
+    if (first > n_valid_ || count > n_valid_ - first)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: removing rows [%u, %llu) of %u valid rows", first,
+                    static_cast<unsigned long long>(first) + count, n_valid_);
+    const uint32_t older = first, newer = n_valid_ - first - count, W = window_rows_;
+    if (count == 0 || newer == 0) {
+        // Only the newest rows go (or none): the next append writes after the survivors.
+    } else if (older == 0) {
+        tail_ = (tail_ + count) % W;
+    } else {
+        // Move the smaller side across the gap: the newer rows back by
+        // `count` (the oldest of them first), or the older rows on by `count`
+        // (the newest first), so that no row is overwritten before it is
+        // copied. Each copy is a run whose source and destination rows are
+        // both contiguous: cut where either wraps.
+        const bool back = newer < older;
+        const uint32_t rows = back ? newer : older;
+        const uint32_t from = back ? first + count : 0, to = back ? first : count;  // valid-row indices
+        uint32_t done = 0;
+        while (done < rows) {
+            StaticSlide slide;
+            slide.needed = true;
+            if (back) {
+                const uint32_t src = valid_row(from + done), dst = valid_row(to + done);
+                slide.rows = std::min({rows - done, W - src, W - dst});
+                slide.src_row = src;
+                slide.dst_row = dst;
+            } else {
+                const uint32_t left = rows - done;  // runs [.., left) still to copy
+                const uint32_t src_end = valid_row(from + left - 1) + 1, dst_end = valid_row(to + left - 1) + 1;
+                slide.rows = std::min({left, src_end, dst_end});
+                slide.src_row = src_end - slide.rows;
+                slide.dst_row = dst_end - slide.rows;
+            }
+            const uint32_t distance =
+                slide.src_row > slide.dst_row ? slide.src_row - slide.dst_row : slide.dst_row - slide.src_row;
+            slide.overlapping = distance < slide.rows;
+            out->push_back(slide);
+            done += slide.rows;
+        }
+        if (!back) tail_ = (tail_ + count) % W;
+        rows_moved_ += rows;
+        ++slides_;
+    }
+    n_valid_ -= count;
+    if (n_valid_ == 0) tail_ = 0;
+    return KVRT_SUCCESS;
+}
+
 Result StaticWindow::remove(uint32_t first, uint32_t count, StaticSlide* out) {
     if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: null output");
     if (window_rows_ == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
+    if (ring_)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "static window: a smart-mask window's removal may need several copies (remove_runs)");
     if (first > n_valid_ || count > n_valid_ - first)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: removing rows [%u, %llu) of %u valid rows", first,
                     static_cast<unsigned long long>(first) + count, n_valid_);
@@ -157,6 +238,9 @@ Result StaticWindow::make_room(uint32_t n, StaticSlide* out) {
     if (out == nullptr) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: null output");
     if (window_rows_ == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
     const uint32_t room = reservation_rows_ - window_rows_;
+    if (ring_)
+        return fail(KVRT_ERROR_INVALID_ARGUMENT,
+                    "static window: a smart-mask window is its whole region; it has no room after it");
     if (n == 0 || n > room)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: room for %u rows after the window; 1 to %u allowed", n,
                     room);
@@ -180,58 +264,70 @@ Result StaticWindow::make_room(uint32_t n, StaticSlide* out) {
     return KVRT_SUCCESS;
 }
 
+uint32_t StaticWindow::valid_runs(uint32_t begin[2], uint32_t end[2]) const {
+    if (n_valid_ == 0) return 0;
+    const uint32_t first = valid_row(0);
+    if (!ring_ || first + n_valid_ <= window_rows_) {
+        begin[0] = first;
+        end[0] = first + n_valid_;
+        return 1;
+    }
+    begin[0] = first;
+    end[0] = window_rows_;
+    begin[1] = 0;
+    end[1] = first + n_valid_ - window_rows_;
+    return 2;
+}
+
 void StaticWindow::reset() {
     n_valid_ = 0;
     start_ = 0;
+    tail_ = 0;
     rows_appended_ = 0;
     rows_moved_ = 0;
     slides_ = 0;
     restarts_ = 0;
 }
 
-namespace {
-
 template <typename T>
-Result write_mask(uint32_t window_rows, uint32_t n_valid, uint32_t n_new, T valid, T padding, T* out,
-                  size_t count) {
-    if (window_rows == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
-    if (n_new == 0 || n_new > window_rows)
+Result StaticWindow::write_mask(uint32_t n_new, T valid, T padding, T* out, size_t count) const {
+    if (window_rows_ == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: not made from a geometry");
+    if (n_new == 0 || n_new > window_rows_)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: a graph of %u new rows (S-1 = %u at most)", n_new,
-                    window_rows);
-    const size_t s = static_cast<size_t>(window_rows) + 1;
+                    window_rows_);
+    const size_t s = mask_entries(n_new);
     const size_t need = s * n_new;
     if (out == nullptr || count < need)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: the mask needs %zu entries (%u x S), got %zu%s", need,
-                    n_new, count, out == nullptr ? " and a null pointer" : "");
-    // The graph's past: the window's last S - n_new rows, of which the last
-    // min(n_valid, past) are valid.
-    const uint32_t past = window_rows + 1 - n_new;
-    const uint32_t pad = past - std::min(n_valid, past);
+        return fail(KVRT_ERROR_INVALID_ARGUMENT, "static window: the mask needs %zu entries (%u x %zu), got %zu%s",
+                    need, n_new, s, count, out == nullptr ? " and a null pointer" : "");
+    // The graph's past: the whole window in the smart-mask style (valid where
+    // the ring holds a row), else the window's last S - n_new rows, of which
+    // the last min(n_valid, past) are valid.
+    const uint32_t past = static_cast<uint32_t>(s) - n_new;
+    const uint32_t pad = past - std::min(n_valid_, past);
     for (uint32_t j = 0; j < n_new; ++j) {
         T* row = out + size_t{j} * s;
-        for (uint32_t i = 0; i < past; ++i) row[i] = i < pad ? padding : valid;
+        for (uint32_t i = 0; i < past; ++i) row[i] = (ring_ ? row_valid(i) : i >= pad) ? valid : padding;
         for (uint32_t k = 0; k < n_new; ++k) row[past + k] = k <= j ? valid : padding;
     }
     return KVRT_SUCCESS;
 }
 
-}  // namespace
-
 Result StaticWindow::mask_f32(float* out, size_t count) const {
-    return write_mask<float>(window_rows_, n_valid_, 1, 0.0f, -std::numeric_limits<float>::infinity(), out, count);
+    return write_mask<float>(1, 0.0f, -std::numeric_limits<float>::infinity(), out, count);
 }
 
 Result StaticWindow::mask_f16(uint16_t* out, size_t count) const {
-    return write_mask<uint16_t>(window_rows_, n_valid_, 1, 0x0000, 0xFC00, out, count);
+    return write_mask<uint16_t>(1, 0x0000, 0xFC00, out, count);
 }
 
 Result StaticWindow::graph_mask(uint32_t n_new, float attend, float masked, float* out, size_t count) const {
-    return write_mask<float>(window_rows_, n_valid_, n_new, attend, masked, out, count);
+    return write_mask<float>(n_new, attend, masked, out, count);
 }
 
 Result StaticWindow::graph_mask(uint32_t n_new, uint16_t attend, uint16_t masked, uint16_t* out,
                                 size_t count) const {
-    return write_mask<uint16_t>(window_rows_, n_valid_, n_new, attend, masked, out, count);
+    return write_mask<uint16_t>(n_new, attend, masked, out, count);
 }
 
 uint64_t expected_rows_moved(uint32_t max_seq, double reserve, uint64_t tokens) {

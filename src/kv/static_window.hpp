@@ -30,10 +30,22 @@
 //   otherwise copies the survivors to end at row W (start becomes 0); a range
 //   in the middle copies the smaller side across the gap (the newer side only
 //   when start can move back). One copy at most, never re-quantized.
+//
+// The smart-mask style (`ring`, ExecuTorch's and Qualcomm's SMART_MASK): the
+// region is the window (R = 1, start always 0) and never moves. Rows are a
+// ring: the oldest valid row is `tail`, and valid row i (0 = oldest) is row
+// (tail + i) mod W. Appending n rows writes them at rows (tail + n_valid +
+// j) mod W, overwriting the oldest rows once the ring is full; while it
+// fills (tail 0) the valid rows are rows [0, n_valid): right-padded, the
+// mask opening from the left. Removing the oldest or the newest rows
+// changes metadata only; a range in the middle moves the smaller side
+// across the gap, in up to three copies of contiguous rows (where the ring
+// wraps). There is no room after the window (make_room refuses).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/result.hpp"
 
@@ -54,6 +66,7 @@ struct StaticGeometry {
     uint64_t buffer_count = 0;      // 2 * n_layers * n_kv_heads
     uint64_t total_bytes = 0;       // buffer_count * buffer_bytes (whole rows)
     double fractional_bytes = 0.0;  // SPEC 5: 2 * R * n_layers * n_heads * (S-1) * D * bits/8
+    bool ring = false;              // the smart-mask style (R = 1; see the top of this file)
 
     // Buffer index of (layer, head, K = false | V = true): K buffers first,
     // each layer's heads together.
@@ -67,6 +80,9 @@ struct StaticGeometry {
     // sizes that overflow (reservation rows past 2^32 - 1, bytes past 2^64 - 1).
     static Result create(uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim, uint32_t elem_bytes,
                          uint32_t max_seq, double reserve, StaticGeometry* out);
+    // The smart-mask style's geometry: create() with R = 1 and `ring` set.
+    static Result create_ring(uint32_t n_layers, uint32_t n_kv_heads, uint32_t head_dim, uint32_t elem_bytes,
+                              uint32_t max_seq, StaticGeometry* out);
 };
 
 // The copy a slide needs before the new rows are written (rows of every
@@ -80,7 +96,8 @@ struct StaticSlide {
 };
 
 // What one append asks of the device, in order: the slide copy (if needed),
-// then the new rows written at [write_row, write_row + rows).
+// then the new rows: row j at (write_row + j) mod reservation_rows (past the
+// region's end only in the smart-mask style, whose rows wrap).
 struct StaticAppend {
     StaticSlide slide;
     bool slid = false;         // the window restarted (even with nothing to copy)
@@ -94,7 +111,8 @@ class StaticWindow {
 public:
     StaticWindow() = default;
     // `g` must come from StaticGeometry::create. Starts empty at row 0.
-    explicit StaticWindow(const StaticGeometry& g) : window_rows_(g.window_rows), reservation_rows_(g.reservation_rows) {}
+    explicit StaticWindow(const StaticGeometry& g)
+        : window_rows_(g.window_rows), reservation_rows_(g.reservation_rows), ring_(g.ring) {}
 
     // Appends `n` rows (1 <= n <= W, else KVRT_ERROR_INVALID_ARGUMENT and no
     // change) and says where they go and what moves first.
@@ -106,6 +124,10 @@ public:
     // when the range passes n_valid. count = 0 changes nothing. Counters: a
     // copy counts as a slide of out->rows rows.
     Result remove(uint32_t first, uint32_t count, StaticSlide* out);
+    // The same for either style: `out` gets the copies in the order the
+    // device makes them (none, one, or in the smart-mask style up to three,
+    // each of contiguous rows).
+    Result remove_runs(uint32_t first, uint32_t count, std::vector<StaticSlide>* out);
 
     // Makes room for `n` rows right after the window, where a graph writes
     // the rows of its next tokens in place (1 <= n <= reservation - window
@@ -121,8 +143,20 @@ public:
     uint32_t window_rows() const { return window_rows_; }
     uint32_t reservation_rows() const { return reservation_rows_; }
     uint32_t n_valid() const { return n_valid_; }
+    bool ring() const { return ring_; }
     uint32_t start() const { return start_; }                      // first row of the window
-    uint32_t first_valid_row() const { return start_ + window_rows_ - n_valid_; }
+    // The row of valid row i (0 = the oldest, i < n_valid).
+    uint32_t valid_row(uint32_t i) const {
+        return ring_ ? (tail_ + i) % window_rows_ : start_ + window_rows_ - n_valid_ + i;
+    }
+    uint32_t first_valid_row() const { return valid_row(0); }
+    // Whether window row r (0 <= r < W) holds a valid row.
+    bool row_valid(uint32_t r) const {
+        return ring_ ? (r + window_rows_ - tail_) % window_rows_ < n_valid_ : r >= window_rows_ - n_valid_;
+    }
+    // The valid rows as at most two runs [begin, end) of region rows, oldest
+    // first (two only where a ring wraps); returns how many.
+    uint32_t valid_runs(uint32_t begin[2], uint32_t end[2]) const;
     uint64_t window_byte_offset(const StaticGeometry& g) const { return start_ * g.row_stride; }
 
     uint64_t rows_appended() const { return rows_appended_; }
@@ -141,17 +175,26 @@ public:
     // whose past is the window's last S - n_new rows: n_new rows of S
     // entries; row j: the past rows (`attend` where valid, `masked` where
     // padding), then the new tokens 0..n_new-1 (`attend` up to token j,
-    // `masked` after). n_new = 1 is the mask above. Writes n_new * S of
-    // `count` entries; KVRT_ERROR_INVALID_ARGUMENT when they do not fit or
-    // n_new is out of range.
+    // `masked` after). n_new = 1 is the mask above. In the smart-mask style
+    // the past is the whole window: rows of W + n_new entries
+    // (mask_entries). Writes n_new * mask_entries(n_new) of `count` entries;
+    // KVRT_ERROR_INVALID_ARGUMENT when they do not fit or n_new is out of
+    // range.
     Result graph_mask(uint32_t n_new, float attend, float masked, float* out, size_t count) const;
     Result graph_mask(uint32_t n_new, uint16_t attend, uint16_t masked, uint16_t* out, size_t count) const;
+    // Entries of one row of that mask: S, or W + n_new in the smart-mask style.
+    uint32_t mask_entries(uint32_t n_new) const { return ring_ ? window_rows_ + n_new : window_rows_ + 1; }
 
 private:
+    template <typename T>
+    Result write_mask(uint32_t n_new, T valid, T padding, T* out, size_t count) const;
+
     uint32_t window_rows_ = 0;
     uint32_t reservation_rows_ = 0;
+    bool ring_ = false;
     uint32_t n_valid_ = 0;
     uint32_t start_ = 0;
+    uint32_t tail_ = 0;  // the smart-mask style: the row of the oldest valid row
     uint64_t rows_appended_ = 0;
     uint64_t rows_moved_ = 0;
     uint64_t slides_ = 0;

@@ -363,3 +363,180 @@ TEST_CASE("static window removals keep the other rows, in order, at the window's
     CHECK_FALSE(s.needed);
     CHECK(w.n_valid() == 5);
 }
+
+namespace {
+
+// ExecuTorch's smart-mask cache as its runtime documents it
+// (StaticKVCache::update with StaticAttentionUpdateStyle::SMART_MASK): new
+// rows are written at cache_pos, wrapping at the cache length, and cache_pos
+// advances by the rows written; the mask opens from the left, one entry per
+// row written, until the whole cache is valid.
+struct SmartMaskModel {
+    std::vector<int64_t> rows;
+    uint32_t cache_pos = 0, valid_len = 0;
+
+    explicit SmartMaskModel(uint32_t cache_len) : rows(cache_len, -1) {}
+
+    void update(uint32_t n, int64_t first_token) {
+        for (uint32_t i = 0; i < n; ++i) {
+            rows[cache_pos] = first_token + i;
+            cache_pos = (cache_pos + 1) % static_cast<uint32_t>(rows.size());
+        }
+        valid_len = std::min<uint32_t>(valid_len + n, static_cast<uint32_t>(rows.size()));
+    }
+};
+
+// Applies ring copies in their order to `rows`, each through a temporary (as
+// the device does for overlapping ones); every copy is of contiguous rows.
+void apply_copies(const std::vector<kv::StaticSlide>& slides, std::vector<int64_t>* rows) {
+    for (const kv::StaticSlide& s : slides) {
+        REQUIRE(s.needed);
+        REQUIRE(s.rows > 0);
+        REQUIRE(uint64_t(s.src_row) + s.rows <= rows->size());
+        REQUIRE(uint64_t(s.dst_row) + s.rows <= rows->size());
+        const bool overlap = s.src_row < s.dst_row + s.rows && s.dst_row < s.src_row + s.rows;
+        CHECK(s.overlapping == overlap);
+        std::vector<int64_t> tmp(rows->begin() + s.src_row, rows->begin() + s.src_row + s.rows);
+        std::copy(tmp.begin(), tmp.end(), rows->begin() + s.dst_row);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("smart-mask window: appends match ExecuTorch's ring, row for row and entry for entry", "[static]") {
+    kvrt_test::Rng rng(7);
+    for (uint32_t S : {2u, 3u, 9u, 33u}) {
+        INFO("S=" << S);
+        kv::StaticGeometry g;
+        REQUIRE(kv::StaticGeometry::create_ring(1, 1, 4, 2, S, &g) == KVRT_SUCCESS);
+        const uint32_t W = g.window_rows;
+        REQUIRE(g.reservation_rows == W);  // the region is the window
+        REQUIRE(g.total_bytes == 2ull * W * 8);
+        kv::StaticWindow w(g);
+        SmartMaskModel model(W);
+        std::vector<int64_t> rows(W, -1);
+        int64_t next = 1;
+        for (int step = 0; step < 300; ++step) {
+            const uint32_t n = step % 5 == 4 ? 1 + rng.below(W) : 1;
+            INFO("step " << step << ": " << n << " rows");
+            kv::StaticAppend a;
+            REQUIRE(w.append(n, &a) == KVRT_SUCCESS);
+            CHECK_FALSE(a.slide.needed);
+            CHECK(a.start_after == 0);
+            CHECK(a.write_row == model.cache_pos);
+            for (uint32_t j = 0; j < n; ++j) rows[(a.write_row + j) % W] = next + j;
+            model.update(n, next);
+            next += n;
+            REQUIRE(rows == model.rows);
+            REQUIRE(w.n_valid() == model.valid_len);
+            REQUIRE(w.start() == 0);
+            // The mask of every graph size: the cache's W entries (valid from
+            // the left) then the step's n_new tokens, causal.
+            for (uint32_t n_new : {1u, std::min(3u, W), W}) {
+                const uint32_t L = W + n_new;
+                REQUIRE(w.mask_entries(n_new) == L);
+                std::vector<uint16_t> m(size_t{n_new} * L, 0x1234);
+                REQUIRE(w.graph_mask(n_new, uint16_t{65535}, uint16_t{0}, m.data(), m.size()) == KVRT_SUCCESS);
+                for (uint32_t j = 0; j < n_new; ++j)
+                    for (uint32_t i = 0; i < L; ++i) {
+                        const bool attend = i < W ? i < model.valid_len : i - W <= j;
+                        REQUIRE(m[size_t{j} * L + i] == (attend ? 65535 : 0));
+                    }
+                REQUIRE(w.graph_mask(n_new, uint16_t{65535}, uint16_t{0}, m.data(), m.size() - 1) ==
+                        KVRT_ERROR_INVALID_ARGUMENT);
+            }
+            // Valid rows oldest first: the newest min(t, W) tokens.
+            const uint32_t runs_expected = w.valid_row(0) + w.n_valid() > W ? 2 : 1;
+            uint32_t begin[2], end[2];
+            REQUIRE(w.valid_runs(begin, end) == runs_expected);
+            std::vector<int64_t> in_runs;
+            for (uint32_t r = 0; r < runs_expected; ++r)
+                for (uint32_t x = begin[r]; x < end[r]; ++x) in_runs.push_back(rows[x]);
+            for (uint32_t i = 0; i < w.n_valid(); ++i) {
+                const int64_t want = next - w.n_valid() + i;
+                REQUIRE(rows[w.valid_row(i)] == want);
+                REQUIRE(in_runs[i] == want);
+                REQUIRE(w.row_valid(w.valid_row(i)));
+            }
+        }
+        CHECK(w.slides() == 0);
+        CHECK(w.rows_moved() == 0);
+        kv::StaticSlide s;
+        CHECK(w.make_room(1, &s) == KVRT_ERROR_INVALID_ARGUMENT);  // no room after a ring
+    }
+}
+
+TEST_CASE("smart-mask window: removals keep the other rows in ring order", "[static]") {
+    // A model list of the token ids held (oldest first), cut and appended
+    // independently of StaticWindow; the rows follow the copies it asks.
+    kvrt_test::Rng rng(41);
+    for (uint32_t S : {2u, 3u, 9u, 33u}) {
+        INFO("S=" << S);
+        kv::StaticGeometry g;
+        REQUIRE(kv::StaticGeometry::create_ring(1, 1, 4, 4, S, &g) == KVRT_SUCCESS);
+        const uint32_t W = g.window_rows;
+        kv::StaticWindow w(g);
+        std::vector<int64_t> rows(W, -1), held;
+        int64_t next = 1;
+        uint64_t copies = 0, copied = 0, wrapped_copies = 0;
+        for (int step = 0; step < 800; ++step) {
+            INFO("step " << step << " held " << held.size() << " first row " << w.valid_row(0));
+            if (held.empty() || rng.below(2) == 0) {
+                const uint32_t n = 1 + rng.below(W);
+                kv::StaticAppend a;
+                REQUIRE(w.append(n, &a) == KVRT_SUCCESS);
+                CHECK_FALSE(a.slide.needed);
+                for (uint32_t j = 0; j < n; ++j) rows[(a.write_row + j) % W] = next + j;
+                for (uint32_t i = 0; i < n; ++i) held.push_back(next + i);
+                next += n;
+                if (held.size() > W) held.erase(held.begin(), held.end() - W);
+            } else {
+                const uint32_t n = static_cast<uint32_t>(held.size());
+                const uint32_t kind = rng.below(4);
+                uint32_t first = rng.below(n), count = 1 + rng.below(n - first);
+                if (kind == 0) count = n - first;  // the newest (rejected drafts)
+                if (kind == 1) first = 0;          // the oldest
+                std::vector<kv::StaticSlide> slides;
+                REQUIRE(w.remove_runs(first, count, &slides) == KVRT_SUCCESS);
+                const uint32_t older = first, newer = n - first - count;
+                if (older == 0 || newer == 0) {
+                    CHECK(slides.empty());  // metadata only
+                } else {
+                    uint32_t moved = 0;
+                    for (const kv::StaticSlide& s : slides) moved += s.rows;
+                    CHECK(moved == std::min(older, newer));  // the smaller side
+                    CHECK(slides.size() <= 3);
+                    ++copies, copied += moved;
+                    if (slides.size() > 1) ++wrapped_copies;
+                }
+                apply_copies(slides, &rows);
+                held.erase(held.begin() + first, held.begin() + first + count);
+            }
+            REQUIRE(w.n_valid() == held.size());
+            for (uint32_t i = 0; i < held.size(); ++i) {
+                INFO("valid row " << i);
+                REQUIRE(rows[w.valid_row(i)] == held[i]);
+            }
+            for (uint32_t r = 0; r < W; ++r) {
+                bool holds = false;
+                for (uint32_t i = 0; i < held.size(); ++i) holds = holds || w.valid_row(i) == r;
+                REQUIRE(w.row_valid(r) == holds);
+            }
+            REQUIRE(w.slides() == copies);
+            REQUIRE(w.rows_moved() == copied);
+        }
+        if (W >= 8) CHECK(wrapped_copies > 0);  // copies across the ring's end were exercised
+    }
+    // Out of range: refused, nothing changes; the one-copy form refuses a ring.
+    kv::StaticGeometry g;
+    REQUIRE(kv::StaticGeometry::create_ring(1, 1, 4, 4, 16, &g) == KVRT_SUCCESS);
+    kv::StaticWindow w(g);
+    kv::StaticAppend a;
+    REQUIRE(w.append(5, &a) == KVRT_SUCCESS);
+    std::vector<kv::StaticSlide> slides;
+    CHECK(w.remove_runs(3, 3, &slides) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(w.remove_runs(6, 0, &slides) == KVRT_ERROR_INVALID_ARGUMENT);
+    kv::StaticSlide s;
+    CHECK(w.remove(1, 1, &s) == KVRT_ERROR_INVALID_ARGUMENT);
+    CHECK(w.n_valid() == 5);
+}
