@@ -142,9 +142,15 @@ kvrt_result with_desc(const CacheSpec& spec, F&& use) {
     kvrt_static_layout_desc sl = KVRT_STATIC_LAYOUT_DESC_INIT;
     sl.seq_len = spec.seq_len;
     sl.reserve = spec.reserve;
+    kvrt_static_style_desc ss = KVRT_STATIC_STYLE_DESC_INIT;
+    ss.style = KVRT_STATIC_STYLE_SMART_MASK;
     kvrt_paged_layout_desc pl = KVRT_PAGED_LAYOUT_DESC_INIT;
     pl.block_size = spec.block_size;
     if (spec.layout == KVRT_LAYOUT_STATIC) {
+        if (spec.smart_mask) {
+            ss.next = chain;
+            chain = &ss;
+        }
         sl.next = chain;
         chain = &sl;
     } else if (spec.layout == KVRT_LAYOUT_PAGED) {

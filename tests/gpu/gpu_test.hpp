@@ -170,6 +170,7 @@ struct CacheSpec {
     kvrt_layout layout = KVRT_LAYOUT_DEFAULT;
     uint32_t seq_len = 0;            // static layout: kvrt_static_layout_desc.seq_len
     double reserve = 0.0;            // static layout: kvrt_static_layout_desc.reserve
+    bool smart_mask = false;         // static layout: chains a kvrt_static_style_desc of SMART_MASK
     uint32_t block_size = 0;         // paged layout: kvrt_paged_layout_desc.block_size
     kvrt_flags flags = 0;
     std::vector<uint32_t> windows;   // layer_windows; empty: NULL
@@ -200,6 +201,11 @@ struct CacheSpec {
     // The static layout with its seq_len and reserve.
     CacheSpec& static_layout(uint32_t rows, double reserve_factor = 0.0) {
         layout = KVRT_LAYOUT_STATIC, seq_len = rows, reserve = reserve_factor;
+        return *this;
+    }
+    // The static layout in the smart-mask style (a ring of seq_len - 1 rows).
+    CacheSpec& smart_mask_layout(uint32_t rows) {
+        layout = KVRT_LAYOUT_STATIC, seq_len = rows, reserve = 0.0, smart_mask = true;
         return *this;
     }
     // The paged layout with its block size (0: 16).
