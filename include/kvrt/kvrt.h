@@ -997,7 +997,8 @@ typedef struct kvrt_cache_estimate {
     KVRT_ALIGN8 uint64_t bytes_per_token;
     /* bytes_per_token * capacity. With KVRT_LAYOUT_STATIC: the regions,
      * 2 * max_seqs * n_layers * n_kv_heads * ceil(R*(S-1)) * row_stride (for
-     * Llama-2-7B, f16, S = 2048, R = 2, one sequence: 2,146,435,072). */
+     * Llama-2-7B, f16, S = 2048, R = 2, one sequence: 2,146,435,072; in the
+     * smart-mask style R = 1: 1,073,217,536). */
     KVRT_ALIGN8 uint64_t data_bytes;
     /* The device memory kvrt_cache_create allocates: data_bytes plus alignment
      * padding (each cell's row is padded to a multiple of 4 bytes, and each

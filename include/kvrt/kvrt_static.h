@@ -24,8 +24,30 @@ extern "C" {
  * ceil(R * (S-1)) rows of head_dim values (S = seq_len, R = reserve, rows
  * packed back to back: row_stride = head_dim * element size). The window is
  * S-1 consecutive rows of the region, bound by a static graph as its
- * [1,1,S-1,D] past tensor; it is left-padded: its n_valid valid rows are its
- * LAST n_valid rows, oldest first, and the mask excludes the others.
+ * [1,1,S-1,D] past tensor. Its rows follow one of two styles
+ * (kvrt_static_style_desc, chosen at creation):
+ *
+ * - Shift pointer (KVRT_STATIC_STYLE_SHIFT_POINTER, the default): the window
+ *   is left-padded: its n_valid valid rows are its LAST n_valid rows, oldest
+ *   first, and the mask excludes the others. It moves through the region as
+ *   described below.
+ * - Smart mask (KVRT_STATIC_STYLE_SMART_MASK; the style of ExecuTorch's
+ *   StaticAttentionIOManager and Qualcomm's llama runners): R = 1, the window
+ *   is the whole region and never moves, so a graph binds the same offset
+ *   at every step. Rows form a ring: the k-th token appended to an empty
+ *   sequence goes to row k mod (S-1). While the ring fills, the valid rows
+ *   are rows 0..n_valid-1 (right-padded; the mask opens from the left);
+ *   once full, each new token overwrites the oldest row. Valid rows are
+ *   n_valid consecutive rows of the ring, oldest first, wrapping past row
+ *   S-2 to row 0; the mask marks them. kvrt_cache_store and kvrt_cache_place
+ *   write after the newest row (never a copy); removing the oldest or the
+ *   newest rows changes metadata only, and a range in the middle copies the
+ *   smaller side across the gap (synchronous, as below). Store only the
+ *   tokens a step accepted (a graph's draft rows stay in its own output):
+ *   in a full ring, a stored row overwrites the oldest, and removing it
+ *   again does not bring that row back. There is no room after the window
+ *   (kvrt_cache_static_make_room refuses). Everything else below holds for
+ *   both styles unless it says otherwise.
  *
  * - K and V types: F32, F16, KVRT_TYPE_U8_STATIC or KVRT_TYPE_U16_STATIC
  *   (what static graphs bind); the block-quantized types (Q8_0, Q4_0) are
@@ -33,8 +55,9 @@ extern "C" {
  * - kvrt_cache_store / kvrt_cache_place append: each token belongs to exactly
  *   one sequence, a sequence's positions must increase (within the batch and
  *   past the ones it holds), and at most S-1 tokens of a sequence per call.
- *   Appending writes the new rows after the window and advances it (no bytes
- *   move); when the region runs out, one copy first moves the rows that stay
+ *   Shift pointer: appending writes the new rows after the window and
+ *   advances it (no bytes move); when the region runs out, one copy first
+ *   moves the rows that stay
  *   in the window to the region's start (never re-quantized: bit-identical),
  *   and the oldest rows fall out. A call appending n rows to a sequence,
  *   2 <= n <= (ceil(R*(S-1)) - (S-1)) / 4, restarts its window n rows in, so
@@ -44,11 +67,12 @@ extern "C" {
  *   move when the window slides, so cells returned by store/place are valid
  *   for kvrt_cache_write / kvrt_cache_read until the sequence's next append
  *   or removal.
- * - kvrt_cache_seq_rm removes any range; the rows left keep their order and
- *   stay the window's last rows. Dropping the oldest rows, or dropping the
- *   newest k rows (rejected draft tokens) while the window starts k or more
- *   rows into the region, changes metadata only: the mask or the window's
- *   offset moves. Otherwise one copy per sequence moves the smaller side
+ * - kvrt_cache_seq_rm removes any range; the rows left keep their order.
+ *   Shift pointer: they stay the window's last rows; dropping the oldest
+ *   rows, or dropping the newest k rows (rejected draft tokens) while the
+ *   window starts k or more rows into the region, changes metadata only: the
+ *   mask or the window's offset moves. Otherwise one copy per sequence (in
+ *   the smart-mask style, up to three where the ring wraps) moves the smaller side
  *   (the survivors of a suffix removal to the region's start): it is
  *   synchronous, on the cache's own submission, so work already recorded
  *   for the sequence into a stream not yet submitted must be submitted first;
@@ -69,11 +93,14 @@ extern "C" {
  *   append: the work was submitted and completes later.
  * - The same tokens give the same attention results as in the cell layout.
  * - kvrt_cache_get_info reports capacity = max_seqs * (S-1), used = the
- *   valid rows of all windows, and fragmentation 0.
+ *   valid rows of all windows, and fragmentation 0. kvrt_cache_seq_transfer
+ *   and the state (kvrt_state.h) carry tokens in position order, so a
+ *   sequence or state moves between the two styles and the other layouts.
  * - Creation fails with KVRT_ERROR_UNSUPPORTED when one sequence's region of
  *   all KV heads of one layer (n_kv_heads * ceil(R*(S-1)) * row_stride bytes)
  *   exceeds the device's largest storage binding (the kernels bind it whole),
- *   and with KVRT_ERROR_INVALID_ARGUMENT for S < 2, R < 1 (or not finite), a
+ *   and with KVRT_ERROR_INVALID_ARGUMENT for S < 2, R < 1 (or not finite), R
+ *   other than 0 or 1 in the smart-mask style, an unknown style, a
  *   capacity other than 0, a row_stride that is not a multiple of 4, or
  *   more than 2^30 reserved rows in all (max_seqs * ceil(R*(S-1)); checked
  *   first, so a region that large fails with this code). */
@@ -87,13 +114,15 @@ typedef struct kvrt_static_window {
      * regions of one (layer, K|V); kvrt_buffer_get_vulkan gives its VkBuffer
      * for `offset` (a window never crosses one of its VkBuffers). */
     kvrt_buffer buffer;
-    KVRT_ALIGN8 uint64_t offset;          /* bytes to the window's first row (row 0 of [1,1,S-1,D]) */
+    KVRT_ALIGN8 uint64_t offset;          /* bytes to the window's first row (row 0 of [1,1,S-1,D]);
+                               * the region's first row in the smart-mask style */
     KVRT_ALIGN8 uint64_t row_stride;      /* bytes between rows: head_dim * element size */
     KVRT_ALIGN8 uint64_t bytes;           /* (S-1) * row_stride */
     uint32_t rows;            /* S-1 */
-    uint32_t n_valid;         /* valid rows: the window's last n_valid rows */
-    int32_t pos_first;        /* position of the first valid row; -1 when empty */
-    int32_t pos_last;         /* position of the last valid row; -1 when empty */
+    uint32_t n_valid;         /* valid rows: the window's last n_valid rows (shift
+                               * pointer), or n_valid rows of the ring (smart mask) */
+    int32_t pos_first;        /* position of the oldest valid row; -1 when empty */
+    int32_t pos_last;         /* position of the newest valid row; -1 when empty */
     kvrt_type element_type;   /* the array's stored type */
     /* The layer's quantization for static-scale types (value = scale *
      * (q - zero_point)); 0 and 0 for the other types. */
@@ -117,7 +146,8 @@ KVRT_API kvrt_result kvrt_cache_static_get_window(kvrt_cache cache, int32_t seq,
 
 /* Writes the attention mask of `seq`'s next step: S entries, entry i < S-1
  * for window row i (0 when valid, -inf when padding: the first
- * S-1-n_valid entries), entry S-1 for the step's own new token (0). It is the
+ * S-1-n_valid entries in the shift-pointer style; the rows outside the ring's
+ * valid run in the smart-mask style), entry S-1 for the step's own new token (0). It is the
  * same for every layer and head. `element_type` is KVRT_TYPE_F32 (floats) or
  * KVRT_TYPE_F16 (IEEE half bits: 0x0000 and 0xFC00); `out_bytes` must hold S
  * entries. Fails with KVRT_ERROR_INVALID_HANDLE for a bad cache;
@@ -174,9 +204,15 @@ typedef struct kvrt_static_mask_desc {
  *     min(n_valid, S-N) of them), masked where padding;
  *   entries S-N..S-1: the step's new tokens 0..N-1, attended up to token j
  *     (causal), masked after it.
- * After the graph ran, kvrt_cache_store appends the N tokens' rows. With
+ * After the graph ran, kvrt_cache_store appends the N tokens' rows.
+ * In the smart-mask style the graph's past is the whole window (its cache
+ * input of S-1 rows, bound at the window's offset, whatever N): row j holds
+ * S-1+N entries, entries 0..S-2 the window's rows (attended where the ring
+ * holds a valid row), then the N new tokens, causal, as ExecuTorch's
+ * StaticAttentionMask lays out [1, N, cache_len + N]. With
  * n_new = 1 and KVRT_MASK_F32 or KVRT_MASK_F16 and no flags it is exactly
- * kvrt_cache_static_get_mask's mask. `out_bytes` must hold N * S entries (4
+ * kvrt_cache_static_get_mask's mask. `out_bytes` must hold N * S entries
+ * (N * (S-1+N) in the smart-mask style; 4
  * bytes each for KVRT_MASK_F32, 2 for the others). Fails with
  * KVRT_ERROR_INVALID_HANDLE for a bad cache; KVRT_ERROR_INVALID_ARGUMENT for
  * a mistyped or badly chained `desc`, an unknown format or flag, a
@@ -211,7 +247,8 @@ KVRT_API kvrt_result kvrt_cache_static_get_graph_mask(kvrt_cache cache, int32_t 
  *      slide, and then moves only the rows already in the window.
  *
  * Fails with KVRT_ERROR_INVALID_HANDLE for a bad cache;
- * KVRT_ERROR_INVALID_ARGUMENT for a cache of another layout, an unknown
+ * KVRT_ERROR_INVALID_ARGUMENT for a cache of another layout or of the
+ * smart-mask style (its window is its whole region), an unknown
  * sequence, or n_rows 0 or above ceil(R*(S-1)) - (S-1) (the room a region
  * has beyond its window; R = 1 has none); the copy's errors
  * (KVRT_ERROR_OUT_OF_DEVICE_MEMORY, KVRT_ERROR_DEVICE_LOST, ...) leave the

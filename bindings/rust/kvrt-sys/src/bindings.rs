@@ -63,6 +63,7 @@ pub const KVRT_STRUCT_TYPE_PAGED_LAYOUT_DESC: kvrt_struct_type = 25;
 pub const KVRT_STRUCT_TYPE_PAGED_STATS: kvrt_struct_type = 26;
 pub const KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC: kvrt_struct_type = 27;
 pub const KVRT_STRUCT_TYPE_STATIC_MASK_DESC: kvrt_struct_type = 28;
+pub const KVRT_STRUCT_TYPE_STATIC_STYLE_DESC: kvrt_struct_type = 29;
 pub const KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC: kvrt_struct_type = 100;
 pub const KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC: kvrt_struct_type = 101;
 pub const KVRT_STRUCT_TYPE_VULKAN_COMPLETION: kvrt_struct_type = 102;
@@ -776,6 +777,35 @@ const _: () = {
     [
         "Offset of field: kvrt_static_layout_desc::reserve",
     ][::core::mem::offset_of!(kvrt_static_layout_desc, reserve) - 24usize];
+};
+pub const KVRT_STATIC_STYLE_SHIFT_POINTER: kvrt_static_style = 0;
+pub const KVRT_STATIC_STYLE_SMART_MASK: kvrt_static_style = 1;
+pub const KVRT_STATIC_STYLE_MAX_ENUM: kvrt_static_style = 2147483647;
+pub type kvrt_static_style = ::core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvrt_static_style_desc {
+    pub type_: kvrt_struct_type,
+    pub next: *const ::core::ffi::c_void,
+    pub style: kvrt_static_style,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of kvrt_static_style_desc",
+    ][::core::mem::size_of::<kvrt_static_style_desc>() - 24usize];
+    [
+        "Alignment of kvrt_static_style_desc",
+    ][::core::mem::align_of::<kvrt_static_style_desc>() - 8usize];
+    [
+        "Offset of field: kvrt_static_style_desc::type_",
+    ][::core::mem::offset_of!(kvrt_static_style_desc, type_) - 0usize];
+    [
+        "Offset of field: kvrt_static_style_desc::next",
+    ][::core::mem::offset_of!(kvrt_static_style_desc, next) - 8usize];
+    [
+        "Offset of field: kvrt_static_style_desc::style",
+    ][::core::mem::offset_of!(kvrt_static_style_desc, style) - 16usize];
 };
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

@@ -137,6 +137,13 @@ pub const KVRT_STATIC_LAYOUT_DESC_INIT: kvrt_static_layout_desc = kvrt_static_la
     reserve: 0.0,
 };
 
+/// The value of `KVRT_STATIC_STYLE_DESC_INIT`: `type` set and every field at its default.
+pub const KVRT_STATIC_STYLE_DESC_INIT: kvrt_static_style_desc = kvrt_static_style_desc {
+    type_: KVRT_STRUCT_TYPE_STATIC_STYLE_DESC,
+    next: core::ptr::null(),
+    style: KVRT_STATIC_STYLE_SHIFT_POINTER,
+};
+
 /// The value of `KVRT_STATIC_SCALES_DESC_INIT`: `type` set and every field at its default.
 pub const KVRT_STATIC_SCALES_DESC_INIT: kvrt_static_scales_desc = kvrt_static_scales_desc {
     type_: KVRT_STRUCT_TYPE_STATIC_SCALES_DESC,

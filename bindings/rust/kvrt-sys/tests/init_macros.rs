@@ -137,6 +137,11 @@ fn init_constants_match_c_macros() {
     );
     check(
         &values,
+        "KVRT_STATIC_STYLE_DESC_INIT",
+        kvrt_sys::KVRT_STATIC_STYLE_DESC_INIT,
+    );
+    check(
+        &values,
         "KVRT_PAGED_LAYOUT_DESC_INIT",
         kvrt_sys::KVRT_PAGED_LAYOUT_DESC_INIT,
     );
@@ -153,5 +158,5 @@ fn init_constants_match_c_macros() {
         "KVRT_MEMORY_ESTIMATE_INIT",
         kvrt_sys::KVRT_MEMORY_ESTIMATE_INIT,
     );
-    assert_eq!(values.len(), 28);
+    assert_eq!(values.len(), 29);
 }

@@ -99,14 +99,34 @@ impl RopeDesc {
     }
 }
 
-/// The sizes of a static layout (`kvrt_static_layout_desc`).
+/// How a static layout's windows take new rows (`kvrt_static_style`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StaticStyle {
+    /// The window slides through a region of `ceil(R * (S-1))` rows,
+    /// left-padded, new rows after it (`KVRT_STATIC_STYLE_SHIFT_POINTER`).
+    #[default]
+    ShiftPointer,
+    /// The window is the whole region of S-1 rows and never moves: new rows
+    /// go to a ring position, right-padded while it fills, the mask opening
+    /// from the left (`KVRT_STATIC_STYLE_SMART_MASK`, the style of
+    /// ExecuTorch's and Qualcomm's static runtimes). The reserve must be 0
+    /// or 1.
+    SmartMask,
+}
+
+/// The sizes and style of a static layout (`kvrt_static_layout_desc`, and a
+/// chained `kvrt_static_style_desc` for [`StaticStyle::SmartMask`]).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[non_exhaustive]
 pub struct StaticLayoutDesc {
     /// S >= 2: the graph's sequence length; windows hold S-1 rows.
     pub seq_len: u32,
-    /// R >= 1: rows reserved per window, as a multiple of S-1; 0 = 2.
+    /// R >= 1: rows reserved per window, as a multiple of S-1; 0 = 2 (1 in
+    /// the smart-mask style).
     pub reserve: f64,
+    /// How the windows take new rows.
+    pub style: StaticStyle,
 }
 
 impl StaticLayoutDesc {
@@ -114,7 +134,16 @@ impl StaticLayoutDesc {
     pub fn new(seq_len: u32) -> Self {
         Self {
             seq_len,
-            reserve: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Smart-mask windows: a ring of `seq_len - 1` rows that never moves.
+    pub fn smart_mask(seq_len: u32) -> Self {
+        Self {
+            seq_len,
+            style: StaticStyle::SmartMask,
+            ..Self::default()
         }
     }
 }
@@ -371,6 +400,7 @@ impl CacheDesc {
 
         let mut rope = sys::KVRT_ROPE_DESC_INIT;
         let mut layout = sys::KVRT_STATIC_LAYOUT_DESC_INIT;
+        let mut style = sys::KVRT_STATIC_STYLE_DESC_INIT;
         let mut scales = sys::KVRT_STATIC_SCALES_DESC_INIT;
         let mut paged = PagedLayoutDesc::default().raw(ptr::null());
         let window: sys::kvrt_window_layout_desc;
@@ -392,6 +422,11 @@ impl CacheDesc {
             next = (&rope as *const sys::kvrt_rope_desc).cast();
         }
         if let Some(l) = &self.static_layout {
+            if l.style == StaticStyle::SmartMask {
+                style.style = sys::KVRT_STATIC_STYLE_SMART_MASK;
+                style.next = next;
+                next = (&style as *const sys::kvrt_static_style_desc).cast();
+            }
             layout.seq_len = l.seq_len;
             layout.reserve = l.reserve;
             layout.next = next;
@@ -1032,7 +1067,8 @@ impl Cache {
     }
 
     /// The mask of a static graph for `seq`'s next step, as f32 (0 attend,
-    /// -inf or `mask.masked_value` masked): `mask.n_new * S` entries
+    /// -inf or `mask.masked_value` masked): `mask.n_new * S` entries, or
+    /// `mask.n_new * (S - 1 + mask.n_new)` in the smart-mask style
     /// (`kvrt_cache_static_get_graph_mask`, `KVRT_MASK_F32`).
     pub fn static_graph_mask(&self, seq: i32, mask: &GraphMask, out: &mut [f32]) -> Result<()> {
         self.graph_mask(

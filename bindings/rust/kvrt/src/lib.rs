@@ -102,7 +102,7 @@ pub use kvrt_sys as sys;
 pub use buffer::{AsBuffer, Buffer, CacheBuffer};
 pub use cache::{
     AttentionParams, Cache, CacheDesc, CacheEstimate, CacheInfo, GraphMask, Layout, Reevaluation, RopeDesc,
-    RopeMode, StaticLayoutDesc, StaticScales, StaticStats, StaticWindow, WindowLayoutDesc,
+    RopeMode, StaticLayoutDesc, StaticScales, StaticStats, StaticStyle, StaticWindow, WindowLayoutDesc,
 };
 pub use context::{enumerate_devices, Context, ContextBuilder, ContextStats, DeviceInfo, DeviceType};
 pub use error::{Error, Result};

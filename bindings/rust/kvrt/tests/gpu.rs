@@ -283,6 +283,56 @@ fn static_window_and_transfer() {
 }
 
 #[test]
+fn smart_mask_ring() {
+    let ctx = context();
+    let d = 8u32;
+    let mut desc = CacheDesc::new(1, 1, 1, d, 0);
+    desc.layout = Layout::Static;
+    desc.static_layout = Some(StaticLayoutDesc::smart_mask(5));
+    let mut ring = ctx.create_cache(&desc).unwrap();
+    let store = |ring: &mut kvrt::Cache, positions: &[i32]| {
+        let n = positions.len() * d as usize;
+        ring.store(
+            &Batch::for_seq(0, positions),
+            Layers::One(0),
+            &TensorRef::host_f32(&values(31, n)),
+            &TensorRef::host_f32(&values(32, n)),
+        )
+        .unwrap();
+    };
+    store(&mut ring, &[0, 1, 2]);
+    let offset = ring.static_window(0, 0, 0, KvArray::K).unwrap().offset;
+    // Right-padded while it fills: rows 0..2 valid, then a graph's 2 inputs, causal.
+    let mut mask = [7u16; 12];
+    ring.static_graph_mask_u16(0, 2, &mut mask).unwrap();
+    assert_eq!(
+        mask,
+        [65535, 65535, 65535, 0, 65535, 0, 65535, 65535, 65535, 0, 65535, 65535]
+    );
+    // Three more wrap the ring: the window stays, the oldest row goes.
+    store(&mut ring, &[3, 4, 5]);
+    let w = ring.static_window(0, 0, 0, KvArray::K).unwrap();
+    assert_eq!(w.offset, offset);
+    assert_eq!((w.n_valid, w.pos_first, w.pos_last), (4, 2, 5));
+    let mut decode = [1f32; 5];
+    ring.static_mask(0, &mut decode).unwrap();
+    assert_eq!(decode, [0.0; 5]);
+    assert!(matches!(
+        ring.static_make_room(0, 1),
+        Err(kvrt::Error::InvalidArgument(_))
+    ));
+    // Any reserve but 0 or 1 is refused.
+    let mut bad = desc.clone();
+    let mut layout = StaticLayoutDesc::smart_mask(5);
+    layout.reserve = 2.0;
+    bad.static_layout = Some(layout);
+    assert!(matches!(
+        ctx.create_cache(&bad),
+        Err(kvrt::Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
 fn raw_read_and_write_back() {
     let ctx = context();
     let mut desc = CacheDesc::new(1, 1, 1, 32, 8);
