@@ -43,10 +43,28 @@ type RoPE struct {
 	NCtxOrig   uint32  // YaRN original context; 0 = none
 }
 
-// StaticLayout gives the sizes of a LayoutStatic cache (kvrt_static_layout_desc).
+// StaticStyle says how a static layout's windows take new rows
+// (kvrt_static_style).
+type StaticStyle int32
+
+const (
+	// StyleShiftPointer: the window slides through a region of
+	// ceil(R*(S-1)) rows, left-padded, new rows after it (the default).
+	StyleShiftPointer StaticStyle = C.KVRT_STATIC_STYLE_SHIFT_POINTER
+	// StyleSmartMask: the window is the whole region of S-1 rows and never
+	// moves; new rows go to a ring position, right-padded while it fills,
+	// the mask opening from the left (the style of ExecuTorch's and
+	// Qualcomm's static runtimes). Reserve must be 0 or 1.
+	StyleSmartMask StaticStyle = C.KVRT_STATIC_STYLE_SMART_MASK
+)
+
+// StaticLayout gives the sizes and style of a LayoutStatic cache
+// (kvrt_static_layout_desc, and a chained kvrt_static_style_desc for
+// StyleSmartMask).
 type StaticLayout struct {
-	SeqLen  uint32  // S >= 2: the graph's sequence length; windows hold S-1 rows
-	Reserve float64 // R >= 1: rows reserved per window, as a multiple of S-1; 0 = 2
+	SeqLen  uint32      // S >= 2: the graph's sequence length; windows hold S-1 rows
+	Reserve float64     // R >= 1: rows reserved per window, as a multiple of S-1; 0 = 2 (1 for StyleSmartMask)
+	Style   StaticStyle // how the windows take new rows; 0 = StyleShiftPointer
 }
 
 // PagedLayout gives the block size of a LayoutPaged cache
@@ -217,6 +235,14 @@ func (o *CacheOptions) cacheDesc(p *runtime.Pinner) (d *C.kvrt_cache_desc, free 
 		p.Pin(c)
 		*next = unsafe.Pointer(c)
 		next = &c.next
+		if s.Style != StyleShiftPointer {
+			st := new(C.kvrt_static_style_desc)
+			*st = C.go_static_style_desc_init()
+			st.style = C.kvrt_static_style(s.Style)
+			p.Pin(st)
+			*next = unsafe.Pointer(st)
+			next = &st.next
+		}
 	}
 	if g := o.Paged; g != nil {
 		c := new(C.kvrt_paged_layout_desc)

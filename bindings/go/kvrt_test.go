@@ -391,6 +391,55 @@ func f16ToF32(h uint16) float32 {
 	return math.Float32frombits(sign | uint32(exp-15+127)<<23 | mant<<13)
 }
 
+func TestStaticSmartMask(t *testing.T) {
+	ctx := newContext(t)
+	const seqLen = 5
+	c := newCache(t, ctx, kvrt.CacheOptions{Layers: 1, Heads: 1, KVHeads: 1, HeadDimK: 8,
+		Static: &kvrt.StaticLayout{SeqLen: seqLen, Style: kvrt.StyleSmartMask}})
+	store := func(first, n int) {
+		k := rows(first, n, 1, 8, keyOf)
+		v := rows(first, n, 1, 8, valueOf)
+		_, err := c.Store(nil, kvrt.SeqBatch(0, int32(first), n), 0, kvrt.HostF32(k), kvrt.HostF32(v))
+		must(t, err)
+	}
+	store(0, 3)
+	w0, err := c.StaticWindow(0, 0, 0, kvrt.ArrayK)
+	must(t, err)
+	// Right-padded while the ring fills, then a graph's 2 inputs, causal.
+	graph := make([]uint16, 2*(seqLen-1+2))
+	must(t, c.StaticGraphMaskU16(0, 2, graph))
+	want := []uint16{65535, 65535, 65535, 0, 65535, 0, 65535, 65535, 65535, 0, 65535, 65535}
+	for i := range want {
+		if graph[i] != want[i] {
+			t.Fatalf("smart-mask graph mask %v, want %v", graph, want)
+		}
+	}
+	// Three more wrap the ring: the window stays where it was, rows 0 and 1
+	// hold positions 4 and 5.
+	store(3, 3)
+	w, err := c.StaticWindow(0, 0, 0, kvrt.ArrayK)
+	must(t, err)
+	if w.Offset != w0.Offset || w.NValid != 4 || w.PosFirst != 2 || w.PosLast != 5 {
+		t.Fatalf("ring window %+v, first %+v", w, w0)
+	}
+	got := make([]uint16, w.Rows*8)
+	must(t, w.Buffer.DownloadF16(w.Offset, got))
+	k := rows(4, 2, 1, 8, keyOf)
+	for i, want := range k {
+		if f := f16ToF32(got[i]); f != want {
+			t.Fatalf("ring row value %d: %v, want %v", i, f, want)
+		}
+	}
+	if err := c.StaticMakeRoom(0, 1); !errors.Is(err, kvrt.ErrInvalidArgument) {
+		t.Fatalf("room in a ring: %v", err)
+	}
+	_, err = ctx.NewCache(kvrt.CacheOptions{Layers: 1, Heads: 1, KVHeads: 1, HeadDimK: 8,
+		Static: &kvrt.StaticLayout{SeqLen: seqLen, Reserve: 2, Style: kvrt.StyleSmartMask}})
+	if !errors.Is(err, kvrt.ErrInvalidArgument) {
+		t.Fatalf("a ring with reserve 2: %v", err)
+	}
+}
+
 func TestStaticLayout(t *testing.T) {
 	ctx := newContext(t)
 	const seqLen = 6

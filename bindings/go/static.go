@@ -117,7 +117,8 @@ func (c *Cache) graphMask(seq int32, m GraphMask, format C.kvrt_mask_format, p u
 
 // StaticGraphMask writes the mask of a static graph for seq's next step as
 // f32 (kvrt_cache_static_get_graph_mask, KVRT_MASK_F32): 0 attend, -Inf or
-// m.MaskedValue masked; out must hold NNew*S values.
+// m.MaskedValue masked; out must hold NNew*S values (NNew*(S-1+NNew) with
+// StyleSmartMask).
 func (c *Cache) StaticGraphMask(seq int32, m GraphMask, out []float32) error {
 	return c.graphMask(seq, m, C.KVRT_MASK_F32, slicePtr(out), 4*len(out))
 }
