@@ -117,6 +117,11 @@ KVRT_LAYOUT_FIELD(kvrt_static_layout_desc, next, 8, 4)
 KVRT_LAYOUT_FIELD(kvrt_static_layout_desc, seq_len, 16, 8)
 KVRT_LAYOUT_FIELD(kvrt_static_layout_desc, reserve, 24, 16)
 
+KVRT_LAYOUT_SIZE(kvrt_static_style_desc, 24, 12)
+KVRT_LAYOUT_FIELD(kvrt_static_style_desc, type, 0, 0)
+KVRT_LAYOUT_FIELD(kvrt_static_style_desc, next, 8, 4)
+KVRT_LAYOUT_FIELD(kvrt_static_style_desc, style, 16, 8)
+
 KVRT_LAYOUT_SIZE(kvrt_static_scales_desc, 56, 28)
 KVRT_LAYOUT_FIELD(kvrt_static_scales_desc, type, 0, 0)
 KVRT_LAYOUT_FIELD(kvrt_static_scales_desc, next, 8, 4)

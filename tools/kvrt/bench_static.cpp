@@ -18,6 +18,8 @@
 //
 // Several reserves (--reserve 2,1): one cache each, runs interleaved so that a
 // shared machine's load affects them alike and their ratio is meaningful.
+// `ring` in the list is the smart-mask style (KVRT_STATIC_STYLE_SMART_MASK): a
+// ring of S-1 rows that never slides, so it moves no row (checked).
 //
 // Speculative decoding (--drafts D > 1): each step appends D draft tokens in
 // one kvrt_cache_store, then rejects all but the first (kvrt_cache_seq_rm of
@@ -78,9 +80,10 @@ bool parse(const Env& env, const Args& args, Options* o) {
     std::stringstream list(args.str("reserve", "2"));
     for (std::string item; ok && std::getline(list, item, ',');) {
         char* end = nullptr;
-        const double r = std::strtod(item.c_str(), &end);
-        if (item.empty() || *end || !std::isfinite(r) || r < 1.0 || r > 64.0) {
-            error = "--reserve must be a comma-separated list of decimals from 1 to 64, not '" + args.str("reserve") + "'";
+        const double r = item == "ring" ? 0.0 : std::strtod(item.c_str(), &end);
+        if (item != "ring" && (item.empty() || *end || !std::isfinite(r) || r < 1.0 || r > 64.0)) {
+            error = "--reserve must be a comma-separated list of decimals from 1 to 64 or 'ring', not '" +
+                    args.str("reserve") + "'";
             ok = false;
         }
         o->reserves.push_back(r);
@@ -125,9 +128,13 @@ struct Expected {
 };
 
 Expected expected(uint64_t seq_len, double reserve, uint64_t tokens) {
+    Expected e;
+    if (reserve == 0.0) {  // the smart-mask ring: never a slide
+        e.period = tokens;
+        return e;
+    }
     const uint64_t w = seq_len - 1;
     const uint64_t rr = static_cast<uint64_t>(std::ceil(reserve * static_cast<double>(w)));
-    Expected e;
     e.period = rr - w + 1;                  // free appends, then a restart
     const uint64_t n = tokens / e.period;   // restarts
     const uint64_t m = std::min(n, w / e.period);  // restarts before the window is full: m*P - 1 rows
@@ -273,8 +280,11 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
         s.reserve_text = o.reserve_text[i];
         kvrt_static_layout_desc ld = KVRT_STATIC_LAYOUT_DESC_INIT;
         ld.seq_len = static_cast<uint32_t>(o.seq_len);
-        ld.reserve = s.reserve;
-        if (is_static_scale(o.type)) ld.next = &sd;
+        ld.reserve = s.reserve;  // 0 for the ring: its R = 1
+        kvrt_static_style_desc style = KVRT_STATIC_STYLE_DESC_INIT;
+        style.style = KVRT_STATIC_STYLE_SMART_MASK;
+        if (is_static_scale(o.type)) style.next = ld.next = &sd;
+        if (s.reserve == 0.0) ld.next = &style;
         kvrt_cache_desc d = KVRT_CACHE_DESC_INIT;
         d.next = &ld;
         d.n_layers = static_cast<uint32_t>(o.layers);
@@ -398,7 +408,7 @@ int run_static_append(Env& env, const Args& args, std::vector<Row>* rows) {
 
 const bool registered = register_case(
     {"static-append",
-     "[--seq-len S] [--reserve R[,R2...]] [--layers L] [--kv-heads H] [--head-dim D]\n"
+     "[--seq-len S] [--reserve R[,R2...|ring]] [--layers L] [--kv-heads H] [--head-dim D]\n"
      "                 [--type f16|f32|u8_static|u16_static] [--tokens N] [--input device|host]\n"
      "                 [--drafts D]:\n"
      "                 appending to the static padded layout (SPEC 5), one sequence. Each run\n"
@@ -416,14 +426,15 @@ const bool registered = register_case(
      "                 device input, --runs 3 --warmup 1 (a warm-up appends until the first\n"
      "                 slide). Static-scale types get one scale, 4/127 (zero point 128) or\n"
      "                 4/32767 (32768), for the N(0, 1) data. R = 1 slides the whole window\n"
-     "                 at every token: slow on CPU drivers (try --seq-len 512). --drafts D > 1:\n"
+     "                 at every token: slow on CPU drivers (try --seq-len 512). `ring`: the\n"
+     "                 smart-mask style, a ring of S-1 rows that never slides. --drafts D > 1:\n"
      "                 speculative decoding, each step stores D tokens and removes the newest\n"
      "                 D-1 again (kvrt_cache_seq_rm, in the wall time only); the counters\n"
      "                 include the removals' copies and the closed form is not checked.\n"
      "                 Fails when the counters differ from the closed form or under\n"
      "                 validation errors",
      run_static_append,
-     {{"--seq-len", "256", "--reserve", "2,1"}, {"--seq-len", "256", "--reserve", "2", "--drafts", "4"}}});
+     {{"--seq-len", "256", "--reserve", "2,1,ring"}, {"--seq-len", "256", "--reserve", "2", "--drafts", "4"}}});
 
 }  // namespace
 

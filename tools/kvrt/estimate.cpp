@@ -16,7 +16,8 @@ namespace {
 const char* kUsage =
     "usage: kvrt estimate --layers N --kv-heads N --head-dim N [--head-dim-v N] [--heads N]\n"
     "                     [--type T] [--type-v T] [--layout cells|static|paged] [--cells N]\n"
-    "                     [--seq-len S] [--reserve R] [--seqs N] [--block B] [--prefix P --own T]\n"
+    "                     [--seq-len S] [--reserve R] [--style S] [--seqs N] [--block B]\n"
+    "                     [--prefix P --own T]\n"
     "                     [--window W [--global-every N] [--window-cells C] [--keep K]] [--json]\n"
     "  Prints the sizes of a cache with this geometry, computed by kvrt_cache_estimate_size\n"
     "  before anything is allocated (assuming a 128 MiB largest binding, the common mobile\n"
@@ -54,6 +55,8 @@ const char* kUsage =
     "  --seq-len S       static: the graph's sequence length S >= 2 (required with static)\n"
     "  --reserve R       static: rows reserved per region as a multiple of S-1, a decimal\n"
     "                    >= 1 (default 2)\n"
+    "  --style S         static: shift-pointer (default) or smart-mask (a ring of S-1 rows\n"
+    "                    that never moves: R = 1)\n"
     "  --window W        cells, paged: layers with a sliding window of W tokens that keep their rows\n"
     "                    in a group of their own (kvrt_window_layout_desc), so their memory\n"
     "                    follows the window, not --cells. Prints the group's cells and what\n"
@@ -73,7 +76,7 @@ const char* kUsage =
 const char* const kOptions[] = {"layers", "kv-heads", "heads",   "head-dim", "head-dim-v", "type",
                                 "type-v", "layout",   "cells",   "seq-len",  "reserve",    "seqs",
                                 "block",  "prefix",   "own",     "json",     "help",       "window",
-                                "global-every", "window-cells", "keep"};
+                                "global-every", "window-cells", "keep", "style"};
 
 int usage_error(const std::string& message) {
     std::fprintf(stderr, "error: %s\nRun 'kvrt estimate --help' for the options.\n", message.c_str());
@@ -152,6 +155,7 @@ struct Request {
     uint32_t seq_len = 0, seqs = 0, block = 16;
     uint64_t prefix = 0, own = 0;  // paged: the workload the cells were sized for (0: --cells given)
     double reserve = 2.0;
+    bool smart_mask = false;  // --style smart-mask
     // --window: each layer's window and the group's desc.
     std::vector<uint32_t> windows;
     uint32_t window = 0, windowed_layers = 0;
@@ -250,8 +254,21 @@ bool parse(const Args& args, Request* req, std::string* error) {
                      args.str("reserve");
             return false;
         }
+        const std::string style = args.str("style", "shift-pointer");
+        if (style != "shift-pointer" && style != "smart-mask") {
+            *error = "unknown --style '" + style + "' (shift-pointer or smart-mask)";
+            return false;
+        }
+        req->smart_mask = style == "smart-mask";
+        if (req->smart_mask) {
+            if (args.has("reserve") && req->reserve != 1.0) {
+                *error = "--style smart-mask keeps S-1 rows per region (R = 1), not --reserve " + args.str("reserve");
+                return false;
+            }
+            req->reserve = 1.0;
+        }
     } else {
-        for (const char* name : {"seq-len", "reserve"}) {
+        for (const char* name : {"seq-len", "reserve", "style"}) {
             if (args.has(name)) {
                 *error = "--" + std::string(name) + " applies to --layout static only";
                 return false;
@@ -348,6 +365,7 @@ void print_json(const Request& req, const kvrt_cache_estimate& e) {
                 req.type_k.c_str(), req.type_v.c_str(), req.seqs);
     if (req.is_static) {
         const StaticFigures f = static_figures(req);
+        std::printf("\"style\": \"%s\", ", req.smart_mask ? "smart-mask" : "shift-pointer");
         std::printf("\"seq_len\": %u, \"reserve\": %.15g, \"window_rows\": %llu, \"reserved_rows\": %llu, "
                     "\"reserved_rows_fractional\": %s, \"region_bytes_k\": %llu, \"region_bytes_v\": %llu, "
                     "\"regions\": %llu, \"fractional_bytes\": %s, ",
@@ -415,10 +433,10 @@ void print_text(const Request& req, const kvrt_cache_estimate& e) {
         }
     } else {
         const StaticFigures f = static_figures(req);
-        std::printf("layout            static padded (SPEC 5): S = %u, R = %s, %u sequence%s with %s own K and V\n"
+        std::printf("layout            static padded (SPEC 5)%s: S = %u, R = %s, %u sequence%s with %s own K and V\n"
                     "                  window per layer and KV head\n",
-                    req.seq_len, decimal(req.reserve, false).c_str(), req.seqs, req.seqs == 1 ? "" : "s",
-                    req.seqs == 1 ? "its" : "their");
+                    req.smart_mask ? ", smart-mask ring" : "", req.seq_len, decimal(req.reserve, false).c_str(),
+                    req.seqs, req.seqs == 1 ? "" : "s", req.seqs == 1 ? "its" : "their");
         std::printf("window rows       %s (S-1)\n", grouped(f.window_rows).c_str());
         std::printf("reserved rows     %s per region: ceil(R x (S-1)) = ceil(%s)\n", grouped(f.reserved_rows).c_str(),
                     decimal(f.reserved_exact, true).c_str());
@@ -474,12 +492,18 @@ int cmd_estimate(int argc, char** argv) {
     kvrt_static_layout_desc layout = KVRT_STATIC_LAYOUT_DESC_INIT;
     layout.seq_len = req.seq_len;
     layout.reserve = req.reserve;
+    kvrt_static_style_desc style = KVRT_STATIC_STYLE_DESC_INIT;
+    style.style = KVRT_STATIC_STYLE_SMART_MASK;
     const void** tail = &req.desc.next;
     kvrt_paged_layout_desc paged = KVRT_PAGED_LAYOUT_DESC_INIT;
     paged.block_size = req.block;
     if (req.is_static) {
         *tail = &layout;
         tail = &layout.next;
+        if (req.smart_mask) {
+            *tail = &style;
+            tail = &style.next;
+        }
     } else if (req.is_paged) {
         *tail = &paged;
         tail = &paged.next;
