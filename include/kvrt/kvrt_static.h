@@ -46,8 +46,11 @@ extern "C" {
  *   tokens a step accepted (a graph's draft rows stay in its own output):
  *   in a full ring, a stored row overwrites the oldest, and removing it
  *   again does not bring that row back. There is no room after the window
- *   (kvrt_cache_static_make_room refuses). Everything else below holds for
- *   both styles unless it says otherwise.
+ *   (kvrt_cache_static_make_room refuses). A sequence's windows of one
+ *   layer lie head after head in one VkBuffer (head h's offset = head 0's +
+ *   h * bytes), so a graph that takes one [1, H, S-1, D] tensor per layer
+ *   binds it at head 0's offset. Everything else below holds for both
+ *   styles unless it says otherwise.
  *
  * - K and V types: F32, F16, KVRT_TYPE_U8_STATIC or KVRT_TYPE_U16_STATIC
  *   (what static graphs bind); the block-quantized types (Q8_0, Q4_0) are

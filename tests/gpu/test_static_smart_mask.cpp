@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/random.hpp"
+#include "kvrt/kvrt_vulkan.h"
 #include "reference/half.hpp"
 
 using namespace kvrt_test;
@@ -182,6 +183,22 @@ TEST_CASE("smart-mask style: the ring and its masks match ExecuTorch's, and atte
         REQUIRE(w.n_valid == 0);
         REQUIRE(w.rows == W);
         offset0[a == KVRT_KV_ARRAY_V] = w.offset;
+        // A layer's heads are back to back: one [1, H, S-1, D] tensor at head
+        // 0's offset, in one VkBuffer.
+        for (uint32_t l = 0; l < kLayers; ++l) {
+            kvrt_static_window w0 = KVRT_STATIC_WINDOW_INIT;
+            KVRT_REQUIRE_OK(kvrt_cache_static_get_window(ring, 0, static_cast<int32_t>(l), 0, a, &w0));
+            for (uint32_t h = 1; h < kKvHeads; ++h) {
+                kvrt_static_window wh = KVRT_STATIC_WINDOW_INIT;
+                KVRT_REQUIRE_OK(kvrt_cache_static_get_window(ring, 0, static_cast<int32_t>(l), h, a, &wh));
+                REQUIRE(wh.buffer == w0.buffer);
+                REQUIRE(wh.offset == w0.offset + h * w0.bytes);
+            }
+            VkBuffer vb = VK_NULL_HANDLE;
+            VkDeviceSize at = 0, contiguous = 0;
+            KVRT_REQUIRE_OK(kvrt_buffer_get_vulkan(w0.buffer, w0.offset, &vb, &at, &contiguous));
+            REQUIRE(contiguous >= kKvHeads * w0.bytes);
+        }
     }
 
     const float inf = std::numeric_limits<float>::infinity();
