@@ -832,6 +832,7 @@ typedef enum kvrt_cache_flag_bits {
 /* Structs that may be chained on a kvrt_cache_desc's `next`, in any order,
  * each at most once: kvrt_rope_desc (the model's RoPE),
  * kvrt_static_layout_desc (the static layout's sizes),
+ * kvrt_static_style_desc (the static layout's style),
  * kvrt_paged_layout_desc (the paged layout's block size),
  * kvrt_static_scales_desc (the scales of static-scale types) and
  * kvrt_window_layout_desc (windowed layers kept in a smaller group). */
