@@ -255,6 +255,7 @@ typedef enum kvrt_struct_type {
     KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC = 27,
     KVRT_STRUCT_TYPE_STATIC_MASK_DESC = 28,
     KVRT_STRUCT_TYPE_STATIC_STYLE_DESC = 29,
+    KVRT_STRUCT_TYPE_EXPORTED_MEMORY = 30,
     KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC = 100,
     KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC = 101,
     KVRT_STRUCT_TYPE_VULKAN_COMPLETION = 102,
@@ -594,11 +595,19 @@ KVRT_API kvrt_result kvrt_context_get_tuning(kvrt_context context, char* text, u
  * split internally into pieces no larger than the device's largest binding, so a
  * 1 GiB buffer works on a device whose maxStorageBufferRange is 128 MiB. New
  * buffers are zeroed. */
+typedef enum kvrt_buffer_flag_bits {
+    /* The buffer's memory can be exported as a file descriptor
+     * (kvrt_buffer_export_memory): allocated for every handle type the
+     * device exports. */
+    KVRT_BUFFER_EXPORTABLE = 0x00000001,
+    KVRT_BUFFER_FLAG_MAX_ENUM = 0x7FFFFFFF
+} kvrt_buffer_flag_bits;
+
 typedef struct kvrt_buffer_desc {
     kvrt_struct_type type;
     const void* next;
     KVRT_ALIGN8 uint64_t size;       /* bytes, > 0 */
-    kvrt_flags flags;    /* reserved, must be 0 */
+    kvrt_flags flags;    /* kvrt_buffer_flag_bits */
     const char* label;   /* debug name for Vulkan tools; may be NULL */
 } kvrt_buffer_desc;
 
@@ -606,7 +615,9 @@ typedef struct kvrt_buffer_desc {
 
 /* Creates a zeroed device buffer. Fails with KVRT_ERROR_INVALID_HANDLE for a
  * bad context; KVRT_ERROR_INVALID_ARGUMENT for NULL arguments, a wrong
- * desc->type or bad chain, size 0 or nonzero flags;
+ * desc->type or bad chain, size 0 or unknown flags; KVRT_ERROR_UNSUPPORTED
+ * for KVRT_BUFFER_EXPORTABLE where memory cannot be exported (see
+ * kvrt_buffer_export_memory);
  * KVRT_ERROR_OUT_OF_DEVICE_MEMORY when the device cannot hold it (nothing
  * stays allocated); KVRT_ERROR_OUT_OF_HOST_MEMORY. Thread-safety: Safe. */
 KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_desc* desc,
@@ -643,6 +654,86 @@ KVRT_API kvrt_result kvrt_buffer_upload(kvrt_buffer buffer, uint64_t offset, con
  * Thread-safety: Safe, except against kvrt_buffer_destroy of the buffer. */
 KVRT_API kvrt_result kvrt_buffer_download(kvrt_buffer buffer, uint64_t offset, void* data,
                                           uint64_t size);
+
+/* How exported memory is handed over (kvrt_buffer_export_memory). */
+typedef enum kvrt_memory_handle_type {
+    KVRT_MEMORY_HANDLE_UNDEFINED = 0,
+    /* A POSIX file descriptor of Vulkan's opaque type
+     * (VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT): imported by another
+     * Vulkan instance, in this process or another, on a device with the same
+     * device and driver UUIDs, with the same allocation size and memory type
+     * index (VkImportMemoryFdInfoKHR). */
+    KVRT_MEMORY_HANDLE_OPAQUE_FD = 1,
+    /* A Linux dma-buf file descriptor
+     * (VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT): mapped by other
+     * processors and drivers, such as a DSP through Android's rpcmem and
+     * QnnMem_register; on devices with VK_EXT_external_memory_dma_buf. */
+    KVRT_MEMORY_HANDLE_DMA_BUF = 2,
+    KVRT_MEMORY_HANDLE_TYPE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_memory_handle_type;
+
+/* Where a byte of an exported buffer lies (kvrt_buffer_export_memory). A
+ * kvrt buffer is made of pieces, each its own device memory allocation; one
+ * export describes the allocation holding the byte asked for. */
+typedef struct kvrt_exported_memory {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_EXPORTED_MEMORY */
+    const void* next;
+    /* A new file descriptor of the allocation, owned by the caller: close()
+     * it, or hand it to an importer that takes ownership of it. */
+    int32_t fd;
+    /* The allocation's memory type index, which an opaque-fd import uses. */
+    uint32_t memory_type_index;
+    /* The allocation's size in bytes (an import's allocationSize; the bytes
+     * to map of a dma-buf). */
+    KVRT_ALIGN8 uint64_t memory_size;
+    /* The byte asked for is at this offset in the allocation ... */
+    KVRT_ALIGN8 uint64_t offset;
+    /* ... and this many bytes of the buffer follow it there contiguously. */
+    KVRT_ALIGN8 uint64_t contiguous_bytes;
+    /* VkPhysicalDeviceIDProperties of kvrt's device: an opaque-fd importer's
+     * device must have the same two. */
+    uint8_t device_uuid[16];
+    uint8_t driver_uuid[16];
+} kvrt_exported_memory;
+
+#define KVRT_EXPORTED_MEMORY_INIT \
+    { KVRT_STRUCT_TYPE_EXPORTED_MEMORY, NULL, -1, 0, 0, 0, 0, {0}, {0} }
+
+/* Exports the device memory holding byte `offset` of `buffer` as a file
+ * descriptor of `handle_type`, so that another process, driver or processor
+ * maps the same bytes: no copy is made, and later writes by kvrt are seen
+ * there (and the other way round). The buffer must have been created with
+ * KVRT_BUFFER_EXPORTABLE, or belong to a cache created with
+ * KVRT_CACHE_EXPORTABLE (kvrt_static_window.buffer): for a static-layout
+ * window pass window.offset; the window lies whole in the allocation
+ * (contiguous_bytes >= window.bytes).
+ *
+ * Ordering is the application's: kvrt's writes are complete once the call
+ * that made them returned (synchronous calls) or its stream's wait did; the
+ * other side reads after that, and kvrt reads what the other side wrote
+ * only from calls made after the other side's writes completed. kvrt records
+ * no queue-family ownership transfer: its buffers are linear, uncompressed
+ * memory. On a device whose memory is not coherent with the other
+ * processor (a dma-buf on some phones), the other side also does the
+ * dma-buf's own cache maintenance (DMA_BUF_IOCTL_SYNC, rpcmem). The memory
+ * stays allocated while an exported descriptor or an import of it is open,
+ * but kvrt may reuse or change its bytes for as long as the buffer lives.
+ *
+ * Fails with KVRT_ERROR_INVALID_HANDLE for a bad buffer;
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL, mistyped or badly chained `out`,
+ * an offset outside the buffer or an undefined or unknown handle type;
+ * KVRT_ERROR_UNSUPPORTED for a buffer not allocated exportable, a handle
+ * type the device does not export (dma-buf needs
+ * VK_EXT_external_memory_dma_buf), a context imported from the application
+ * (kvrt_context_import_vulkan: the application allocates exportable memory
+ * itself and wraps it with kvrt_buffer_import_vulkan) or a platform without
+ * file descriptors; KVRT_ERROR_OUT_OF_HOST_MEMORY when no descriptor is
+ * left. `out` is written only on success.
+ * Thread-safety: Safe, except against kvrt_buffer_destroy of the buffer (or
+ * kvrt_cache_destroy of its cache). */
+KVRT_API kvrt_result kvrt_buffer_export_memory(kvrt_buffer buffer, uint64_t offset,
+                                               kvrt_memory_handle_type handle_type,
+                                               kvrt_exported_memory* out);
 
 /* ========================================================================== */
 /* Streams                                                                    */
@@ -826,6 +917,12 @@ typedef enum kvrt_cache_flag_bits {
      * (composed from a table of angles the cache computes once in double,
      * 4,096 bytes per rotated dimension; never the device's sin and cos). */
     KVRT_CACHE_DEFERRED_ROPE = 0x00000001,
+    /* The K and V rows' memory (the static layout's windows among them) can
+     * be exported as a file descriptor (kvrt_buffer_export_memory on
+     * kvrt_static_window.buffer), so that another process or a DSP maps the
+     * rows kvrt writes. Creation fails with KVRT_ERROR_UNSUPPORTED where
+     * memory cannot be exported. */
+    KVRT_CACHE_EXPORTABLE = 0x00000002,
     KVRT_CACHE_FLAG_MAX_ENUM = 0x7FFFFFFF
 } kvrt_cache_flag_bits;
 

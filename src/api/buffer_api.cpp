@@ -2,8 +2,11 @@
 #include "kvrt/kvrt.h"
 #include "kvrt/kvrt_vulkan.h"
 
+#include <cstring>
+
 #include "api/handles.hpp"
 #include "core/checked.hpp"
+#include "core/raw_enum.hpp"
 
 using namespace kvrt;
 using namespace kvrt::api;
@@ -36,11 +39,20 @@ KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_
         KVRT_TRY(check_context(context, "context"));
         KVRT_TRY(check_struct("desc", desc, KVRT_STRUCT_TYPE_BUFFER_DESC));
         if (desc->size == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->size is 0");
-        if (desc->flags != 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->flags must be 0");
+        if (desc->flags & ~static_cast<kvrt_flags>(KVRT_BUFFER_EXPORTABLE))
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown desc->flags 0x%x", static_cast<unsigned>(desc->flags));
+        vk::Context& ctx = *context->ctx;
+        const bool exportable = desc->flags & KVRT_BUFFER_EXPORTABLE;
+        if (exportable && !ctx.export_types())
+            return fail(KVRT_ERROR_UNSUPPORTED,
+                        "KVRT_BUFFER_EXPORTABLE: this device cannot export memory as a file descriptor (%s)",
+                        ctx.imported() ? "the context was imported from the application"
+                                       : "it has no VK_KHR_external_memory_fd for storage buffers");
         auto handle = std::make_unique<kvrt_buffer_T>();
         handle->owner = context;
         std::unique_ptr<vk::Buffer> buf;
-        KVRT_TRY(vk::Buffer::create(*context->ctx, desc->size, 0, desc->label, &buf));
+        KVRT_TRY(vk::Buffer::create(ctx, desc->size, 0, desc->label, &buf, vk::MemoryKind::Device,
+                                    exportable ? ctx.export_types() : 0));
         handle->buffer = std::move(buf);
         context->children.add(handle.get(), &destroy_buffer);
         register_handle(handle.get(), Kind::Buffer);
@@ -110,6 +122,45 @@ KVRT_API kvrt_result kvrt_buffer_download(kvrt_buffer buffer, uint64_t offset, v
         KVRT_TRY(check_context(buffer->owner, "the buffer's context"));
         KVRT_TRY(check_range(buffer, offset, size, data));
         return buffer->buffer->download(offset, data, size);
+    });
+}
+
+KVRT_API kvrt_result kvrt_buffer_export_memory(kvrt_buffer buffer, uint64_t offset,
+                                               kvrt_memory_handle_type handle_type, kvrt_exported_memory* out) {
+    return guarded([&]() -> Result {
+        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
+        KVRT_TRY(check_context(buffer->owner, "the buffer's context"));
+        KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_EXPORTED_MEMORY));
+        const vk::Buffer& b = *buffer->buffer;
+        if (offset >= b.size())
+            return fail(KVRT_ERROR_INVALID_ARGUMENT, "offset %llu is outside the buffer of %llu bytes",
+                        static_cast<unsigned long long>(offset), static_cast<unsigned long long>(b.size()));
+        VkExternalMemoryHandleTypeFlagBits type;
+        switch (raw_enum(handle_type)) {
+            case KVRT_MEMORY_HANDLE_OPAQUE_FD: type = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT; break;
+            case KVRT_MEMORY_HANDLE_DMA_BUF: type = VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT; break;
+            default:
+                return fail(KVRT_ERROR_INVALID_ARGUMENT, "handle_type %d is not a kvrt_memory_handle_type",
+                            static_cast<int>(raw_enum(handle_type)));
+        }
+        const vk::Context& ctx = b.context();
+        if (!(ctx.export_types() & type))
+            return fail(KVRT_ERROR_UNSUPPORTED, "this device does not export memory as %s%s",
+                        type == VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT ? "a dma-buf" : "an opaque fd",
+                        ctx.imported() ? " (the context was imported from the application)"
+                        : type == VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT
+                            ? " (it has no VK_EXT_external_memory_dma_buf)"
+                            : " (it has no VK_KHR_external_memory_fd)");
+        vk::Buffer::Exported e;
+        KVRT_TRY(b.export_memory(offset, type, &e));
+        out->fd = e.fd;
+        out->memory_type_index = e.memory_type;
+        out->memory_size = e.memory_size;
+        out->offset = e.offset;
+        out->contiguous_bytes = e.contiguous;
+        std::memcpy(out->device_uuid, ctx.info().device_uuid, sizeof out->device_uuid);
+        std::memcpy(out->driver_uuid, ctx.info().driver_uuid, sizeof out->driver_uuid);
+        return KVRT_SUCCESS;
     });
 }
 

@@ -11,6 +11,13 @@ namespace {
 Result make_layer_buffers(vk::Context& ctx, const kv::CacheGeometry& geo, const std::string& base,
                           std::vector<std::shared_ptr<vk::Buffer>>* k, std::vector<std::shared_ptr<vk::Buffer>>* v,
                           uint64_t* bytes) {
+    // KVRT_CACHE_EXPORTABLE: rows another process or processor can map.
+    const bool exportable = geo.flags & KVRT_CACHE_EXPORTABLE;
+    if (exportable && !ctx.export_types())
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "KVRT_CACHE_EXPORTABLE: this device cannot export memory as a file descriptor (%s)",
+                    ctx.imported() ? "the context was imported from the application, whose device kvrt did not create"
+                                   : "it has no VK_KHR_external_memory_fd for storage buffers");
     for (uint32_t l = 0; l < geo.n_layers; ++l) {
         // A layer of the window group keeps its rows there.
         if (geo.in_window_group(l)) {
@@ -22,7 +29,8 @@ Result make_layer_buffers(vk::Context& ctx, const kv::CacheGeometry& geo, const 
             const kv::RowGeometry& g = arr == Array::K ? geo.k : geo.v;
             std::unique_ptr<vk::Buffer> buf;
             const std::string name = base + (arr == Array::K ? " K" : " V") + std::to_string(l);
-            KVRT_TRY(vk::Buffer::create(ctx, g.layer_bytes, g.piece_bytes, name.c_str(), &buf));
+            KVRT_TRY(vk::Buffer::create(ctx, g.layer_bytes, g.piece_bytes, name.c_str(), &buf, vk::MemoryKind::Device,
+                                        exportable ? ctx.export_types() : 0));
             *bytes += g.layer_bytes;
             (arr == Array::K ? k : v)->push_back(std::move(buf));
         }

@@ -38,6 +38,7 @@ const char* struct_type_name(kvrt_struct_type type) {
         case KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC: return "kvrt_window_layout_desc";
         case KVRT_STRUCT_TYPE_STATIC_MASK_DESC: return "kvrt_static_mask_desc";
         case KVRT_STRUCT_TYPE_STATIC_STYLE_DESC: return "kvrt_static_style_desc";
+        case KVRT_STRUCT_TYPE_EXPORTED_MEMORY: return "kvrt_exported_memory";
         case KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC: return "kvrt_vulkan_import_desc";
         case KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC: return "kvrt_vulkan_submit_desc";
         case KVRT_STRUCT_TYPE_VULKAN_COMPLETION: return "kvrt_vulkan_completion";

@@ -312,7 +312,7 @@ Result CacheGeometry::from_desc(const kvrt_cache_desc* desc, uint64_t max_bindin
     KVRT_TRY(check_type("desc->type_k", d.type_k));
     KVRT_TRY(check_type("desc->type_v", d.type_v));
     const kvrt_type tk = d.type_k, tv = d.type_v;
-    if (d.flags & ~static_cast<kvrt_flags>(KVRT_CACHE_DEFERRED_ROPE))
+    if (d.flags & ~static_cast<kvrt_flags>(KVRT_CACHE_DEFERRED_ROPE | KVRT_CACHE_EXPORTABLE))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown cache flags 0x%x", static_cast<unsigned>(d.flags));
     g.flags = d.flags;
     KVRT_TRY(resolve_rope(chain.rope, d.head_dim_k, &g.rope));

@@ -29,8 +29,10 @@ VkMappedMemoryRange atom_range(const Buffer::Piece& p, uint64_t in, uint64_t n, 
 }  // namespace
 
 Result Buffer::create(Context& ctx, uint64_t size, uint64_t piece_bytes, const char* label,
-                      std::unique_ptr<Buffer>* out, MemoryKind kind) {
+                      std::unique_ptr<Buffer>* out, MemoryKind kind, VkExternalMemoryHandleTypeFlags export_types) {
     if (size == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "buffer size is 0");
+    if (export_types & ~ctx.export_types())
+        return fail(KVRT_ERROR_UNSUPPORTED, "this device cannot export buffer memory as the handle types asked for");
     if (piece_bytes == 0) piece_bytes = ctx.max_binding_bytes();
     if (piece_bytes % 16 != 0 || piece_bytes > ctx.max_binding_bytes())
         return fail(KVRT_ERROR_INTERNAL, "bad piece size %llu", static_cast<unsigned long long>(piece_bytes));
@@ -50,11 +52,12 @@ Result Buffer::create(Context& ctx, uint64_t size, uint64_t piece_bytes, const c
     std::unique_ptr<Buffer> buf(new Buffer(ctx));
     buf->size_ = size;
     buf->piece_bytes_ = piece_bytes;
+    buf->export_types_ = export_types;
     const uint64_t n_pieces = (padded + piece_bytes - 1) / piece_bytes;
     buf->pieces_.reserve(static_cast<size_t>(n_pieces));
     for (uint64_t i = 0; i < n_pieces; ++i) {
         const uint64_t bytes = std::min(piece_bytes, padded - i * piece_bytes);
-        KVRT_TRY(buf->alloc_piece(bytes, label, static_cast<size_t>(i), kind));
+        KVRT_TRY(buf->alloc_piece(bytes, label, static_cast<size_t>(i), kind, export_types));
     }
     KVRT_TRY(buf->zero());
     *out = std::move(buf);
@@ -84,7 +87,8 @@ Result Buffer::wrap(Context& ctx, VkBuffer buffer, uint64_t offset, uint64_t siz
     return KVRT_SUCCESS;
 }
 
-Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index, MemoryKind kind) {
+Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index, MemoryKind kind,
+                           VkExternalMemoryHandleTypeFlags export_types) {
     KVRT_FAULT_POINT("device allocation", KVRT_ERROR_OUT_OF_DEVICE_MEMORY);
     KVRT_TRY(fault::named_point("host allocation", KVRT_ERROR_OUT_OF_HOST_MEMORY));
     const DeviceFns& fn = ctx_.fn();
@@ -94,9 +98,14 @@ Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index, Memor
     VkBufferCreateInfo bci{};
     bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
     bci.size = size;
-    bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    bci.usage = kBufferUsage;
     bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    // Exportable memory: the buffer says which handle types may back it, the
+    // allocation that it exports them (dedicated where a type needs it).
+    VkExternalMemoryBufferCreateInfo ebci{};
+    ebci.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO;
+    ebci.handleTypes = export_types;
+    if (export_types) bci.pNext = &ebci;
     KVRT_TRY(ctx_.check(fn.vkCreateBuffer(dev, &bci, nullptr, &p.buffer), "vkCreateBuffer"));
     VkMemoryRequirements req{};
     fn.vkGetBufferMemoryRequirements(dev, p.buffer, &req);
@@ -110,7 +119,19 @@ Result Buffer::alloc_piece(uint64_t size, const char* label, size_t index, Memor
         mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
         mai.allocationSize = req.size;
         mai.memoryTypeIndex = type;
+        VkExportMemoryAllocateInfo emai{};
+        emai.sType = VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO;
+        emai.handleTypes = export_types;
+        VkMemoryDedicatedAllocateInfo dedicated{};
+        dedicated.sType = VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO;
+        dedicated.buffer = p.buffer;
+        if (export_types) {
+            mai.pNext = &emai;
+            if (export_types & ctx_.export_dedicated()) emai.pNext = &dedicated;
+        }
         r = ctx_.check(fn.vkAllocateMemory(dev, &mai, nullptr, &p.memory), "vkAllocateMemory");
+        p.memory_size = req.size;
+        p.memory_type = type;
     }
     if (r == KVRT_SUCCESS) r = ctx_.check(fn.vkBindBufferMemory(dev, p.buffer, p.memory, 0), "vkBindBufferMemory");
     if (r == KVRT_SUCCESS && mappable)
@@ -252,6 +273,32 @@ Result Buffer::wait_idle() {
                                             }),
                              external_uses_.end());
     }
+    return KVRT_SUCCESS;
+}
+
+Result Buffer::export_memory(uint64_t offset, VkExternalMemoryHandleTypeFlagBits type, Exported* out) const {
+    if (!(export_types_ & type))
+        return fail(KVRT_ERROR_UNSUPPORTED,
+                    "the buffer's memory is not exportable as that handle type (allocate it exportable: "
+                    "KVRT_BUFFER_EXPORTABLE, KVRT_CACHE_EXPORTABLE)");
+    size_t i = 0;
+    uint64_t in = 0;
+    locate(offset, &i, &in);
+    const Piece& p = pieces_[i];
+    VkMemoryGetFdInfoKHR gi{};
+    gi.sType = VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR;
+    gi.memory = p.memory;
+    gi.handleType = type;
+    int fd = -1;
+    const VkResult vr = ctx_.fn().vkGetMemoryFdKHR(ctx_.device(), &gi, &fd);
+    if (vr == VK_ERROR_TOO_MANY_OBJECTS)
+        return fail(KVRT_ERROR_OUT_OF_HOST_MEMORY, "vkGetMemoryFdKHR: no file descriptor left (VK_ERROR_TOO_MANY_OBJECTS)");
+    KVRT_TRY(ctx_.check(vr, "vkGetMemoryFdKHR"));
+    out->fd = fd;
+    out->memory_type = p.memory_type;
+    out->memory_size = p.memory_size;
+    out->offset = in;
+    out->contiguous = std::min(p.size, size_ - i * piece_bytes_) - in;
     return KVRT_SUCCESS;
 }
 

@@ -25,14 +25,28 @@ public:
         void* mapped = nullptr;  // persistent mapping, or null (staging path)
         uint64_t size = 0;       // bytes of the piece (a multiple of 16, or a wrapped range)
         uint64_t base = 0;       // offset of the piece inside `buffer` (wrapped buffers)
+        uint64_t memory_size = 0;     // the allocation's size (>= size)
+        uint32_t memory_type = 0;     // its memory type index
+    };
+
+    // Where one byte of an exported buffer lies (export_memory).
+    struct Exported {
+        int fd = -1;                  // a new file descriptor, the caller's to close
+        uint32_t memory_type = 0;
+        uint64_t memory_size = 0;
+        uint64_t offset = 0;          // of the byte inside the memory
+        uint64_t contiguous = 0;      // bytes of the buffer from it on in that memory
     };
 
     // Creates a zeroed buffer of `size` bytes. `piece_bytes` (0 = the
     // context's largest binding) sets the size of every piece but the last; it
     // must be a multiple of 256 and at most the largest binding. Nothing stays
     // allocated on failure.
+    // `export_types` (a subset of the context's export_types()) makes the
+    // memory exportable as those handle types (export_memory).
     static Result create(Context& ctx, uint64_t size, uint64_t piece_bytes, const char* label,
-                         std::unique_ptr<Buffer>* out, MemoryKind kind = MemoryKind::Device);
+                         std::unique_ptr<Buffer>* out, MemoryKind kind = MemoryKind::Device,
+                         VkExternalMemoryHandleTypeFlags export_types = 0);
 
     // Wraps an application's VkBuffer range as a one-piece buffer; kvrt never
     // frees it. `offset` must meet minStorageBufferOffsetAlignment and `size`
@@ -55,6 +69,12 @@ public:
         *piece = static_cast<size_t>(offset / piece_bytes_);
         *in_piece = offset % piece_bytes_;
     }
+
+    // The handle types its memory can be exported as (0: none).
+    VkExternalMemoryHandleTypeFlags export_types() const { return export_types_; }
+    // Exports the memory of the piece holding byte `offset` (< size) as a
+    // file descriptor of handle type `type` (one of export_types()).
+    Result export_memory(uint64_t offset, VkExternalMemoryHandleTypeFlagBits type, Exported* out) const;
 
     // Host <-> device copies, ordered after submitted work that uses the
     // buffer. Ranges are checked by the caller.
@@ -79,7 +99,8 @@ public:
 
 private:
     explicit Buffer(Context& ctx) : ctx_(ctx) {}
-    Result alloc_piece(uint64_t size, const char* label, size_t index, MemoryKind kind);
+    Result alloc_piece(uint64_t size, const char* label, size_t index, MemoryKind kind,
+                       VkExternalMemoryHandleTypeFlags export_types);
     Result zero();
     Result staged_copy(uint64_t offset, uint64_t size, bool to_device, void* host);
     static void release(Context& ctx, const std::vector<Piece>& pieces);
@@ -90,6 +111,7 @@ private:
     std::vector<Piece> pieces_;
     bool coherent_ = true;
     bool wrapped_ = false;
+    VkExternalMemoryHandleTypeFlags export_types_ = 0;
     // Submissions that use the buffer, under uses_mutex_ (lock order:
     // context.hpp).
     mutable std::mutex uses_mutex_;

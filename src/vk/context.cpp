@@ -310,6 +310,32 @@ Result Context::create_device(size_t device_index, const std::vector<PhysicalDev
     const bool size_control = s.subgroup_size_control || s.compute_full_subgroups;
     if (size_control && info_.api_version < VK_API_VERSION_1_3)
         exts.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    // Memory another process or processor maps by a file descriptor
+    // (kvrt_buffer_export_memory): the handle types the device can export
+    // from storage buffers.
+    const bool external_fd = info_.has_extension(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
+    if (external_fd) {
+        exts.push_back(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
+        if (info_.has_extension(VK_EXT_EXTERNAL_MEMORY_DMA_BUF_EXTENSION_NAME))
+            exts.push_back(VK_EXT_EXTERNAL_MEMORY_DMA_BUF_EXTENSION_NAME);
+        for (const VkExternalMemoryHandleTypeFlagBits type :
+             {VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT, VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT}) {
+            if (type == VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT &&
+                !info_.has_extension(VK_EXT_EXTERNAL_MEMORY_DMA_BUF_EXTENSION_NAME))
+                continue;
+            VkPhysicalDeviceExternalBufferInfo ebi{};
+            ebi.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_BUFFER_INFO;
+            ebi.usage = kBufferUsage;
+            ebi.handleType = type;
+            VkExternalBufferProperties ebp{};
+            ebp.sType = VK_STRUCTURE_TYPE_EXTERNAL_BUFFER_PROPERTIES;
+            ifn_.vkGetPhysicalDeviceExternalBufferProperties(info_.handle, &ebi, &ebp);
+            const VkExternalMemoryFeatureFlags f = ebp.externalMemoryProperties.externalMemoryFeatures;
+            if (!(f & VK_EXTERNAL_MEMORY_FEATURE_EXPORTABLE_BIT)) continue;
+            export_types_ |= type;
+            if (f & VK_EXTERNAL_MEMORY_FEATURE_DEDICATED_ONLY_BIT) export_dedicated_ |= type;
+        }
+    }
 
     VkPhysicalDevice16BitStorageFeatures s16{};
     s16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
@@ -357,7 +383,8 @@ Result Context::create_device(size_t device_index, const std::vector<PhysicalDev
     dci.enabledExtensionCount = static_cast<uint32_t>(exts.size());
     dci.ppEnabledExtensionNames = exts.data();
     KVRT_VK_CHECK(ifn_.vkCreateDevice(info_.handle, &dci, nullptr, &device_));
-    KVRT_TRY(load_device_functions(ifn_, device_, s.timeline_semaphore, &dfn_));
+    KVRT_TRY(load_device_functions(ifn_, device_, s.timeline_semaphore, external_fd, &dfn_));
+    if (!external_fd) export_types_ = export_dedicated_ = 0;
     queue_family_ = info_.compute_family;
     dfn_.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
     enabled_ = s;
@@ -460,13 +487,13 @@ Result Context::import(const ContextOptions& options, const kvrt_vulkan_import_d
     ctx->app_lock_queue_ = d.lock_queue;
     ctx->app_unlock_queue_ = d.unlock_queue;
     ctx->app_queue_user_ = d.queue_user_data;
-    const Result loaded = load_device_functions(ctx->ifn_, d.device, en.timeline_semaphore, &ctx->dfn_);
+    const Result loaded = load_device_functions(ctx->ifn_, d.device, en.timeline_semaphore, false, &ctx->dfn_);
     if (loaded != KVRT_SUCCESS) {
         if (!en.timeline_semaphore) return loaded;
         // Said to be enabled, but its entry points are missing: do without.
         ctx->log().log(KVRT_LOG_LEVEL_WARN, "timeline semaphores are unusable: %s", last_error_message());
         ctx->enabled_.timeline_semaphore = false;
-        KVRT_TRY(load_device_functions(ctx->ifn_, d.device, false, &ctx->dfn_));
+        KVRT_TRY(load_device_functions(ctx->ifn_, d.device, false, false, &ctx->dfn_));
     }
     KVRT_TRY(ctx->init_common(pipeline_cache));
     *out = std::move(ctx);

@@ -108,6 +108,11 @@ struct SubmitSync {
     bool has_values() const { return !wait_values.empty() || !signal_values.empty(); }
 };
 
+// The usage of every buffer kvrt allocates (vk::Buffer), which the
+// exportable handle types are queried for.
+constexpr VkBufferUsageFlags kBufferUsage =
+    VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+
 class Context {
 public:
     // Creates an instance and device of its own. `pipeline_cache` (may be
@@ -137,6 +142,11 @@ public:
     bool imported() const { return imported_; }
     // Timeline semaphores are enabled on the device (and their functions loaded).
     bool timeline() const { return enabled_.timeline_semaphore; }
+    // The memory handle types a buffer's memory can be exported as (opaque
+    // fd, dma-buf), and those of them that need a dedicated allocation: only
+    // on a device kvrt created, whose extensions it chose.
+    VkExternalMemoryHandleTypeFlags export_types() const { return export_types_; }
+    VkExternalMemoryHandleTypeFlags export_dedicated() const { return export_dedicated_; }
 
     // Largest binding kvrt uses: min(maxStorageBufferRange, max allocation,
     // the option), rounded down to 256 bytes.
@@ -287,6 +297,8 @@ private:
     uint64_t max_binding_ = 0;
     bool imported_ = false;
     bool debug_utils_ = false;
+    VkExternalMemoryHandleTypeFlags export_types_ = 0;
+    VkExternalMemoryHandleTypeFlags export_dedicated_ = 0;
     std::atomic<bool> lost_{false};
 
     // Imported contexts may share the queue with the app.

@@ -54,7 +54,11 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
     VkPhysicalDeviceMaintenance3Properties maint3{};
     maint3.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES;
     subgroup.pNext = &maint3;
-    void** props_tail = &maint3.pNext;
+    // The device's and driver's UUIDs (1.1): an opaque-fd import needs both equal.
+    VkPhysicalDeviceIDProperties ids{};
+    ids.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES;
+    maint3.pNext = &ids;
+    void** props_tail = &ids.pNext;
     VkPhysicalDeviceDriverPropertiesKHR driver{};
     driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES_KHR;
     if (has_driver) { *props_tail = &driver; props_tail = &driver.pNext; }
@@ -76,6 +80,8 @@ Result query_physical_device(const InstanceFns& ifn, VkPhysicalDevice pd, uint32
         info.compute_subgroup_size_required = (sizes.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     }
     info.max_memory_allocation_size = maint3.maxMemoryAllocationSize;
+    std::memcpy(info.device_uuid, ids.deviceUUID, VK_UUID_SIZE);
+    std::memcpy(info.driver_uuid, ids.driverUUID, VK_UUID_SIZE);
     if (has_driver) {
         info.driver_name = driver.driverName;
         info.driver_info = driver.driverInfo;

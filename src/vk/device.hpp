@@ -35,6 +35,8 @@ struct PhysicalDeviceInfo {
     VkPhysicalDevice handle = VK_NULL_HANDLE;
     uint32_t index = 0;
     VkPhysicalDeviceProperties props{};
+    uint8_t device_uuid[VK_UUID_SIZE] = {};
+    uint8_t driver_uuid[VK_UUID_SIZE] = {};
     std::string driver_name;
     std::string driver_info;
     uint32_t api_version = 0;           // min(device, instance)

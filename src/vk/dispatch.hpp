@@ -27,6 +27,7 @@ namespace kvrt::vk {
     X(vkGetPhysicalDeviceMemoryProperties)         \
     X(vkGetPhysicalDeviceMemoryProperties2)        \
     X(vkEnumerateDeviceExtensionProperties)        \
+    X(vkGetPhysicalDeviceExternalBufferProperties) \
     X(vkCreateDevice)                              \
     X(vkGetDeviceProcAddr)
 
@@ -99,6 +100,10 @@ namespace kvrt::vk {
     X(vkWaitSemaphores)               \
     X(vkGetSemaphoreCounterValue)
 
+// Memory exported as a file descriptor (VK_KHR_external_memory_fd): loaded
+// only when the extension is enabled, and null otherwise.
+#define KVRT_VK_EXTERNAL_FD_FUNCTIONS(X) X(vkGetMemoryFdKHR)
+
 #define KVRT_VK_DECLARE_MEMBER(name) PFN_##name name = nullptr;
 
 struct GlobalFns {
@@ -115,6 +120,7 @@ struct InstanceFns {
 struct DeviceFns {
     KVRT_VK_DEVICE_FUNCTIONS(KVRT_VK_DECLARE_MEMBER)
     KVRT_VK_TIMELINE_FUNCTIONS(KVRT_VK_DECLARE_MEMBER)
+    KVRT_VK_EXTERNAL_FD_FUNCTIONS(KVRT_VK_DECLARE_MEMBER)
 };
 
 }  // namespace kvrt::vk

@@ -96,7 +96,8 @@ Result load_instance_functions(PFN_vkGetInstanceProcAddr gipa, VkInstance instan
     return KVRT_SUCCESS;
 }
 
-Result load_device_functions(const InstanceFns& ifn, VkDevice device, bool timeline, DeviceFns* out) {
+Result load_device_functions(const InstanceFns& ifn, VkDevice device, bool timeline, bool external_fd,
+                             DeviceFns* out) {
     DeviceFns f;
 #define KVRT_LOAD_DEVICE(name)                                                        \
     f.name = reinterpret_cast<PFN_##name>(ifn.vkGetDeviceProcAddr(device, #name));    \
@@ -110,6 +111,13 @@ Result load_device_functions(const InstanceFns& ifn, VkDevice device, bool timel
     if (!f.name) return fail(KVRT_ERROR_UNSUPPORTED, "timeline semaphores are enabled but the device lacks " #name);
         KVRT_VK_TIMELINE_FUNCTIONS(KVRT_LOAD_TIMELINE)
 #undef KVRT_LOAD_TIMELINE
+    }
+    if (external_fd) {
+#define KVRT_LOAD_EXTERNAL(name)                                                     \
+    f.name = reinterpret_cast<PFN_##name>(ifn.vkGetDeviceProcAddr(device, #name));   \
+    if (!f.name) return fail(KVRT_ERROR_UNSUPPORTED, "VK_KHR_external_memory_fd is enabled but the device lacks " #name);
+        KVRT_VK_EXTERNAL_FD_FUNCTIONS(KVRT_LOAD_EXTERNAL)
+#undef KVRT_LOAD_EXTERNAL
     }
     *out = f;
     return KVRT_SUCCESS;

@@ -38,9 +38,11 @@ Result load_instance_functions(PFN_vkGetInstanceProcAddr gipa, VkInstance instan
                                bool debug_utils, InstanceFns* out);
 
 // Loads the device-level entry points of `device`; with `timeline`, also the
-// timeline-semaphore ones (core names first, then the KHR aliases), and
-// KVRT_ERROR_UNSUPPORTED if they are missing.
-Result load_device_functions(const InstanceFns& ifn, VkDevice device, bool timeline, DeviceFns* out);
+// timeline-semaphore ones (core names first, then the KHR aliases); with
+// `external_fd`, VK_KHR_external_memory_fd's; KVRT_ERROR_UNSUPPORTED if
+// they are missing.
+Result load_device_functions(const InstanceFns& ifn, VkDevice device, bool timeline, bool external_fd,
+                             DeviceFns* out);
 
 // Maps a failing VkResult to a kvrt result and records a detail message naming
 // the call that failed.
