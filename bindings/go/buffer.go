@@ -12,6 +12,10 @@ import (
 type BufferOptions struct {
 	Size  uint64 // bytes, > 0
 	Label string // debug name for Vulkan tools; may be empty
+	// Exportable allocates memory that ExportMemory can hand to another
+	// process or processor (KVRT_BUFFER_EXPORTABLE); ErrUnsupported where
+	// the device cannot export memory.
+	Exportable bool
 }
 
 // Buffer is device memory (kvrt_buffer), zeroed when created.
@@ -38,6 +42,9 @@ func (c *Context) NewBuffer(opts BufferOptions) (*Buffer, error) {
 	defer g.unlock()
 	d := C.go_buffer_desc_init()
 	d.size = C.uint64_t(opts.Size)
+	if opts.Exportable {
+		d.flags = C.KVRT_BUFFER_EXPORTABLE
+	}
 	if opts.Label != "" {
 		cs := C.CString(opts.Label)
 		defer C.free(unsafe.Pointer(cs))
@@ -89,6 +96,62 @@ func (b *Buffer) transfer(op string, offset uint64, p unsafe.Pointer, n uint64, 
 	})
 	runtime.KeepAlive(b)
 	return err
+}
+
+// MemoryHandleType says how exported memory is handed over
+// (kvrt_memory_handle_type).
+type MemoryHandleType int32
+
+const (
+	// HandleOpaqueFD: a file descriptor of Vulkan's opaque type, imported by
+	// another Vulkan instance on a device with the same device and driver
+	// UUIDs.
+	HandleOpaqueFD MemoryHandleType = C.KVRT_MEMORY_HANDLE_OPAQUE_FD
+	// HandleDmaBuf: a Linux dma-buf, mapped by other processors and drivers
+	// such as a DSP (devices with VK_EXT_external_memory_dma_buf).
+	HandleDmaBuf MemoryHandleType = C.KVRT_MEMORY_HANDLE_DMA_BUF
+)
+
+// ExportedMemory is the allocation holding an exported byte
+// (kvrt_exported_memory).
+type ExportedMemory struct {
+	// FD is a new file descriptor of the allocation; the caller closes it
+	// (syscall.Close) or hands it to an importer that takes it.
+	FD              int
+	MemoryTypeIndex uint32 // the allocation's memory type (an opaque-fd import uses it)
+	MemorySize      uint64 // the allocation's size in bytes
+	Offset          uint64 // the byte asked for is at this offset in the allocation
+	ContiguousBytes uint64 // bytes of the buffer that follow it there
+	DeviceUUID      [16]byte
+	DriverUUID      [16]byte
+}
+
+// ExportMemory exports the memory holding byte offset as a file descriptor
+// (kvrt_buffer_export_memory), so that another process or processor maps the
+// same bytes. The buffer must be Exportable, or be a static window's buffer
+// of a cache with CacheOptions.Exportable.
+func (b *Buffer) ExportMemory(offset uint64, t MemoryHandleType) (ExportedMemory, error) {
+	const op = "kvrt_buffer_export_memory"
+	g, err := lockObjs(op, b.o.ctx, b.o)
+	if err != nil {
+		return ExportedMemory{}, err
+	}
+	defer g.unlock()
+	e := C.go_exported_memory_init()
+	err = call(op, func() C.kvrt_result {
+		return C.kvrt_buffer_export_memory(b.handle(), C.uint64_t(offset), C.kvrt_memory_handle_type(t), &e)
+	})
+	runtime.KeepAlive(b)
+	if err != nil {
+		return ExportedMemory{}, err
+	}
+	out := ExportedMemory{FD: int(e.fd), MemoryTypeIndex: uint32(e.memory_type_index),
+		MemorySize: uint64(e.memory_size), Offset: uint64(e.offset), ContiguousBytes: uint64(e.contiguous_bytes)}
+	for i := range out.DeviceUUID {
+		out.DeviceUUID[i] = byte(e.device_uuid[i])
+		out.DriverUUID[i] = byte(e.driver_uuid[i])
+	}
+	return out, nil
 }
 
 // Upload copies data into the buffer at offset (kvrt_buffer_upload), after

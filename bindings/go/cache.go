@@ -167,10 +167,13 @@ type CacheOptions struct {
 	// DeferredRoPE stores K before rotation; attention rotates it by the
 	// cell's current position (KVRT_CACHE_DEFERRED_ROPE).
 	DeferredRoPE bool
-	RoPE         *RoPE         // nil: normal mode, defaults
-	Static       *StaticLayout // the static layout's sizes
-	Paged        *PagedLayout  // the paged layout's block size; nil = 16
-	Scales       *StaticScales // scales of static-scale types
+	// Exportable allocates the K/V rows so that a static window's buffer can
+	// be exported (Buffer.ExportMemory, KVRT_CACHE_EXPORTABLE).
+	Exportable bool
+	RoPE       *RoPE         // nil: normal mode, defaults
+	Static     *StaticLayout // the static layout's sizes
+	Paged      *PagedLayout  // the paged layout's block size; nil = 16
+	Scales     *StaticScales // scales of static-scale types
 	// WindowGroup keeps the windowed layers in a smaller group of cells of
 	// their own (cell and paged layouts); nil = none.
 	WindowGroup *WindowGroupOptions
@@ -206,6 +209,9 @@ func (o *CacheOptions) cacheDesc(p *runtime.Pinner) (d *C.kvrt_cache_desc, free 
 		cs := C.CString(o.Label)
 		d.label = cs
 		free = func() { C.free(unsafe.Pointer(cs)) }
+	}
+	if o.Exportable {
+		d.flags |= C.KVRT_CACHE_EXPORTABLE
 	}
 	if o.DeferredRoPE {
 		d.flags |= C.KVRT_CACHE_DEFERRED_ROPE

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -437,6 +438,35 @@ func TestStaticSmartMask(t *testing.T) {
 		Static: &kvrt.StaticLayout{SeqLen: seqLen, Reserve: 2, Style: kvrt.StyleSmartMask}})
 	if !errors.Is(err, kvrt.ErrInvalidArgument) {
 		t.Fatalf("a ring with reserve 2: %v", err)
+	}
+}
+
+func TestExportMemory(t *testing.T) {
+	ctx := newContext(t)
+	c := newCache(t, ctx, kvrt.CacheOptions{Layers: 1, Heads: 1, KVHeads: 1, HeadDimK: 8, Exportable: true,
+		Static: &kvrt.StaticLayout{SeqLen: 5, Style: kvrt.StyleSmartMask}})
+	w, err := c.StaticWindow(0, 0, 0, kvrt.ArrayV)
+	must(t, err)
+	e, err := w.Buffer.ExportMemory(w.Offset, kvrt.HandleOpaqueFD)
+	must(t, err)
+	defer syscall.Close(e.FD)
+	if e.FD < 0 || e.ContiguousBytes < w.Bytes || e.Offset+w.Bytes > e.MemorySize {
+		t.Fatalf("exported %+v for a window of %d bytes", e, w.Bytes)
+	}
+	plain, err := ctx.NewBuffer(kvrt.BufferOptions{Size: 64})
+	must(t, err)
+	defer plain.Close()
+	if _, err := plain.ExportMemory(0, kvrt.HandleOpaqueFD); !errors.Is(err, kvrt.ErrUnsupported) {
+		t.Fatalf("a plain buffer exported: %v", err)
+	}
+	b, err := ctx.NewBuffer(kvrt.BufferOptions{Size: 64, Exportable: true})
+	must(t, err)
+	defer b.Close()
+	e2, err := b.ExportMemory(16, kvrt.HandleOpaqueFD)
+	must(t, err)
+	defer syscall.Close(e2.FD)
+	if e2.Offset != 16 || e2.ContiguousBytes != 48 {
+		t.Fatalf("exported %+v", e2)
 	}
 }
 

@@ -64,6 +64,7 @@ pub const KVRT_STRUCT_TYPE_PAGED_STATS: kvrt_struct_type = 26;
 pub const KVRT_STRUCT_TYPE_WINDOW_LAYOUT_DESC: kvrt_struct_type = 27;
 pub const KVRT_STRUCT_TYPE_STATIC_MASK_DESC: kvrt_struct_type = 28;
 pub const KVRT_STRUCT_TYPE_STATIC_STYLE_DESC: kvrt_struct_type = 29;
+pub const KVRT_STRUCT_TYPE_EXPORTED_MEMORY: kvrt_struct_type = 30;
 pub const KVRT_STRUCT_TYPE_VULKAN_IMPORT_DESC: kvrt_struct_type = 100;
 pub const KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC: kvrt_struct_type = 101;
 pub const KVRT_STRUCT_TYPE_VULKAN_COMPLETION: kvrt_struct_type = 102;
@@ -413,6 +414,9 @@ unsafe extern "C" {
         size: *mut u64,
     ) -> kvrt_result;
 }
+pub const KVRT_BUFFER_EXPORTABLE: kvrt_buffer_flag_bits = 1;
+pub const KVRT_BUFFER_FLAG_MAX_ENUM: kvrt_buffer_flag_bits = 2147483647;
+pub type kvrt_buffer_flag_bits = ::core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kvrt_buffer_desc {
@@ -471,6 +475,68 @@ unsafe extern "C" {
         offset: u64,
         data: *mut ::core::ffi::c_void,
         size: u64,
+    ) -> kvrt_result;
+}
+pub const KVRT_MEMORY_HANDLE_UNDEFINED: kvrt_memory_handle_type = 0;
+pub const KVRT_MEMORY_HANDLE_OPAQUE_FD: kvrt_memory_handle_type = 1;
+pub const KVRT_MEMORY_HANDLE_DMA_BUF: kvrt_memory_handle_type = 2;
+pub const KVRT_MEMORY_HANDLE_TYPE_MAX_ENUM: kvrt_memory_handle_type = 2147483647;
+pub type kvrt_memory_handle_type = ::core::ffi::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kvrt_exported_memory {
+    pub type_: kvrt_struct_type,
+    pub next: *const ::core::ffi::c_void,
+    pub fd: i32,
+    pub memory_type_index: u32,
+    pub memory_size: u64,
+    pub offset: u64,
+    pub contiguous_bytes: u64,
+    pub device_uuid: [u8; 16usize],
+    pub driver_uuid: [u8; 16usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of kvrt_exported_memory",
+    ][::core::mem::size_of::<kvrt_exported_memory>() - 80usize];
+    [
+        "Alignment of kvrt_exported_memory",
+    ][::core::mem::align_of::<kvrt_exported_memory>() - 8usize];
+    [
+        "Offset of field: kvrt_exported_memory::type_",
+    ][::core::mem::offset_of!(kvrt_exported_memory, type_) - 0usize];
+    [
+        "Offset of field: kvrt_exported_memory::next",
+    ][::core::mem::offset_of!(kvrt_exported_memory, next) - 8usize];
+    [
+        "Offset of field: kvrt_exported_memory::fd",
+    ][::core::mem::offset_of!(kvrt_exported_memory, fd) - 16usize];
+    [
+        "Offset of field: kvrt_exported_memory::memory_type_index",
+    ][::core::mem::offset_of!(kvrt_exported_memory, memory_type_index) - 20usize];
+    [
+        "Offset of field: kvrt_exported_memory::memory_size",
+    ][::core::mem::offset_of!(kvrt_exported_memory, memory_size) - 24usize];
+    [
+        "Offset of field: kvrt_exported_memory::offset",
+    ][::core::mem::offset_of!(kvrt_exported_memory, offset) - 32usize];
+    [
+        "Offset of field: kvrt_exported_memory::contiguous_bytes",
+    ][::core::mem::offset_of!(kvrt_exported_memory, contiguous_bytes) - 40usize];
+    [
+        "Offset of field: kvrt_exported_memory::device_uuid",
+    ][::core::mem::offset_of!(kvrt_exported_memory, device_uuid) - 48usize];
+    [
+        "Offset of field: kvrt_exported_memory::driver_uuid",
+    ][::core::mem::offset_of!(kvrt_exported_memory, driver_uuid) - 64usize];
+};
+unsafe extern "C" {
+    pub fn kvrt_buffer_export_memory(
+        buffer: kvrt_buffer,
+        offset: u64,
+        handle_type: kvrt_memory_handle_type,
+        out: *mut kvrt_exported_memory,
     ) -> kvrt_result;
 }
 pub const KVRT_STREAM_TIMESTAMPS: kvrt_stream_flag_bits = 1;
@@ -647,6 +713,7 @@ const _: () = {
     ][::core::mem::offset_of!(kvrt_rope_desc, n_ctx_orig) - 48usize];
 };
 pub const KVRT_CACHE_DEFERRED_ROPE: kvrt_cache_flag_bits = 1;
+pub const KVRT_CACHE_EXPORTABLE: kvrt_cache_flag_bits = 2;
 pub const KVRT_CACHE_FLAG_MAX_ENUM: kvrt_cache_flag_bits = 2147483647;
 pub type kvrt_cache_flag_bits = ::core::ffi::c_uint;
 #[repr(C)]

@@ -144,6 +144,19 @@ pub const KVRT_STATIC_STYLE_DESC_INIT: kvrt_static_style_desc = kvrt_static_styl
     style: KVRT_STATIC_STYLE_SHIFT_POINTER,
 };
 
+/// The value of `KVRT_EXPORTED_MEMORY_INIT`: `type` set, no descriptor (-1) and every other field 0.
+pub const KVRT_EXPORTED_MEMORY_INIT: kvrt_exported_memory = kvrt_exported_memory {
+    type_: KVRT_STRUCT_TYPE_EXPORTED_MEMORY,
+    next: core::ptr::null(),
+    fd: -1,
+    memory_type_index: 0,
+    memory_size: 0,
+    offset: 0,
+    contiguous_bytes: 0,
+    device_uuid: [0; 16],
+    driver_uuid: [0; 16],
+};
+
 /// The value of `KVRT_STATIC_SCALES_DESC_INIT`: `type` set and every field at its default.
 pub const KVRT_STATIC_SCALES_DESC_INIT: kvrt_static_scales_desc = kvrt_static_scales_desc {
     type_: KVRT_STRUCT_TYPE_STATIC_SCALES_DESC,

@@ -33,6 +33,7 @@ int main(void) {
     { static const kvrt_static_stats v = KVRT_STATIC_STATS_INIT; dump("KVRT_STATIC_STATS_INIT", &v, sizeof v); }
     { static const kvrt_static_mask_desc v = KVRT_STATIC_MASK_DESC_INIT; dump("KVRT_STATIC_MASK_DESC_INIT", &v, sizeof v); }
     { static const kvrt_static_style_desc v = KVRT_STATIC_STYLE_DESC_INIT; dump("KVRT_STATIC_STYLE_DESC_INIT", &v, sizeof v); }
+    { static const kvrt_exported_memory v = KVRT_EXPORTED_MEMORY_INIT; dump("KVRT_EXPORTED_MEMORY_INIT", &v, sizeof v); }
     { static const kvrt_paged_layout_desc v = KVRT_PAGED_LAYOUT_DESC_INIT; dump("KVRT_PAGED_LAYOUT_DESC_INIT", &v, sizeof v); }
     { static const kvrt_paged_stats v = KVRT_PAGED_STATS_INIT; dump("KVRT_PAGED_STATS_INIT", &v, sizeof v); }
     { static const kvrt_memory_init v = KVRT_MEMORY_INIT_INIT; dump("KVRT_MEMORY_INIT_INIT", &v, sizeof v); }

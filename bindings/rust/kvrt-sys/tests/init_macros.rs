@@ -142,6 +142,11 @@ fn init_constants_match_c_macros() {
     );
     check(
         &values,
+        "KVRT_EXPORTED_MEMORY_INIT",
+        kvrt_sys::KVRT_EXPORTED_MEMORY_INIT,
+    );
+    check(
+        &values,
         "KVRT_PAGED_LAYOUT_DESC_INIT",
         kvrt_sys::KVRT_PAGED_LAYOUT_DESC_INIT,
     );
@@ -158,5 +163,5 @@ fn init_constants_match_c_macros() {
         "KVRT_MEMORY_ESTIMATE_INIT",
         kvrt_sys::KVRT_MEMORY_ESTIMATE_INIT,
     );
-    assert_eq!(values.len(), 29);
+    assert_eq!(values.len(), 30);
 }

@@ -87,9 +87,21 @@ impl Context {
 
     /// Creates a zeroed buffer with a debug name for Vulkan tools.
     pub fn create_buffer_labeled(&self, size: u64, label: Option<&str>) -> Result<Buffer> {
+        self.create_buffer_with(size, label, 0)
+    }
+
+    /// Creates a zeroed buffer whose memory can be exported as a file
+    /// descriptor ([`Buffer::export_memory`]; `KVRT_BUFFER_EXPORTABLE`).
+    /// [`Error::Unsupported`] where the device cannot export memory.
+    pub fn create_exportable_buffer(&self, size: u64) -> Result<Buffer> {
+        self.create_buffer_with(size, None, sys::KVRT_BUFFER_EXPORTABLE)
+    }
+
+    fn create_buffer_with(&self, size: u64, label: Option<&str>, flags: sys::kvrt_flags) -> Result<Buffer> {
         let label = opt_cstring(label)?;
         let mut desc = sys::KVRT_BUFFER_DESC_INIT;
         desc.size = size;
+        desc.flags = flags;
         desc.label = opt_ptr(&label);
         let mut raw = ptr::null_mut();
         // SAFETY: Safe on the context; desc lives through the call.
@@ -138,12 +150,84 @@ impl Buffer {
         download_raw(self.raw, self.size, offset, as_bytes_mut(out))
     }
 
+    /// Exports the memory holding byte `offset` as a file descriptor, so that
+    /// another process or processor maps the same bytes
+    /// (`kvrt_buffer_export_memory`). The buffer must have been created with
+    /// [`Context::create_exportable_buffer`].
+    #[cfg(unix)]
+    pub fn export_memory(&self, offset: u64, handle_type: MemoryHandleType) -> Result<ExportedMemory> {
+        export_memory_raw(self.raw, offset, handle_type)
+    }
+
     /// Downloads `count` values from `offset` into a new vector.
     pub fn download_vec<T: Plain + Default>(&self, offset: u64, count: usize) -> Result<Vec<T>> {
         let mut v = vec![T::default(); count];
         self.download(offset, &mut v)?;
         Ok(v)
     }
+}
+
+/// How exported memory is handed over (`kvrt_memory_handle_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MemoryHandleType {
+    /// A file descriptor of Vulkan's opaque type, imported by another Vulkan
+    /// instance on a device with the same device and driver UUIDs
+    /// (`KVRT_MEMORY_HANDLE_OPAQUE_FD`).
+    OpaqueFd,
+    /// A Linux dma-buf, mapped by other processors and drivers such as a DSP
+    /// (`KVRT_MEMORY_HANDLE_DMA_BUF`; devices with
+    /// VK_EXT_external_memory_dma_buf).
+    DmaBuf,
+}
+
+/// The memory of an exported buffer (`kvrt_exported_memory`): the
+/// allocation holding the byte asked for.
+#[cfg(unix)]
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ExportedMemory {
+    /// The allocation's file descriptor, closed when dropped.
+    pub fd: std::os::fd::OwnedFd,
+    /// The allocation's memory type index (an opaque-fd import uses it).
+    pub memory_type_index: u32,
+    /// The allocation's size in bytes.
+    pub memory_size: u64,
+    /// The byte asked for is at this offset in the allocation ...
+    pub offset: u64,
+    /// ... and this many bytes of the buffer follow it there.
+    pub contiguous_bytes: u64,
+    /// The exporting device's UUID.
+    pub device_uuid: [u8; 16],
+    /// The exporting driver's UUID.
+    pub driver_uuid: [u8; 16],
+}
+
+#[cfg(unix)]
+fn export_memory_raw(
+    raw: sys::kvrt_buffer,
+    offset: u64,
+    handle_type: MemoryHandleType,
+) -> Result<ExportedMemory> {
+    use std::os::fd::FromRawFd;
+    let mut e = sys::KVRT_EXPORTED_MEMORY_INIT;
+    let t = match handle_type {
+        MemoryHandleType::OpaqueFd => sys::KVRT_MEMORY_HANDLE_OPAQUE_FD,
+        MemoryHandleType::DmaBuf => sys::KVRT_MEMORY_HANDLE_DMA_BUF,
+    };
+    // SAFETY: Safe except against destroy (excluded by the caller's borrow);
+    // `e` lives through the call.
+    check(unsafe { sys::kvrt_buffer_export_memory(raw, offset, t, &mut e) })?;
+    Ok(ExportedMemory {
+        // SAFETY: on success `fd` is a new descriptor that the caller owns.
+        fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(e.fd) },
+        memory_type_index: e.memory_type_index,
+        memory_size: e.memory_size,
+        offset: e.offset,
+        contiguous_bytes: e.contiguous_bytes,
+        device_uuid: e.device_uuid,
+        driver_uuid: e.driver_uuid,
+    })
 }
 
 fn download_raw(raw: sys::kvrt_buffer, size: u64, offset: u64, bytes: &mut [u8]) -> Result<()> {
@@ -184,5 +268,13 @@ impl CacheBuffer<'_> {
     /// Copies bytes of the buffer at `offset` into `out` (`kvrt_buffer_download`).
     pub fn download<T: Plain>(&self, offset: u64, out: &mut [T]) -> Result<()> {
         download_raw(self.raw, self.size, offset, as_bytes_mut(out))
+    }
+
+    /// Exports the memory holding byte `offset` (a window's offset) as a
+    /// file descriptor (`kvrt_buffer_export_memory`); the cache must have
+    /// been created with [`CacheDesc::exportable`](crate::CacheDesc::exportable).
+    #[cfg(unix)]
+    pub fn export_memory(&self, offset: u64, handle_type: MemoryHandleType) -> Result<ExportedMemory> {
+        export_memory_raw(self.raw, offset, handle_type)
     }
 }

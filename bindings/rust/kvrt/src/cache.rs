@@ -288,6 +288,10 @@ pub struct CacheDesc {
     pub label: Option<String>,
     /// Deferred RoPE (`KVRT_CACHE_DEFERRED_ROPE`): K is stored unrotated.
     pub deferred_rope: bool,
+    /// The K/V rows' memory can be exported as a file descriptor
+    /// (`KVRT_CACHE_EXPORTABLE`; [`CacheBuffer::export_memory`](crate::CacheBuffer::export_memory)
+    /// on a static window's buffer).
+    pub exportable: bool,
     /// The model's RoPE, when not the default.
     pub rope: Option<RopeDesc>,
     /// The static layout's sizes (with [`Layout::Static`]).
@@ -319,6 +323,7 @@ impl Default for CacheDesc {
             layer_windows: None,
             label: None,
             deferred_rope: i.flags & sys::KVRT_CACHE_DEFERRED_ROPE != 0,
+            exportable: i.flags & sys::KVRT_CACHE_EXPORTABLE != 0,
             rope: None,
             static_layout: None,
             static_scales: None,
@@ -394,6 +399,10 @@ impl CacheDesc {
         desc.label = opt_ptr(&label);
         desc.flags = if self.deferred_rope {
             sys::KVRT_CACHE_DEFERRED_ROPE
+        } else {
+            0
+        } | if self.exportable {
+            sys::KVRT_CACHE_EXPORTABLE
         } else {
             0
         };
@@ -567,11 +576,12 @@ pub struct StaticWindow<'c> {
     pub bytes: u64,
     /// S-1.
     pub rows: u32,
-    /// Valid rows: the window's last n_valid rows.
+    /// Valid rows: the window's last n_valid rows (shift pointer), or
+    /// n_valid rows of the ring (smart mask).
     pub n_valid: u32,
-    /// Position of the first valid row; -1 when empty.
+    /// Position of the oldest valid row; -1 when empty.
     pub pos_first: i32,
-    /// Position of the last valid row; -1 when empty.
+    /// Position of the newest valid row; -1 when empty.
     pub pos_last: i32,
     /// The array's stored type.
     pub element_type: Option<ElementType>,

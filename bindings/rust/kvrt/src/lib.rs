@@ -99,7 +99,9 @@ mod types;
 
 pub use kvrt_sys as sys;
 
-pub use buffer::{AsBuffer, Buffer, CacheBuffer};
+#[cfg(unix)]
+pub use buffer::ExportedMemory;
+pub use buffer::{AsBuffer, Buffer, CacheBuffer, MemoryHandleType};
 pub use cache::{
     AttentionParams, Cache, CacheDesc, CacheEstimate, CacheInfo, GraphMask, Layout, Reevaluation, RopeDesc,
     RopeMode, StaticLayoutDesc, StaticScales, StaticStats, StaticStyle, StaticWindow, WindowLayoutDesc,

@@ -332,6 +332,36 @@ fn smart_mask_ring() {
     ));
 }
 
+#[cfg(unix)]
+#[test]
+fn exported_window_memory() {
+    use std::os::fd::AsRawFd;
+    let ctx = context();
+    let d = 8u32;
+    let mut desc = CacheDesc::new(1, 1, 1, d, 0);
+    desc.layout = Layout::Static;
+    desc.static_layout = Some(StaticLayoutDesc::smart_mask(5));
+    desc.exportable = true;
+    let ring = ctx.create_cache(&desc).unwrap();
+    let w = ring.static_window(0, 0, 0, KvArray::V).unwrap();
+    let e = w
+        .buffer
+        .export_memory(w.offset, kvrt::MemoryHandleType::OpaqueFd)
+        .unwrap();
+    assert!(e.fd.as_raw_fd() >= 0);
+    assert!(e.contiguous_bytes >= w.bytes);
+    assert!(e.offset + w.bytes <= e.memory_size);
+    // Not exportable: refused.
+    let plain = ctx.create_buffer(64).unwrap();
+    assert!(matches!(
+        plain.export_memory(0, kvrt::MemoryHandleType::OpaqueFd),
+        Err(kvrt::Error::Unsupported(_))
+    ));
+    let buf = ctx.create_exportable_buffer(64).unwrap();
+    let e = buf.export_memory(16, kvrt::MemoryHandleType::OpaqueFd).unwrap();
+    assert_eq!((e.offset, e.contiguous_bytes), (16, 48));
+}
+
 #[test]
 fn raw_read_and_write_back() {
     let ctx = context();
