@@ -561,8 +561,10 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
         kvrt_buffer_desc d = KVRT_BUFFER_DESC_INIT;
         r.push_back(err("kvrt_buffer_create", "size 0", inv, N, buffer_create(d)));
         d.size = 256;
-        d.flags = 1;
-        r.push_back(err("kvrt_buffer_create", "flags 1", inv, N, buffer_create(d)));
+        d.flags = 2;
+        r.push_back(err("kvrt_buffer_create", "flags 2 (unknown)", inv, N, buffer_create(d)));
+        d.flags = 0x80000000u;
+        r.push_back(err("kvrt_buffer_create", "flags 0x80000000 (unknown)", inv, N, buffer_create(d)));
         d.flags = 0;
         d.type = bad_enum<kvrt_struct_type>(-7);
         r.push_back(err("kvrt_buffer_create", "desc->type -7", inv, N, buffer_create(d)));
@@ -619,6 +621,11 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
             VkDeviceSize o = 0, c = 0;
             return out(kvrt_buffer_get_vulkan(buf, 0, &vb, &o, &c));
         }));
+        r.push_back(err("kvrt_buffer_export_memory", what, hnd, N, [buf] {
+            kvrt_exported_memory e = KVRT_EXPORTED_MEMORY_INIT;
+            const Outcome o = out(kvrt_buffer_export_memory(buf, 0, KVRT_MEMORY_HANDLE_OPAQUE_FD, &e));
+            return e.fd == -1 ? o : Outcome{KVRT_ERROR_INTERNAL, "a descriptor written on failure"};
+        }));
         r.push_back(err("kvrt_cmd_fill", what, hnd, N, [&w, buf] {
             return while_recording(w.stream, [&] { return out(kvrt_cmd_fill(w.stream, buf, 0, 4, 0)); });
         }));
@@ -673,6 +680,29 @@ void add_general_rows(World& w, std::vector<Row>* rows) {
         VkDeviceSize o = 0, c = 0;
         return out(kvrt_buffer_get_vulkan(w.buffer, 0, nullptr, &o, &c));
     }));
+    // Exports: bad arguments, and a buffer not allocated exportable.
+    {
+        auto export_row = [&](const std::string& what, kvrt_result want, uint64_t offset, int32_t type,
+                              kvrt_struct_type out_type, bool null_out) {
+            r.push_back(err("kvrt_buffer_export_memory", what, want, N, [&w, offset, type, out_type, null_out] {
+                kvrt_exported_memory e = KVRT_EXPORTED_MEMORY_INIT;
+                e.type = out_type;
+                const Outcome o = out(kvrt_buffer_export_memory(
+                    w.buffer, offset, bad_enum<kvrt_memory_handle_type>(type), null_out ? nullptr : &e));
+                return e.fd == -1 ? o : Outcome{KVRT_ERROR_INTERNAL, "a descriptor written on failure"};
+            }));
+        };
+        const kvrt_struct_type ok = KVRT_STRUCT_TYPE_EXPORTED_MEMORY;
+        export_row("a buffer not allocated exportable", KVRT_ERROR_UNSUPPORTED, 0, KVRT_MEMORY_HANDLE_OPAQUE_FD, ok, false);
+        export_row("offset at the end", inv, World::kBufferBytes, KVRT_MEMORY_HANDLE_OPAQUE_FD, ok, false);
+        export_row("offset UINT64_MAX", inv, kMax64, KVRT_MEMORY_HANDLE_OPAQUE_FD, ok, false);
+        export_row("handle type UNDEFINED", inv, 0, KVRT_MEMORY_HANDLE_UNDEFINED, ok, false);
+        export_row("handle type 3", inv, 0, 3, ok, false);
+        export_row("handle type -1", inv, 0, -1, ok, false);
+        export_row("out NULL", inv, 0, KVRT_MEMORY_HANDLE_OPAQUE_FD, ok, true);
+        export_row("out->type STATIC_WINDOW", inv, 0, KVRT_MEMORY_HANDLE_OPAQUE_FD, KVRT_STRUCT_TYPE_STATIC_WINDOW,
+                   false);
+    }
     struct Import {
         const char* what;
         bool null_buffer;

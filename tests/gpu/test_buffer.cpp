@@ -125,7 +125,7 @@ TEST_CASE("buffer arguments are checked and failures change nothing", "[buffer]"
     CHECK(kvrt_buffer_create(nullptr, &desc, &buf) == KVRT_ERROR_INVALID_HANDLE);
     desc.size = 64;
     CHECK(kvrt_buffer_create(ctx, &desc, nullptr) == KVRT_ERROR_INVALID_ARGUMENT);
-    desc.flags = 1;
+    desc.flags = 2;  // unknown (KVRT_BUFFER_EXPORTABLE is 1)
     CHECK(kvrt_buffer_create(ctx, &desc, &buf) == KVRT_ERROR_INVALID_ARGUMENT);
     desc.flags = 0;
 
