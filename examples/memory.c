@@ -13,7 +13,11 @@
  *
  * so memory and time per token stay constant however long the input. This
  * program updates a memory with 3 tokens, reads it with one query, and checks
- * both the state and the result against the same formulas computed here. */
+ * both the state and the result against the same formulas computed here.
+ *
+ * Experimental parts are declared only for a program that opts in by
+ * defining KVRT_EXPERIMENTAL before it includes kvrt.h. */
+#define KVRT_EXPERIMENTAL
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+// KVRT_EXPERIMENTAL comes from cgo_flags.go: the package binds the
+// experimental parts too.
 #include <kvrt/kvrt.h>
 
 #define KVRT_GO_INIT_FN(name, type, macro) \

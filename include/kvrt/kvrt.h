@@ -50,7 +50,15 @@
  *   0.2 by accident, while patch releases (0.1.x) keep the ABI. From 1.0 on the
  *   SONAME is libkvrt.so.MAJOR and minor releases only add.
  * - Items marked "Experimental" may change in any minor release, also after
- *   1.0; everything else follows the rule above.
+ *   1.0; everything else follows the rule above. They are declared only
+ *   where the application opts in: it defines KVRT_EXPERIMENTAL before it
+ *   includes a kvrt header (kvrt_memory.h refuses to compile without it).
+ *   Their symbols are listed apart from the stable ones (the package's
+ *   share/doc/kvrt/compatibility.md), and the stable ABI that each version
+ *   promises leaves them out. Experimental now: the fixed-capacity memory
+ *   (kvrt_memory.h) and recording into an application's command buffer
+ *   (kvrt_stream_begin_vulkan, kvrt_stream_end_vulkan and
+ *   kvrt_vulkan_completion in kvrt_vulkan.h).
  *
  * Threading
  * ---------
@@ -1550,10 +1558,13 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
 #endif
 
 /* The static padded layout, the paged layout, state save/load and the fixed-capacity memory
- * (experimental) have headers of their own; they come with this one. */
+ * (experimental: with KVRT_EXPERIMENTAL defined) have headers of their own; they come with
+ * this one. */
 #include "kvrt/kvrt_static.h"
 #include "kvrt/kvrt_paged.h"
 #include "kvrt/kvrt_state.h"
+#ifdef KVRT_EXPERIMENTAL
 #include "kvrt/kvrt_memory.h"
+#endif /* KVRT_EXPERIMENTAL */
 
 #endif /* KVRT_H */

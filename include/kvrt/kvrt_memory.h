@@ -3,11 +3,16 @@
  * grows. Experimental: everything in this header may change in any minor
  * release (see "Versions, SONAME and experimental parts" in kvrt.h).
  *
- * kvrt.h includes this header, so applications include kvrt.h only; it
- * follows kvrt.h's conventions (structs, results, threading).
+ * An application opts in by defining KVRT_EXPERIMENTAL before it includes a
+ * kvrt header; kvrt.h then includes this one, so applications include kvrt.h
+ * only. It follows kvrt.h's conventions (structs, results, threading).
  */
 #ifndef KVRT_MEMORY_H
 #define KVRT_MEMORY_H
+
+#ifndef KVRT_EXPERIMENTAL
+#error "kvrt_memory.h is experimental: define KVRT_EXPERIMENTAL before including kvrt headers to use it"
+#endif
 
 #include "kvrt/kvrt.h"
 

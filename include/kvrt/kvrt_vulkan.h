@@ -150,6 +150,11 @@ typedef struct kvrt_vulkan_submit_desc {
  * recording uses; see kvrt.h, "Threading"). */
 KVRT_API kvrt_result kvrt_stream_submit_vulkan(kvrt_stream stream, const kvrt_vulkan_submit_desc* desc);
 
+#ifdef KVRT_EXPERIMENTAL
+/* Recording into the application's command buffers (experimental: declared
+ * with KVRT_EXPERIMENTAL defined; see "Versions, SONAME and experimental
+ * parts" in kvrt.h). */
+
 /* How kvrt learns that the application's submission of a command buffer it
  * recorded into (kvrt_stream_end_vulkan) has completed: a timeline semaphore
  * and the value that submission signals, or a fence it signals. Exactly one
@@ -212,6 +217,7 @@ KVRT_API kvrt_result kvrt_stream_begin_vulkan(kvrt_stream stream, VkCommandBuffe
  * other threads (their waits on buffers the recording uses) only under its
  * own lock, never after kvrt_stream_wait on the stream succeeded. */
 KVRT_API kvrt_result kvrt_stream_end_vulkan(kvrt_stream stream, const kvrt_vulkan_completion* completion);
+#endif /* KVRT_EXPERIMENTAL */
 
 #ifdef __cplusplus
 }

@@ -72,6 +72,28 @@ if(UPDATE)
     message(FATAL_ERROR "abidw's output still holds an absolute path (${CMAKE_MATCH_0}); "
                         "the baseline would depend on where it was built")
   endif()
+  # The experimental functions (EXPERIMENTAL_SYMBOLS, one name per line) are
+  # no part of the stable ABI: their symbols and declarations are taken out
+  # of the baseline (abidw keeps suppressed functions when it writes; the
+  # comparison below suppresses them through kvrt.abignore).
+  if(EXPERIMENTAL_SYMBOLS)
+    file(STRINGS ${EXPERIMENTAL_SYMBOLS} experimental)
+    foreach(name ${experimental})
+      string(REGEX REPLACE "\n[ ]*<elf-symbol name='${name}'[^\n]*/>" "" xml "${xml}")
+      set(open_tag "<function-decl name='${name}' ")
+      string(FIND "${xml}" "${open_tag}" at)
+      if(NOT at EQUAL -1)
+        string(SUBSTRING "${xml}" 0 ${at} before)
+        string(SUBSTRING "${xml}" ${at} -1 rest)
+        string(FIND "${rest}" "</function-decl>" end)
+        string(LENGTH "</function-decl>" n_close)
+        math(EXPR end "${end} + ${n_close}")
+        string(SUBSTRING "${rest}" ${end} -1 after)
+        string(REGEX REPLACE "\n[ ]*$" "" before "${before}")
+        set(xml "${before}${after}")
+      endif()
+    endforeach()
+  endif()
   file(WRITE ${BASELINE} "${xml}")
   message(STATUS "wrote ${BASELINE}")
   return()

@@ -8,6 +8,10 @@
  */
 #include <stddef.h>
 
+/* The experimental structs' layouts are checked too. */
+#ifndef KVRT_EXPERIMENTAL
+#define KVRT_EXPERIMENTAL
+#endif
 #include <kvrt/kvrt.h>
 #include <kvrt/kvrt_memory.h>
 #include <kvrt/kvrt_vulkan.h>

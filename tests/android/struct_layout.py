@@ -89,7 +89,8 @@ def vulkan_include_dir(tmp):
 def clang_args(clang, target, vkinc):
     return [clang, "--target=" + target, "-ffreestanding", "-nostdlibinc", "-std=c11",
             "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-fsyntax-only",
-            "-I" + INCLUDE, "-I" + vkinc]
+            # The experimental structs' layouts are checked too.
+            "-DKVRT_EXPERIMENTAL", "-I" + INCLUDE, "-I" + vkinc]
 
 
 def dump_layouts(clang, target, vkinc, names, tmp):

@@ -1,5 +1,6 @@
 /* Prints the bytes of every KVRT_*_INIT macro, one line per struct: NAME HEX. */
 #include <stdio.h>
+#define KVRT_EXPERIMENTAL /* the experimental structs' macros are checked too */
 #include <kvrt/kvrt.h>
 
 static void dump(const char* name, const void* p, size_t n) {
