@@ -223,6 +223,26 @@ uint32_t same_attention(kvrt_cache a, kvrt_cache b, const AttentionGrid& grid) {
     return answered;
 }
 
+void store_values(kvrt_cache c, int32_t seq, int32_t first, uint32_t n, uint32_t layers, uint32_t kv_heads,
+                  uint32_t dim, TokenValue value) {
+    std::vector<int32_t> pos(n), seqs(n, seq);
+    const size_t row = size_t{kv_heads} * dim;
+    std::vector<float> k(row * n * layers), v(row * n * layers);
+    for (uint32_t i = 0; i < n; ++i) {
+        pos[i] = first + static_cast<int32_t>(i);
+        for (uint32_t l = 0; l < layers; ++l)
+            for (uint32_t h = 0; h < kv_heads; ++h)
+                for (uint32_t d = 0; d < dim; ++d) {
+                    const size_t at = (size_t{l} * n + i) * row + size_t{h} * dim + d;
+                    k[at] = value(pos[i], l, h, d, false);
+                    v[at] = value(pos[i], l, h, d, true);
+                }
+    }
+    kvrt_batch b = make_batch(n, pos.data(), seqs.data());
+    kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
+    KVRT_REQUIRE_OK(kvrt_cache_store(c, nullptr, &b, -1, &kr, &vr, nullptr));
+}
+
 std::vector<uint8_t> save_state(kvrt_cache c, int32_t seq) {
     uint64_t size = 0;
     KVRT_REQUIRE_OK(kvrt_cache_state_save(c, seq, nullptr, &size));

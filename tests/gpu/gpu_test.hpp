@@ -355,6 +355,15 @@ struct AttentionGrid {
 // (NMSE <= 1e-12). Returns the queries answered in layers with a window.
 uint32_t same_attention(kvrt_cache a, kvrt_cache b, const AttentionGrid& grid);
 
+// The value of element (layer, head, d) of token `pos`'s K (v false) or V.
+using TokenValue = float (*)(int32_t pos, uint32_t layer, uint32_t head, uint32_t d, bool v);
+
+// Stores tokens [first, first + n) of `seq` in every layer of `c` (f32 from
+// host memory, `layers` x `kv_heads` rows of `dim` values for K and V, as
+// `value` gives them); REQUIREs the store to succeed.
+void store_values(kvrt_cache c, int32_t seq, int32_t first, uint32_t n, uint32_t layers, uint32_t kv_heads,
+                  uint32_t dim, TokenValue value);
+
 // The state of sequence `seq` (-1: every sequence) as kvrt_cache_state_save
 // writes it, sized by the query call first; REQUIREs both calls to succeed.
 std::vector<uint8_t> save_state(kvrt_cache c, int32_t seq);

@@ -32,24 +32,7 @@ float value(int32_t pos, uint32_t layer, uint32_t head, uint32_t d, bool v) {
     return static_cast<float>(x % 1024) * 0.25f - 128.0f;
 }
 
-void store(kvrt_cache c, int32_t first, uint32_t n) {
-    std::vector<int32_t> pos(n), seqs(n, 0);
-    const size_t row = size_t{kKvHeads} * kDim;
-    std::vector<float> k(row * n * kLayers), v(row * n * kLayers);
-    for (uint32_t i = 0; i < n; ++i) {
-        pos[i] = first + static_cast<int32_t>(i);
-        for (uint32_t l = 0; l < kLayers; ++l)
-            for (uint32_t h = 0; h < kKvHeads; ++h)
-                for (uint32_t d = 0; d < kDim; ++d) {
-                    const size_t at = (size_t{l} * n + i) * row + size_t{h} * kDim + d;
-                    k[at] = value(pos[i], l, h, d, false);
-                    v[at] = value(pos[i], l, h, d, true);
-                }
-    }
-    kvrt_batch b = make_batch(n, pos.data(), seqs.data());
-    kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
-    KVRT_REQUIRE_OK(kvrt_cache_store(c, nullptr, &b, -1, &kr, &vr, nullptr));
-}
+void store(kvrt_cache c, int32_t first, uint32_t n) { store_values(c, 0, first, n, kLayers, kKvHeads, kDim, value); }
 
 // Runs the reader on `fd` (dup'ed to its descriptor 3) and returns the bytes
 // it printed; REQUIREs it to exit with 0.

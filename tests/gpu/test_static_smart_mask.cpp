@@ -31,24 +31,13 @@ float value(int32_t seq, int32_t pos, uint32_t layer, uint32_t head, uint32_t d,
     return static_cast<float>(x % 1024) * 0.25f - 128.0f;
 }
 
-// Stores tokens [first, first + n) of `seq` in `c` (every layer).
+// Stores tokens [first, first + n) of `seq` (0 or 1) in `c` (every layer).
 void store(kvrt_cache c, int32_t seq, int32_t first, uint32_t n) {
-    std::vector<int32_t> pos(n), seqs(n, seq);
-    const size_t row = size_t{kKvHeads} * kDim;
-    std::vector<float> k(row * n * kLayers), v(row * n * kLayers);
-    for (uint32_t i = 0; i < n; ++i) {
-        pos[i] = first + static_cast<int32_t>(i);
-        for (uint32_t l = 0; l < kLayers; ++l)
-            for (uint32_t h = 0; h < kKvHeads; ++h)
-                for (uint32_t d = 0; d < kDim; ++d) {
-                    const size_t at = (size_t{l} * n + i) * row + size_t{h} * kDim + d;
-                    k[at] = value(seq, pos[i], l, h, d, false);
-                    v[at] = value(seq, pos[i], l, h, d, true);
-                }
-    }
-    kvrt_batch b = make_batch(n, pos.data(), seqs.data());
-    kvrt_tensor_ref kr = host_tensor(k.data()), vr = host_tensor(v.data());
-    KVRT_REQUIRE_OK(kvrt_cache_store(c, nullptr, &b, -1, &kr, &vr, nullptr));
+    const TokenValue of_seq[2] = {
+        [](int32_t pos, uint32_t l, uint32_t h, uint32_t d, bool v) { return value(0, pos, l, h, d, v); },
+        [](int32_t pos, uint32_t l, uint32_t h, uint32_t d, bool v) { return value(1, pos, l, h, d, v); }};
+    REQUIRE((seq == 0 || seq == 1));
+    store_values(c, seq, first, n, kLayers, kKvHeads, kDim, of_seq[seq]);
 }
 
 // ExecuTorch's smart-mask cache of one sequence: the position each of the
