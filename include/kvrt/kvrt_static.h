@@ -49,7 +49,10 @@ extern "C" {
  *   (kvrt_cache_static_make_room refuses). A sequence's windows of one
  *   layer lie head after head in one VkBuffer (head h's offset = head 0's +
  *   h * bytes), so a graph that takes one [1, H, S-1, D] tensor per layer
- *   binds it at head 0's offset. Everything else below holds for both
+ *   binds it at head 0's offset. (So do the shift pointer's with R = 1,
+ *   whose windows always start at their region's first row; with R > 1 the
+ *   heads' windows are ceil(R*(S-1)) rows apart and such a graph takes one
+ *   [1, 1, S-1, D] tensor per head.) Everything else below holds for both
  *   styles unless it says otherwise.
  *
  * - K and V types: F32, F16, KVRT_TYPE_U8_STATIC or KVRT_TYPE_U16_STATIC

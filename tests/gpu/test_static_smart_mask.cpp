@@ -489,3 +489,36 @@ TEST_CASE("smart-mask style: a removal that fails at any point leaves the ring a
     }
     REQUIRE(ctx.validation_errors() == 0);
 }
+
+TEST_CASE("static layout: one tensor of all heads per layer where the windows stay at the region's start",
+          "[static][smart-mask]") {
+    // The smart-mask ring, and the shift pointer with R = 1 (whose window
+    // always starts at row 0), keep a layer's windows head after head at
+    // every step; with R > 1 the heads' regions are ceil(R(S-1)) rows apart.
+    GpuContext ctx;
+    const uint32_t S = 9, W = S - 1;
+    const CacheSpec shape = CacheSpec().shape(kLayers, kHeads, kKvHeads, kDim, kDim).type(KVRT_TYPE_F16);
+    Cache ring = CacheSpec(shape).smart_mask_layout(S).cells(0, 2).create(ctx);
+    Cache r1 = CacheSpec(shape).static_layout(S, 1.0).cells(0, 2).create(ctx);
+    Cache r2 = CacheSpec(shape).static_layout(S, 2.0).cells(0, 2).create(ctx);
+    int32_t next = 0;
+    for (uint32_t n : {3u, 1u, 6u, 2u, 8u, 1u}) {
+        for (kvrt_cache c : {ring.get(), r1.get(), r2.get()}) store(c, 1, next, n);
+        next += static_cast<int32_t>(n);
+        for (kvrt_cache c : {ring.get(), r1.get(), r2.get()}) {
+            const bool per_layer = c != r2.get();
+            for (kvrt_kv_array a : {KVRT_KV_ARRAY_K, KVRT_KV_ARRAY_V}) {
+                kvrt_static_window w0 = KVRT_STATIC_WINDOW_INIT, w1 = KVRT_STATIC_WINDOW_INIT;
+                KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, 1, 1, 0, a, &w0));
+                KVRT_REQUIRE_OK(kvrt_cache_static_get_window(c, 1, 1, 1, a, &w1));
+                REQUIRE(w0.n_valid == std::min<uint32_t>(static_cast<uint32_t>(next), W));
+                const uint64_t apart = w1.offset - w0.offset;
+                if (per_layer)
+                    REQUIRE(apart == w0.bytes);
+                else
+                    REQUIRE(apart == 2 * w0.bytes);  // ceil(2 (S-1)) rows per region
+            }
+        }
+    }
+    REQUIRE(ctx.validation_errors() == 0);
+}
