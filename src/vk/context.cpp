@@ -332,6 +332,11 @@ Result Context::create_device(size_t device_index, const std::vector<PhysicalDev
             ifn_.vkGetPhysicalDeviceExternalBufferProperties(info_.handle, &ebi, &ebp);
             const VkExternalMemoryFeatureFlags f = ebp.externalMemoryProperties.externalMemoryFeatures;
             if (!(f & VK_EXTERNAL_MEMORY_FEATURE_EXPORTABLE_BIT)) continue;
+            // One allocation exports every type kvrt asks for: a type joins
+            // only those it is compatible with (a dma-buf, the one a DSP
+            // maps, wins over an opaque fd it cannot share an allocation with).
+            if (export_types_ && !(ebp.externalMemoryProperties.compatibleHandleTypes & export_types_))
+                export_types_ = export_dedicated_ = 0;
             export_types_ |= type;
             if (f & VK_EXTERNAL_MEMORY_FEATURE_DEDICATED_ONLY_BIT) export_dedicated_ |= type;
         }
