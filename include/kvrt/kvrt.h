@@ -605,8 +605,8 @@ KVRT_API kvrt_result kvrt_context_get_tuning(kvrt_context context, char* text, u
  * buffers are zeroed. */
 typedef enum kvrt_buffer_flag_bits {
     /* The buffer's memory can be exported as a file descriptor
-     * (kvrt_buffer_export_memory): allocated for every handle type the
-     * device exports. */
+     * (kvrt_buffer_export_memory, kvrt_static.h): allocated for every
+     * handle type the device exports. */
     KVRT_BUFFER_EXPORTABLE = 0x00000001,
     KVRT_BUFFER_FLAG_MAX_ENUM = 0x7FFFFFFF
 } kvrt_buffer_flag_bits;
@@ -662,86 +662,6 @@ KVRT_API kvrt_result kvrt_buffer_upload(kvrt_buffer buffer, uint64_t offset, con
  * Thread-safety: Safe, except against kvrt_buffer_destroy of the buffer. */
 KVRT_API kvrt_result kvrt_buffer_download(kvrt_buffer buffer, uint64_t offset, void* data,
                                           uint64_t size);
-
-/* How exported memory is handed over (kvrt_buffer_export_memory). */
-typedef enum kvrt_memory_handle_type {
-    KVRT_MEMORY_HANDLE_UNDEFINED = 0,
-    /* A POSIX file descriptor of Vulkan's opaque type
-     * (VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT): imported by another
-     * Vulkan instance, in this process or another, on a device with the same
-     * device and driver UUIDs, with the same allocation size and memory type
-     * index (VkImportMemoryFdInfoKHR). */
-    KVRT_MEMORY_HANDLE_OPAQUE_FD = 1,
-    /* A Linux dma-buf file descriptor
-     * (VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT): mapped by other
-     * processors and drivers, such as a DSP through Android's rpcmem and
-     * QnnMem_register; on devices with VK_EXT_external_memory_dma_buf. */
-    KVRT_MEMORY_HANDLE_DMA_BUF = 2,
-    KVRT_MEMORY_HANDLE_TYPE_MAX_ENUM = 0x7FFFFFFF
-} kvrt_memory_handle_type;
-
-/* Where a byte of an exported buffer lies (kvrt_buffer_export_memory). A
- * kvrt buffer is made of pieces, each its own device memory allocation; one
- * export describes the allocation holding the byte asked for. */
-typedef struct kvrt_exported_memory {
-    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_EXPORTED_MEMORY */
-    const void* next;
-    /* A new file descriptor of the allocation, owned by the caller: close()
-     * it, or hand it to an importer that takes ownership of it. */
-    int32_t fd;
-    /* The allocation's memory type index, which an opaque-fd import uses. */
-    uint32_t memory_type_index;
-    /* The allocation's size in bytes (an import's allocationSize; the bytes
-     * to map of a dma-buf). */
-    KVRT_ALIGN8 uint64_t memory_size;
-    /* The byte asked for is at this offset in the allocation ... */
-    KVRT_ALIGN8 uint64_t offset;
-    /* ... and this many bytes of the buffer follow it there contiguously. */
-    KVRT_ALIGN8 uint64_t contiguous_bytes;
-    /* VkPhysicalDeviceIDProperties of kvrt's device: an opaque-fd importer's
-     * device must have the same two. */
-    uint8_t device_uuid[16];
-    uint8_t driver_uuid[16];
-} kvrt_exported_memory;
-
-#define KVRT_EXPORTED_MEMORY_INIT \
-    { KVRT_STRUCT_TYPE_EXPORTED_MEMORY, NULL, -1, 0, 0, 0, 0, {0}, {0} }
-
-/* Exports the device memory holding byte `offset` of `buffer` as a file
- * descriptor of `handle_type`, so that another process, driver or processor
- * maps the same bytes: no copy is made, and later writes by kvrt are seen
- * there (and the other way round). The buffer must have been created with
- * KVRT_BUFFER_EXPORTABLE, or belong to a cache created with
- * KVRT_CACHE_EXPORTABLE (kvrt_static_window.buffer): for a static-layout
- * window pass window.offset; the window lies whole in the allocation
- * (contiguous_bytes >= window.bytes).
- *
- * Ordering is the application's: kvrt's writes are complete once the call
- * that made them returned (synchronous calls) or its stream's wait did; the
- * other side reads after that, and kvrt reads what the other side wrote
- * only from calls made after the other side's writes completed. kvrt records
- * no queue-family ownership transfer: its buffers are linear, uncompressed
- * memory. On a device whose memory is not coherent with the other
- * processor (a dma-buf on some phones), the other side also does the
- * dma-buf's own cache maintenance (DMA_BUF_IOCTL_SYNC, rpcmem). The memory
- * stays allocated while an exported descriptor or an import of it is open,
- * but kvrt may reuse or change its bytes for as long as the buffer lives.
- *
- * Fails with KVRT_ERROR_INVALID_HANDLE for a bad buffer;
- * KVRT_ERROR_INVALID_ARGUMENT for a NULL, mistyped or badly chained `out`,
- * an offset outside the buffer or an undefined or unknown handle type;
- * KVRT_ERROR_UNSUPPORTED for a buffer not allocated exportable, a handle
- * type the device does not export (dma-buf needs
- * VK_EXT_external_memory_dma_buf), a context imported from the application
- * (kvrt_context_import_vulkan: the application allocates exportable memory
- * itself and wraps it with kvrt_buffer_import_vulkan) or a platform without
- * file descriptors; KVRT_ERROR_OUT_OF_HOST_MEMORY when no descriptor is
- * left. `out` is written only on success.
- * Thread-safety: Safe, except against kvrt_buffer_destroy of the buffer (or
- * kvrt_cache_destroy of its cache). */
-KVRT_API kvrt_result kvrt_buffer_export_memory(kvrt_buffer buffer, uint64_t offset,
-                                               kvrt_memory_handle_type handle_type,
-                                               kvrt_exported_memory* out);
 
 /* ========================================================================== */
 /* Streams                                                                    */
@@ -937,7 +857,7 @@ typedef enum kvrt_cache_flag_bits {
 /* Structs that may be chained on a kvrt_cache_desc's `next`, in any order,
  * each at most once: kvrt_rope_desc (the model's RoPE),
  * kvrt_static_layout_desc (the static layout's sizes),
- * kvrt_static_style_desc (the static layout's style),
+ * kvrt_static_style_desc (the static layout's style, kvrt_static.h),
  * kvrt_paged_layout_desc (the paged layout's block size),
  * kvrt_static_scales_desc (the scales of static-scale types) and
  * kvrt_window_layout_desc (windowed layers kept in a smaller group). */
@@ -1049,31 +969,6 @@ typedef struct kvrt_static_layout_desc {
 } kvrt_static_layout_desc;
 
 #define KVRT_STATIC_LAYOUT_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_LAYOUT_DESC, NULL, 0, 0.0 }
-
-/* How a static layout's windows take new rows (kvrt_static_style_desc): the
- * two KV-cache styles of static-graph engines (ExecuTorch's static
- * attention, Qualcomm's llama runners). See kvrt_static.h. */
-typedef enum kvrt_static_style {
-    /* The window slides through a region of ceil(R*(S-1)) rows: left-padded,
-     * new rows after it, one copy when the region runs out (the default). */
-    KVRT_STATIC_STYLE_SHIFT_POINTER = 0,
-    /* The window is the whole region of S-1 rows and never moves: new rows
-     * go to a ring position, right-padded while it fills, the mask opening
-     * from the left ("smart mask"). reserve must be 0 or 1. */
-    KVRT_STATIC_STYLE_SMART_MASK = 1,
-    KVRT_STATIC_STYLE_MAX_ENUM = 0x7FFFFFFF
-} kvrt_static_style;
-
-/* The style of a static layout, chained on kvrt_cache_desc.next beside its
- * kvrt_static_layout_desc (KVRT_ERROR_INVALID_ARGUMENT on a cache of another
- * layout). Without it: KVRT_STATIC_STYLE_SHIFT_POINTER. */
-typedef struct kvrt_static_style_desc {
-    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_STATIC_STYLE_DESC */
-    const void* next;
-    kvrt_static_style style;
-} kvrt_static_style_desc;
-
-#define KVRT_STATIC_STYLE_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_STYLE_DESC, NULL, KVRT_STATIC_STYLE_SHIFT_POINTER }
 
 /* The scales of static-scale K/V types (KVRT_TYPE_U8_STATIC,
  * KVRT_TYPE_U16_STATIC), chained on kvrt_cache_desc.next; needed when either
@@ -1512,7 +1407,6 @@ typedef struct kvrt_attention_params {
 } kvrt_attention_params;
 
 #define KVRT_ATTENTION_PARAMS_INIT { KVRT_STRUCT_TYPE_ATTENTION_PARAMS, NULL, 0, 0.0f, 0.0f, 0.0f, 0, NULL }
-
 
 /* Attention of the query tokens of `queries` over the cache's cells in
  * `layer`: query i (position positions[i], exactly one sequence seq_ids[i];

@@ -1,7 +1,8 @@
 /*
  * kvrt_static.h: kvrt's static padded layout (KVRT_LAYOUT_STATIC), the
- * fixed windows that NPU and DSP graphs bind, their counters, and the copy of
- * a sequence between caches of any two layouts.
+ * fixed windows that NPU and DSP graphs bind in either of two styles, their
+ * counters, the export of their memory to other processes and processors,
+ * and the copy of a sequence between caches of any two layouts.
  *
  * kvrt.h includes this header, so applications include kvrt.h only; it
  * follows kvrt.h's conventions (structs, results, threading).
@@ -110,6 +111,31 @@ extern "C" {
  *   capacity other than 0, a row_stride that is not a multiple of 4, or
  *   more than 2^30 reserved rows in all (max_seqs * ceil(R*(S-1)); checked
  *   first, so a region that large fails with this code). */
+
+/* How a static layout's windows take new rows (kvrt_static_style_desc): the
+ * two KV-cache styles of static-graph engines (ExecuTorch's static
+ * attention, Qualcomm's llama runners). See kvrt_static.h. */
+typedef enum kvrt_static_style {
+    /* The window slides through a region of ceil(R*(S-1)) rows: left-padded,
+     * new rows after it, one copy when the region runs out (the default). */
+    KVRT_STATIC_STYLE_SHIFT_POINTER = 0,
+    /* The window is the whole region of S-1 rows and never moves: new rows
+     * go to a ring position, right-padded while it fills, the mask opening
+     * from the left ("smart mask"). reserve must be 0 or 1. */
+    KVRT_STATIC_STYLE_SMART_MASK = 1,
+    KVRT_STATIC_STYLE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_static_style;
+
+/* The style of a static layout, chained on kvrt_cache_desc.next beside its
+ * kvrt_static_layout_desc (KVRT_ERROR_INVALID_ARGUMENT on a cache of another
+ * layout). Without it: KVRT_STATIC_STYLE_SHIFT_POINTER. */
+typedef struct kvrt_static_style_desc {
+    kvrt_struct_type type;   /* KVRT_STRUCT_TYPE_STATIC_STYLE_DESC */
+    const void* next;
+    kvrt_static_style style;
+} kvrt_static_style_desc;
+
+#define KVRT_STATIC_STYLE_DESC_INIT { KVRT_STRUCT_TYPE_STATIC_STYLE_DESC, NULL, KVRT_STATIC_STYLE_SHIFT_POINTER }
 
 /* Where one window lies (kvrt_cache_static_get_window). */
 typedef struct kvrt_static_window {
@@ -284,6 +310,94 @@ typedef struct kvrt_static_stats {
  * unknown sequence.
  * Thread-safety: Unsafe. */
 KVRT_API kvrt_result kvrt_cache_static_get_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out);
+
+/* ========================================================================== */
+/* Sharing memory with other processes and processors                         */
+/* ========================================================================== */
+
+/* How exported memory is handed over (kvrt_buffer_export_memory). */
+typedef enum kvrt_memory_handle_type {
+    KVRT_MEMORY_HANDLE_UNDEFINED = 0,
+    /* A POSIX file descriptor of Vulkan's opaque type
+     * (VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT): imported by another
+     * Vulkan instance, in this process or another, on a device with the same
+     * device and driver UUIDs, with the same allocation size and memory type
+     * index (VkImportMemoryFdInfoKHR). */
+    KVRT_MEMORY_HANDLE_OPAQUE_FD = 1,
+    /* A Linux dma-buf file descriptor
+     * (VK_EXTERNAL_MEMORY_HANDLE_TYPE_DMA_BUF_BIT_EXT): mapped by other
+     * processors and drivers, such as a DSP through Android's rpcmem and
+     * QnnMem_register; on devices with VK_EXT_external_memory_dma_buf. */
+    KVRT_MEMORY_HANDLE_DMA_BUF = 2,
+    KVRT_MEMORY_HANDLE_TYPE_MAX_ENUM = 0x7FFFFFFF
+} kvrt_memory_handle_type;
+
+/* Where a byte of an exported buffer lies (kvrt_buffer_export_memory). A
+ * kvrt buffer is made of pieces, each its own device memory allocation; one
+ * export describes the allocation holding the byte asked for. */
+typedef struct kvrt_exported_memory {
+    kvrt_struct_type type;    /* KVRT_STRUCT_TYPE_EXPORTED_MEMORY */
+    const void* next;
+    /* A new file descriptor of the allocation, owned by the caller: close()
+     * it, or hand it to an importer that takes ownership of it. */
+    int32_t fd;
+    /* The allocation's memory type index, which an opaque-fd import uses. */
+    uint32_t memory_type_index;
+    /* The allocation's size in bytes (an import's allocationSize; the bytes
+     * to map of a dma-buf). */
+    KVRT_ALIGN8 uint64_t memory_size;
+    /* The byte asked for is at this offset in the allocation ... */
+    KVRT_ALIGN8 uint64_t offset;
+    /* ... and this many bytes of the buffer follow it there contiguously. */
+    KVRT_ALIGN8 uint64_t contiguous_bytes;
+    /* VkPhysicalDeviceIDProperties of kvrt's device: an opaque-fd importer's
+     * device must have the same two. */
+    uint8_t device_uuid[16];
+    uint8_t driver_uuid[16];
+} kvrt_exported_memory;
+
+#define KVRT_EXPORTED_MEMORY_INIT \
+    { KVRT_STRUCT_TYPE_EXPORTED_MEMORY, NULL, -1, 0, 0, 0, 0, {0}, {0} }
+
+/* Exports the device memory holding byte `offset` of `buffer` as a file
+ * descriptor of `handle_type`, so that another process, driver or processor
+ * maps the same bytes: no copy is made, and later writes by kvrt are seen
+ * there (and the other way round). The buffer must have been created with
+ * KVRT_BUFFER_EXPORTABLE, or belong to a cache created with
+ * KVRT_CACHE_EXPORTABLE (kvrt_static_window.buffer): for a static-layout
+ * window pass window.offset; the window lies whole in the allocation
+ * (contiguous_bytes >= window.bytes).
+ *
+ * Ordering is the application's: kvrt's writes are complete once the call
+ * that made them returned (synchronous calls) or its stream's wait did; the
+ * other side reads after that, and kvrt reads what the other side wrote
+ * only from calls made after the other side's writes completed. kvrt records
+ * no queue-family ownership transfer: its buffers are linear, uncompressed
+ * memory. On a device whose memory is not coherent with the other
+ * processor (a dma-buf on some phones), the other side also does the
+ * dma-buf's own cache maintenance (DMA_BUF_IOCTL_SYNC, rpcmem). The memory
+ * stays allocated while an exported descriptor or an import of it is open,
+ * but kvrt may reuse or change its bytes for as long as the buffer lives.
+ *
+ * Fails with KVRT_ERROR_INVALID_HANDLE for a bad buffer;
+ * KVRT_ERROR_INVALID_ARGUMENT for a NULL, mistyped or badly chained `out`,
+ * an offset outside the buffer or an undefined or unknown handle type;
+ * KVRT_ERROR_UNSUPPORTED for a buffer not allocated exportable, a handle
+ * type the device does not export (dma-buf needs
+ * VK_EXT_external_memory_dma_buf), a context imported from the application
+ * (kvrt_context_import_vulkan: the application allocates exportable memory
+ * itself and wraps it with kvrt_buffer_import_vulkan) or a platform without
+ * file descriptors; KVRT_ERROR_OUT_OF_HOST_MEMORY when no descriptor is
+ * left. `out` is written only on success.
+ * Thread-safety: Safe, except against kvrt_buffer_destroy of the buffer (or
+ * kvrt_cache_destroy of its cache). */
+KVRT_API kvrt_result kvrt_buffer_export_memory(kvrt_buffer buffer, uint64_t offset,
+                                               kvrt_memory_handle_type handle_type,
+                                               kvrt_exported_memory* out);
+
+/* ========================================================================== */
+/* Moving a sequence between caches                                           */
+/* ========================================================================== */
 
 /* Copies sequence `src_seq` of `src` into sequence `dst_seq` of `dst`, which
  * must hold no token: positions and rows, bit for bit, between any two

@@ -477,68 +477,6 @@ unsafe extern "C" {
         size: u64,
     ) -> kvrt_result;
 }
-pub const KVRT_MEMORY_HANDLE_UNDEFINED: kvrt_memory_handle_type = 0;
-pub const KVRT_MEMORY_HANDLE_OPAQUE_FD: kvrt_memory_handle_type = 1;
-pub const KVRT_MEMORY_HANDLE_DMA_BUF: kvrt_memory_handle_type = 2;
-pub const KVRT_MEMORY_HANDLE_TYPE_MAX_ENUM: kvrt_memory_handle_type = 2147483647;
-pub type kvrt_memory_handle_type = ::core::ffi::c_uint;
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct kvrt_exported_memory {
-    pub type_: kvrt_struct_type,
-    pub next: *const ::core::ffi::c_void,
-    pub fd: i32,
-    pub memory_type_index: u32,
-    pub memory_size: u64,
-    pub offset: u64,
-    pub contiguous_bytes: u64,
-    pub device_uuid: [u8; 16usize],
-    pub driver_uuid: [u8; 16usize],
-}
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of kvrt_exported_memory",
-    ][::core::mem::size_of::<kvrt_exported_memory>() - 80usize];
-    [
-        "Alignment of kvrt_exported_memory",
-    ][::core::mem::align_of::<kvrt_exported_memory>() - 8usize];
-    [
-        "Offset of field: kvrt_exported_memory::type_",
-    ][::core::mem::offset_of!(kvrt_exported_memory, type_) - 0usize];
-    [
-        "Offset of field: kvrt_exported_memory::next",
-    ][::core::mem::offset_of!(kvrt_exported_memory, next) - 8usize];
-    [
-        "Offset of field: kvrt_exported_memory::fd",
-    ][::core::mem::offset_of!(kvrt_exported_memory, fd) - 16usize];
-    [
-        "Offset of field: kvrt_exported_memory::memory_type_index",
-    ][::core::mem::offset_of!(kvrt_exported_memory, memory_type_index) - 20usize];
-    [
-        "Offset of field: kvrt_exported_memory::memory_size",
-    ][::core::mem::offset_of!(kvrt_exported_memory, memory_size) - 24usize];
-    [
-        "Offset of field: kvrt_exported_memory::offset",
-    ][::core::mem::offset_of!(kvrt_exported_memory, offset) - 32usize];
-    [
-        "Offset of field: kvrt_exported_memory::contiguous_bytes",
-    ][::core::mem::offset_of!(kvrt_exported_memory, contiguous_bytes) - 40usize];
-    [
-        "Offset of field: kvrt_exported_memory::device_uuid",
-    ][::core::mem::offset_of!(kvrt_exported_memory, device_uuid) - 48usize];
-    [
-        "Offset of field: kvrt_exported_memory::driver_uuid",
-    ][::core::mem::offset_of!(kvrt_exported_memory, driver_uuid) - 64usize];
-};
-unsafe extern "C" {
-    pub fn kvrt_buffer_export_memory(
-        buffer: kvrt_buffer,
-        offset: u64,
-        handle_type: kvrt_memory_handle_type,
-        out: *mut kvrt_exported_memory,
-    ) -> kvrt_result;
-}
 pub const KVRT_STREAM_TIMESTAMPS: kvrt_stream_flag_bits = 1;
 pub const KVRT_STREAM_FLAG_MAX_ENUM: kvrt_stream_flag_bits = 2147483647;
 pub type kvrt_stream_flag_bits = ::core::ffi::c_uint;
@@ -844,35 +782,6 @@ const _: () = {
     [
         "Offset of field: kvrt_static_layout_desc::reserve",
     ][::core::mem::offset_of!(kvrt_static_layout_desc, reserve) - 24usize];
-};
-pub const KVRT_STATIC_STYLE_SHIFT_POINTER: kvrt_static_style = 0;
-pub const KVRT_STATIC_STYLE_SMART_MASK: kvrt_static_style = 1;
-pub const KVRT_STATIC_STYLE_MAX_ENUM: kvrt_static_style = 2147483647;
-pub type kvrt_static_style = ::core::ffi::c_uint;
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct kvrt_static_style_desc {
-    pub type_: kvrt_struct_type,
-    pub next: *const ::core::ffi::c_void,
-    pub style: kvrt_static_style,
-}
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of kvrt_static_style_desc",
-    ][::core::mem::size_of::<kvrt_static_style_desc>() - 24usize];
-    [
-        "Alignment of kvrt_static_style_desc",
-    ][::core::mem::align_of::<kvrt_static_style_desc>() - 8usize];
-    [
-        "Offset of field: kvrt_static_style_desc::type_",
-    ][::core::mem::offset_of!(kvrt_static_style_desc, type_) - 0usize];
-    [
-        "Offset of field: kvrt_static_style_desc::next",
-    ][::core::mem::offset_of!(kvrt_static_style_desc, next) - 8usize];
-    [
-        "Offset of field: kvrt_static_style_desc::style",
-    ][::core::mem::offset_of!(kvrt_static_style_desc, style) - 16usize];
 };
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
