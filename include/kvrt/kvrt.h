@@ -14,6 +14,13 @@
  * - Out-parameters come last. A function that creates an object writes NULL to
  *   its out-handle on failure.
  * - Destroy functions accept NULL and do nothing.
+ * - A handle is an opaque value: the address of nothing the application may
+ *   touch, in address space kvrt reserves and never maps (so a garbage
+ *   collector never takes it for one of its own pointers). Once destroyed,
+ *   a handle is refused with KVRT_ERROR_INVALID_HANDLE by every later call,
+ *   whatever was created since, and its value is never given out again; a
+ *   destroyed object leaves no memory behind. Looking a handle up takes no
+ *   lock.
  * - No function aborts, prints or lets an exception escape. Bad input (NULL,
  *   destroyed or foreign handles, sizes or offsets out of range, arithmetic
  *   overflow) is reported as an error and changes nothing.

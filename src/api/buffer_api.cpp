@@ -13,13 +13,13 @@ using namespace kvrt::api;
 
 namespace {
 
-void destroy_buffer(void* h) {
-    auto* b = static_cast<kvrt_buffer_T*>(h);
-    unregister_handle(b);
+void destroy_buffer(void* object) {
+    auto* b = static_cast<BufferObj*>(object);
+    unpublish(b);
     delete b;
 }
 
-Result check_range(const kvrt_buffer_T* b, uint64_t offset, uint64_t size, const void* data) {
+Result check_range(const BufferObj* b, uint64_t offset, uint64_t size, const void* data) {
     if (!data && size > 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "data is NULL");
     if (!range_inside(offset, size, b->buffer->size()))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "range [%llu, +%llu) is outside the buffer of %llu bytes",
@@ -36,27 +36,27 @@ KVRT_API kvrt_result kvrt_buffer_create(kvrt_context context, const kvrt_buffer_
     return guarded([&]() -> Result {
         if (!out_buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_buffer is NULL");
         *out_buffer = nullptr;
-        KVRT_TRY(check_context(context, "context"));
+        ContextObj* c = nullptr;
+        KVRT_TRY(resolve_context(context, &c, "context"));
         KVRT_TRY(check_struct("desc", desc, KVRT_STRUCT_TYPE_BUFFER_DESC));
         if (desc->size == 0) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc->size is 0");
         if (desc->flags & ~static_cast<kvrt_flags>(KVRT_BUFFER_EXPORTABLE))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown desc->flags 0x%x", static_cast<unsigned>(desc->flags));
-        vk::Context& ctx = *context->ctx;
+        vk::Context& ctx = *c->ctx;
         const bool exportable = desc->flags & KVRT_BUFFER_EXPORTABLE;
         if (exportable && !ctx.export_types())
             return fail(KVRT_ERROR_UNSUPPORTED,
                         "KVRT_BUFFER_EXPORTABLE: this device cannot export memory as a file descriptor (%s)",
                         ctx.imported() ? "the context was imported from the application"
                                        : "it has no VK_KHR_external_memory_fd for storage buffers");
-        auto handle = std::make_unique<kvrt_buffer_T>();
-        handle->owner = context;
+        auto obj = std::make_unique<BufferObj>();
+        obj->owner = c;
         std::unique_ptr<vk::Buffer> buf;
         KVRT_TRY(vk::Buffer::create(ctx, desc->size, 0, desc->label, &buf, vk::MemoryKind::Device,
                                     exportable ? ctx.export_types() : 0));
-        handle->buffer = std::move(buf);
-        context->children.add(handle.get(), &destroy_buffer);
-        register_handle(handle.get(), Kind::Buffer);
-        *out_buffer = handle.release();
+        obj->buffer = std::move(buf);
+        KVRT_TRY(adopt(c, obj.get(), &destroy_buffer));
+        *out_buffer = obj.release()->handle;
         return KVRT_SUCCESS;
     });
 }
@@ -66,72 +66,74 @@ KVRT_API kvrt_result kvrt_buffer_import_vulkan(kvrt_context context, VkBuffer bu
     return guarded([&]() -> Result {
         if (!out_buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_buffer is NULL");
         *out_buffer = nullptr;
-        KVRT_TRY(check_context(context, "context"));
+        ContextObj* c = nullptr;
+        KVRT_TRY(resolve_context(context, &c, "context"));
         // The range's end must be an address of the VkBuffer: offset + size may not wrap.
         uint64_t end = 0;
         if (!checked_add(offset, size, &end))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "offset %llu + size %llu wraps around 64 bits",
                         static_cast<unsigned long long>(offset), static_cast<unsigned long long>(size));
-        auto handle = std::make_unique<kvrt_buffer_T>();
-        handle->owner = context;
+        auto obj = std::make_unique<BufferObj>();
+        obj->owner = c;
         std::unique_ptr<vk::Buffer> buf;
-        KVRT_TRY(vk::Buffer::wrap(*context->ctx, buffer, offset, size, &buf));
-        handle->buffer = std::move(buf);
-        context->children.add(handle.get(), &destroy_buffer);
-        register_handle(handle.get(), Kind::Buffer);
-        *out_buffer = handle.release();
+        KVRT_TRY(vk::Buffer::wrap(*c->ctx, buffer, offset, size, &buf));
+        obj->buffer = std::move(buf);
+        KVRT_TRY(adopt(c, obj.get(), &destroy_buffer));
+        *out_buffer = obj.release()->handle;
         return KVRT_SUCCESS;
     });
 }
 
 KVRT_API void kvrt_buffer_destroy(kvrt_buffer buffer) {
     guarded_void([&]() {
-        if (!buffer || !is_live(buffer, Kind::Buffer)) return;
-        if (buffer->owned_by_cache) {
-            buffer->owner->ctx->log().log(KVRT_LOG_LEVEL_WARN,
+        BufferObj* b = lookup(buffer);
+        if (!b) return;
+        if (b->owned_by_cache) {
+            b->owner->ctx->log().log(KVRT_LOG_LEVEL_WARN,
                                           "kvrt_buffer_destroy: the buffer is a cache's (a static window's) and "
                                           "goes with the cache; ignored");
             return;
         }
-        buffer->owner->children.remove(buffer);
-        destroy_buffer(buffer);
+        b->owner->children.remove(b);
+        destroy_buffer(b);
     });
 }
 
 KVRT_API kvrt_result kvrt_buffer_get_size(kvrt_buffer buffer, uint64_t* out_size) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
+        BufferObj* b = nullptr;
+        KVRT_TRY(resolve(buffer, &b, "buffer"));
         if (!out_size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_size is NULL");
-        *out_size = buffer->buffer->size();
+        *out_size = b->buffer->size();
         return KVRT_SUCCESS;
     });
 }
 
 KVRT_API kvrt_result kvrt_buffer_upload(kvrt_buffer buffer, uint64_t offset, const void* data, uint64_t size) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
-        KVRT_TRY(check_context(buffer->owner, "the buffer's context"));
-        KVRT_TRY(check_range(buffer, offset, size, data));
-        return buffer->buffer->upload(offset, data, size);
+        BufferObj* b = nullptr;
+        KVRT_TRY(resolve_usable(buffer, &b, "buffer"));
+        KVRT_TRY(check_range(b, offset, size, data));
+        return b->buffer->upload(offset, data, size);
     });
 }
 
 KVRT_API kvrt_result kvrt_buffer_download(kvrt_buffer buffer, uint64_t offset, void* data, uint64_t size) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
-        KVRT_TRY(check_context(buffer->owner, "the buffer's context"));
-        KVRT_TRY(check_range(buffer, offset, size, data));
-        return buffer->buffer->download(offset, data, size);
+        BufferObj* b = nullptr;
+        KVRT_TRY(resolve_usable(buffer, &b, "buffer"));
+        KVRT_TRY(check_range(b, offset, size, data));
+        return b->buffer->download(offset, data, size);
     });
 }
 
 KVRT_API kvrt_result kvrt_buffer_export_memory(kvrt_buffer buffer, uint64_t offset,
                                                kvrt_memory_handle_type handle_type, kvrt_exported_memory* out) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
-        KVRT_TRY(check_context(buffer->owner, "the buffer's context"));
+        BufferObj* obj = nullptr;
+        KVRT_TRY(resolve_usable(buffer, &obj, "buffer"));
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_EXPORTED_MEMORY));
-        const vk::Buffer& b = *buffer->buffer;
+        const vk::Buffer& b = *obj->buffer;
         if (offset >= b.size())
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "offset %llu is outside the buffer of %llu bytes",
                         static_cast<unsigned long long>(offset), static_cast<unsigned long long>(b.size()));
@@ -167,10 +169,11 @@ KVRT_API kvrt_result kvrt_buffer_export_memory(kvrt_buffer buffer, uint64_t offs
 KVRT_API kvrt_result kvrt_buffer_get_vulkan(kvrt_buffer buffer, uint64_t offset, VkBuffer* out_buffer,
                                             VkDeviceSize* out_offset, VkDeviceSize* out_contiguous_bytes) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(buffer, Kind::Buffer, "buffer"));
+        BufferObj* obj = nullptr;
+        KVRT_TRY(resolve(buffer, &obj, "buffer"));
         if (!out_buffer || !out_offset || !out_contiguous_bytes)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "an out-parameter is NULL");
-        const vk::Buffer& b = *buffer->buffer;
+        const vk::Buffer& b = *obj->buffer;
         if (offset >= b.size())
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "offset %llu is outside the buffer of %llu bytes",
                         static_cast<unsigned long long>(offset), static_cast<unsigned long long>(b.size()));

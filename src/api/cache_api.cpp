@@ -16,21 +16,16 @@ using namespace kvrt::api;
 
 namespace {
 
-void destroy_cache(void* h) {
-    auto* c = static_cast<kvrt_cache_T*>(h);
+void destroy_cache(void* object) {
+    auto* c = static_cast<CacheObj*>(object);
     // The buffer handles of the static windows go with the cache.
-    for (kvrt_buffer_T* b : c->window_buffers) {
+    for (BufferObj* b : c->window_buffers) {
         if (!b) continue;
-        unregister_handle(b);
+        unpublish(b);
         delete b;
     }
-    unregister_handle(c);
+    unpublish(c);
     delete c;
-}
-
-Result check_cache(kvrt_cache_T* c, const char* arg = "cache") {
-    KVRT_TRY(check_handle(c, Kind::Cache, arg));
-    return check_context(c->owner, "the cache's context");
 }
 
 // A sized f32 output of kvrt_cache_read: NULL (not read), or room for
@@ -48,9 +43,9 @@ Result check_output_size(const char* what, const float* out, uint64_t out_bytes,
 }
 
 // A stream argument: NULL, or a live stream of the cache's context.
-Result resolve_stream(kvrt_cache_T* c, kvrt_stream_T* s, vk::Stream** out) { return api::resolve_stream(c->owner, s, out); }
+Result resolve_stream(const CacheObj* c, kvrt_stream s, vk::Stream** out) { return api::resolve_stream(c->owner, s, out); }
 
-Result resolve_tensor(kvrt_cache_T* c, const char* what, const kvrt_tensor_ref* ref, cache::Source* out) {
+Result resolve_tensor(const CacheObj* c, const char* what, const kvrt_tensor_ref* ref, cache::Source* out) {
     KVRT_TRY(check_struct(what, ref, KVRT_STRUCT_TYPE_TENSOR_REF));
     char name[48];
     std::snprintf(name, sizeof name, "%s->element_type", what);
@@ -67,7 +62,7 @@ Result resolve_tensor(kvrt_cache_T* c, const char* what, const kvrt_tensor_ref* 
     return KVRT_SUCCESS;
 }
 
-Result resolve_output(kvrt_cache_T* c, const char* what, const kvrt_output_ref* ref, cache::Output* out) {
+Result resolve_output(const CacheObj* c, const char* what, const kvrt_output_ref* ref, cache::Output* out) {
     KVRT_TRY(check_struct(what, ref, KVRT_STRUCT_TYPE_OUTPUT_REF));
     char name[48];
     std::snprintf(name, sizeof name, "%s->element_type", what);
@@ -115,10 +110,11 @@ Result resolve_batch(const char* what, const kvrt_batch* b, std::vector<kv::Toke
 }
 
 // kvrt_cache_seq_pos_min / _max.
-Result seq_pos(kvrt_cache_T* cache, int32_t seq, int32_t* out_pos, bool max) {
-    KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+Result seq_pos(kvrt_cache cache, int32_t seq, int32_t* out_pos, bool max) {
+    CacheObj* c = nullptr;
+    KVRT_TRY(resolve(cache, &c, "cache"));
     if (!out_pos) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_pos is NULL");
-    const auto& t = cache->cache->table();
+    const auto& t = c->cache->table();
     if (seq < 0 || static_cast<uint32_t>(seq) >= t.max_seqs())
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "sequence %d is out of range (0..%u)", seq, t.max_seqs() - 1);
     *out_pos = max ? t.seq_pos_max(seq) : t.seq_pos_min(seq);
@@ -135,8 +131,9 @@ KVRT_API kvrt_result kvrt_cache_estimate_size(kvrt_context context, const kvrt_c
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_CACHE_ESTIMATE));
         uint64_t binding = 128ull << 20;
         if (context) {
-            KVRT_TRY(check_handle(context, Kind::Context, "context"));
-            binding = context->ctx->max_binding_bytes();
+            ContextObj* c = nullptr;
+            KVRT_TRY(resolve(context, &c, "context"));
+            binding = c->ctx->max_binding_bytes();
         }
         kv::CacheGeometry g;
         KVRT_TRY(kv::CacheGeometry::from_desc(desc, binding, &g));
@@ -152,31 +149,33 @@ KVRT_API kvrt_result kvrt_cache_create(kvrt_context context, const kvrt_cache_de
     return guarded([&]() -> Result {
         if (!out_cache) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_cache is NULL");
         *out_cache = nullptr;
-        KVRT_TRY(check_context(context, "context"));
+        ContextObj* ctx = nullptr;
+        KVRT_TRY(resolve_context(context, &ctx, "context"));
         if (!desc) return fail(KVRT_ERROR_INVALID_ARGUMENT, "desc is NULL");  // the rest: CacheGeometry::from_desc
-        auto handle = std::make_unique<kvrt_cache_T>();
-        handle->owner = context;
-        KVRT_TRY(cache::Cache::create(*context->ctx, *desc, &handle->cache));
-        context->children.add(handle.get(), &destroy_cache);
-        register_handle(handle.get(), Kind::Cache);
-        *out_cache = handle.release();
+        auto obj = std::make_unique<CacheObj>();
+        obj->owner = ctx;
+        KVRT_TRY(cache::Cache::create(*ctx->ctx, *desc, &obj->cache));
+        KVRT_TRY(adopt(ctx, obj.get(), &destroy_cache));
+        *out_cache = obj.release()->handle;
         return KVRT_SUCCESS;
     });
 }
 
 KVRT_API void kvrt_cache_destroy(kvrt_cache cache) {
     guarded_void([&]() {
-        if (!cache || !is_live(cache, Kind::Cache)) return;
-        cache->owner->children.remove(cache);
-        destroy_cache(cache);
+        CacheObj* c = lookup(cache);
+        if (!c) return;
+        c->owner->children.remove(c);
+        destroy_cache(c);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_get_info(kvrt_cache cache, kvrt_cache_info* info) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         KVRT_TRY(check_struct("info", info, KVRT_STRUCT_TYPE_CACHE_INFO));
-        cache->cache->fill_info(info);
+        c->cache->fill_info(info);
         return KVRT_SUCCESS;
     });
 }
@@ -184,40 +183,43 @@ KVRT_API kvrt_result kvrt_cache_get_info(kvrt_cache cache, kvrt_cache_info* info
 KVRT_API kvrt_result kvrt_cache_store(kvrt_cache cache, kvrt_stream stream, const kvrt_batch* batch, int32_t layer,
                                       const kvrt_tensor_ref* k, const kvrt_tensor_ref* v, uint32_t* out_cells) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(cache, stream, &s));
+        KVRT_TRY(resolve_stream(c, stream, &s));
         std::vector<kv::Token> tokens;
         bool tree = false;
         KVRT_TRY(resolve_batch("batch", batch, &tokens, &tree));
         cache::Source ks, vs;
-        KVRT_TRY(resolve_tensor(cache, "k", k, &ks));
-        KVRT_TRY(resolve_tensor(cache, "v", v, &vs));
-        return cache->cache->store(s, tokens.data(), static_cast<uint32_t>(tokens.size()), layer, ks, vs, out_cells,
+        KVRT_TRY(resolve_tensor(c, "k", k, &ks));
+        KVRT_TRY(resolve_tensor(c, "v", v, &vs));
+        return c->cache->store(s, tokens.data(), static_cast<uint32_t>(tokens.size()), layer, ks, vs, out_cells,
                                    tree);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_place(kvrt_cache cache, const kvrt_batch* batch, uint32_t* out_cells) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
         std::vector<kv::Token> tokens;
         bool tree = false;
         KVRT_TRY(resolve_batch("batch", batch, &tokens, &tree));
-        return cache->cache->place(tokens.data(), static_cast<uint32_t>(tokens.size()), out_cells, tree);
+        return c->cache->place(tokens.data(), static_cast<uint32_t>(tokens.size()), out_cells, tree);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_tree_accept(kvrt_cache cache, const kvrt_batch* tree, uint32_t n_leaves,
                                             const int32_t* leaves) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
         const kvrt_batch_tree* t = nullptr;
         KVRT_TRY(resolve_tree("tree", tree, &t));
         if (!t) return fail(KVRT_ERROR_INVALID_ARGUMENT, "tree: no kvrt_batch_tree is chained on the batch");
         const uint32_t n = tree->n_tokens;
         if (n > 0 && !t->cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "tree's kvrt_batch_tree: cells is NULL");
-        return cache->cache->tree_accept(n, tree->positions, tree->seq_ids, cache::Tree{t->parents, t->cells},
+        return c->cache->tree_accept(n, tree->positions, tree->seq_ids, cache::Tree{t->parents, t->cells},
                                          n_leaves, leaves);
     });
 }
@@ -225,59 +227,66 @@ KVRT_API kvrt_result kvrt_cache_tree_accept(kvrt_cache cache, const kvrt_batch* 
 KVRT_API kvrt_result kvrt_cache_write(kvrt_cache cache, kvrt_stream stream, uint32_t n_tokens, const uint32_t* cells,
                                       int32_t layer, const kvrt_tensor_ref* k, const kvrt_tensor_ref* v) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(cache, stream, &s));
+        KVRT_TRY(resolve_stream(c, stream, &s));
         cache::Source ks, vs;
-        KVRT_TRY(resolve_tensor(cache, "k", k, &ks));
-        KVRT_TRY(resolve_tensor(cache, "v", v, &vs));
-        return cache->cache->write(s, n_tokens, cells, layer, ks, vs);
+        KVRT_TRY(resolve_tensor(c, "k", k, &ks));
+        KVRT_TRY(resolve_tensor(c, "v", v, &vs));
+        return c->cache->write(s, n_tokens, cells, layer, ks, vs);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_read(kvrt_cache cache, int32_t layer, uint32_t n_cells, const uint32_t* cells,
                                      float* k_out, uint64_t k_out_bytes, float* v_out, uint64_t v_out_bytes) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
-        const kv::CacheGeometry& geo = cache->cache->geometry();
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
+        const kv::CacheGeometry& geo = c->cache->geometry();
         KVRT_TRY(check_output_size("k_out", k_out, k_out_bytes, n_cells, geo.n_kv_heads, geo.k.head_dim));
         KVRT_TRY(check_output_size("v_out", v_out, v_out_bytes, n_cells, geo.n_kv_heads, geo.v.head_dim));
-        return cache->cache->read(layer, n_cells, cells, k_out, v_out);
+        return c->cache->read(layer, n_cells, cells, k_out, v_out);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_rm(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->seq_rm(seq, p0, p1);
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
+        return c->cache->seq_rm(seq, p0, p1);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_cp(kvrt_cache cache, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->seq_cp(src, dst, p0, p1);
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
+        return c->cache->seq_cp(src, dst, p0, p1);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_keep(kvrt_cache cache, int32_t seq) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->seq_keep(seq);
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
+        return c->cache->seq_keep(seq);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_add(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t delta) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
-        return cache->cache->seq_add(seq, p0, p1, delta);
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
+        return c->cache->seq_add(seq, p0, p1, delta);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_seq_div(kvrt_cache cache, int32_t seq, int32_t p0, int32_t p1, int32_t d) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->seq_div(seq, p0, p1, d);
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
+        return c->cache->seq_div(seq, p0, p1, d);
     });
 }
 
@@ -291,15 +300,17 @@ KVRT_API kvrt_result kvrt_cache_seq_pos_max(kvrt_cache cache, int32_t seq, int32
 
 KVRT_API kvrt_result kvrt_cache_seq_window_pos_min(kvrt_cache cache, int32_t seq, int32_t* out_pos) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        return cache->cache->seq_window_pos_min(seq, out_pos);
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
+        return c->cache->seq_window_pos_min(seq, out_pos);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        cache->cache->clear();
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
+        c->cache->clear();
         return KVRT_SUCCESS;
     });
 }
@@ -307,12 +318,13 @@ KVRT_API kvrt_result kvrt_cache_clear(kvrt_cache cache) {
 KVRT_API kvrt_result kvrt_cache_compact(kvrt_cache cache, kvrt_stream stream, float threshold, uint32_t max_moves,
                                         uint32_t* out_moved) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(cache, stream, &s));
+        KVRT_TRY(resolve_stream(c, stream, &s));
         if (!(threshold >= 0.0f && threshold <= 1.0f))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "threshold must be in [0, 1]");
-        return cache->cache->compact(s, threshold, max_moves, out_moved);
+        return c->cache->compact(s, threshold, max_moves, out_moved);
     });
 }
 
@@ -324,9 +336,10 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
                                           const kvrt_batch* queries, const kvrt_tensor_ref* q,
                                           const kvrt_output_ref* out, const kvrt_attention_params* params) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(cache, stream, &s));
+        KVRT_TRY(resolve_stream(c, stream, &s));
         const kvrt_batch_tree* tree = nullptr;
         KVRT_TRY(resolve_tree("queries", queries, &tree));
         const uint32_t n = queries->n_tokens;
@@ -340,10 +353,10 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
                                 queries->seq_id_counts[i]);
         }
         cache::Source qs;
-        KVRT_TRY(resolve_tensor(cache, "q", q, &qs));
+        KVRT_TRY(resolve_tensor(c, "q", q, &qs));
         KVRT_TRY(kv::check_type("q->element_type", qs.type, {KVRT_TYPE_F32, KVRT_TYPE_F16}));
         cache::Output o;
-        KVRT_TRY(resolve_output(cache, "out", out, &o));
+        KVRT_TRY(resolve_output(c, "out", out, &o));
         KVRT_TRY(check_optional_struct("params", params, KVRT_STRUCT_TYPE_ATTENTION_PARAMS));
         kvrt_attention_params p = KVRT_ATTENTION_PARAMS_INIT;
         if (params) p = *params;
@@ -353,7 +366,7 @@ KVRT_API kvrt_result kvrt_cache_attention(kvrt_cache cache, kvrt_stream stream, 
             if (n > 0 && !tree->cells) return fail(KVRT_ERROR_INVALID_ARGUMENT, "queries' kvrt_batch_tree: cells is NULL");
             t = cache::Tree{tree->parents, tree->cells};
         }
-        return cache->cache->attention(s, layer, n, queries->positions, queries->seq_ids, qs, o, p, tree ? &t : nullptr);
+        return c->cache->attention(s, layer, n, queries->positions, queries->seq_ids, qs, o, p, tree ? &t : nullptr);
     });
 }
 
@@ -363,19 +376,21 @@ extern "C" {
 
 KVRT_API kvrt_result kvrt_cache_apply_shifts(kvrt_cache cache, kvrt_stream stream) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(cache, stream, &s));
-        return cache->cache->apply_shifts(s);
+        KVRT_TRY(resolve_stream(c, stream, &s));
+        return c->cache->apply_shifts(s);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_context_shift(kvrt_cache cache, int32_t seq, int32_t n_keep, int32_t n_discard,
                                               int32_t* out_n_past) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        KVRT_TRY(cache->cache->require_cells("kvrt_cache_context_shift"));
-        return cache->cache->context_shift(seq, n_keep, n_discard, out_n_past);
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
+        KVRT_TRY(c->cache->require_cells("kvrt_cache_context_shift"));
+        return c->cache->context_shift(seq, n_keep, n_discard, out_n_past);
     });
 }
 
@@ -383,10 +398,11 @@ KVRT_API kvrt_result kvrt_cache_discard_for_reevaluation(kvrt_cache cache, int32
                                                          int32_t n_discard, int32_t* out_src_pos, int32_t* out_dst_pos,
                                                          int32_t* out_count) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         if (!out_src_pos || !out_dst_pos || !out_count)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_src_pos, out_dst_pos or out_count is NULL");
-        return cache->cache->discard_for_reevaluation(seq, n_keep, n_discard, out_src_pos, out_dst_pos, out_count);
+        return c->cache->discard_for_reevaluation(seq, n_keep, n_discard, out_src_pos, out_dst_pos, out_count);
     });
 }
 
@@ -397,7 +413,8 @@ extern "C" {
 KVRT_API kvrt_result kvrt_cache_static_get_window(kvrt_cache cache, int32_t seq, int32_t layer, uint32_t kv_head,
                                                   kvrt_kv_array array, kvrt_static_window* out) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_STATIC_WINDOW));
         // Any int may arrive as `array`: compared as an integer.
         const int32_t a = raw_enum(array);
@@ -406,24 +423,24 @@ KVRT_API kvrt_result kvrt_cache_static_get_window(kvrt_cache cache, int32_t seq,
                         static_cast<int>(a));
         const cache::Array arr = a == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V;
         const cache::StaticLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_get_window", &layout));
+        KVRT_TRY(c->cache->static_layout("kvrt_cache_static_get_window", &layout));
         cache::StaticLayout::WindowView w;
         KVRT_TRY(layout->window(seq, layer, kv_head, arr, &w));
         // One handle per (layer, K|V) buffer, made on first use and kept
         // until the cache is destroyed.
         const size_t slot = static_cast<size_t>(layer) * 2 + (arr == cache::Array::V ? 1 : 0);
-        if (cache->window_buffers.size() <= slot)
-            cache->window_buffers.resize(size_t{cache->cache->geometry().n_layers} * 2);
-        kvrt_buffer_T*& b = cache->window_buffers[slot];
+        if (c->window_buffers.size() <= slot)
+            c->window_buffers.resize(size_t{c->cache->geometry().n_layers} * 2);
+        BufferObj*& b = c->window_buffers[slot];
         if (!b) {
-            auto handle = std::make_unique<kvrt_buffer_T>();
-            handle->owner = cache->owner;
-            handle->owned_by_cache = cache;
-            handle->buffer = w.buffer;
-            register_handle(handle.get(), Kind::Buffer);
-            b = handle.release();
+            auto obj = std::make_unique<BufferObj>();
+            obj->owner = c->owner;
+            obj->owned_by_cache = c;
+            obj->buffer = w.buffer;
+            KVRT_TRY(publish(obj.get()));
+            b = obj.release();
         }
-        out->buffer = b;
+        out->buffer = b->handle;
         out->offset = w.offset;
         out->row_stride = w.row_stride;
         out->bytes = w.bytes;
@@ -441,11 +458,12 @@ KVRT_API kvrt_result kvrt_cache_static_get_window(kvrt_cache cache, int32_t seq,
 KVRT_API kvrt_result kvrt_cache_static_get_mask(kvrt_cache cache, int32_t seq, kvrt_type element_type, void* out,
                                                 uint64_t out_bytes) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         // Checked as the caller passed it before it is used as a kvrt_type.
         KVRT_TRY(kv::check_type("element_type", element_type));
         const cache::StaticLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_get_mask", &layout));
+        KVRT_TRY(c->cache->static_layout("kvrt_cache_static_get_mask", &layout));
         return layout->mask(seq, element_type, out, out_bytes);
     });
 }
@@ -454,29 +472,32 @@ KVRT_API kvrt_result kvrt_cache_static_get_graph_mask(kvrt_cache cache, int32_t 
                                                       const kvrt_static_mask_desc* desc, void* out,
                                                       uint64_t out_bytes) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         KVRT_TRY(check_optional_struct("desc", desc, KVRT_STRUCT_TYPE_STATIC_MASK_DESC));
         const cache::StaticLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_get_graph_mask", &layout));
+        KVRT_TRY(c->cache->static_layout("kvrt_cache_static_get_graph_mask", &layout));
         return layout->graph_mask(seq, desc, out, out_bytes);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_static_make_room(kvrt_cache cache, int32_t seq, uint32_t n_rows) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         cache::StaticLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_make_room", &layout));
+        KVRT_TRY(c->cache->static_layout("kvrt_cache_static_make_room", &layout));
         return layout->make_room(seq, n_rows);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_static_get_stats(kvrt_cache cache, int32_t seq, kvrt_static_stats* out) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_STATIC_STATS));
         const cache::StaticLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->static_layout("kvrt_cache_static_get_stats", &layout));
+        KVRT_TRY(c->cache->static_layout("kvrt_cache_static_get_stats", &layout));
         return layout->stats(seq, out);
     });
 }
@@ -485,10 +506,12 @@ KVRT_API kvrt_result kvrt_cache_seq_transfer(kvrt_cache src, int32_t src_seq, kv
                                              uint32_t* out_count) {
     return guarded([&]() -> Result {
         if (out_count) *out_count = 0;
-        KVRT_TRY(check_cache(src, "src"));
-        KVRT_TRY(check_cache(dst, "dst"));
-        if (src->owner != dst->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "the caches belong to different contexts");
-        return dst->cache->transfer_from(*src->cache, src_seq, dst_seq, out_count);
+        CacheObj* from = nullptr;
+        CacheObj* to = nullptr;
+        KVRT_TRY(resolve_usable(src, &from, "src"));
+        KVRT_TRY(resolve_usable(dst, &to, "dst"));
+        if (from->owner != to->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "the caches belong to different contexts");
+        return to->cache->transfer_from(*from->cache, src_seq, dst_seq, out_count);
     });
 }
 
@@ -498,9 +521,10 @@ KVRT_API kvrt_result kvrt_cache_paged_admit(kvrt_cache cache, int32_t seq, uint3
                                             const int32_t* token_ids, const int32_t* positions, uint64_t salt,
                                             uint32_t* out_n_cached, uint32_t* out_cells) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         cache::PagedLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_admit", &layout));
+        KVRT_TRY(c->cache->paged_layout("kvrt_cache_paged_admit", &layout));
         return layout->admit(seq, n_tokens, token_ids, positions, salt, out_n_cached, out_cells);
     });
 }
@@ -509,48 +533,53 @@ KVRT_API kvrt_result kvrt_cache_paged_append(kvrt_cache cache, kvrt_stream strea
                                              const int32_t* token_ids, const int32_t* positions,
                                              uint32_t* out_cells) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_cache(cache));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(cache, stream, &s));
+        KVRT_TRY(resolve_stream(c, stream, &s));
         cache::PagedLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_append", &layout));
+        KVRT_TRY(c->cache->paged_layout("kvrt_cache_paged_append", &layout));
         return layout->append(s, seq, n_tokens, token_ids, positions, out_cells);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_paged_fork(kvrt_cache cache, int32_t src, int32_t dst) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         cache::PagedLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_fork", &layout));
+        KVRT_TRY(c->cache->paged_layout("kvrt_cache_paged_fork", &layout));
         return layout->fork(src, dst);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_paged_set_sharing(kvrt_cache cache, int32_t seq, uint32_t enabled) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         cache::PagedLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_set_sharing", &layout));
+        KVRT_TRY(c->cache->paged_layout("kvrt_cache_paged_set_sharing", &layout));
         return layout->set_sharing(seq, enabled != 0);
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_paged_clear_registry(kvrt_cache cache) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         cache::PagedLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_clear_registry", &layout));
+        KVRT_TRY(c->cache->paged_layout("kvrt_cache_paged_clear_registry", &layout));
         return layout->clear_registry();
     });
 }
 
 KVRT_API kvrt_result kvrt_cache_paged_get_stats(kvrt_cache cache, kvrt_paged_stats* out) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_PAGED_STATS));
         cache::PagedLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_get_stats", &layout));
+        KVRT_TRY(c->cache->paged_layout("kvrt_cache_paged_get_stats", &layout));
         return layout->stats(out);
     });
 }
@@ -558,9 +587,10 @@ KVRT_API kvrt_result kvrt_cache_paged_get_stats(kvrt_cache cache, kvrt_paged_sta
 KVRT_API kvrt_result kvrt_cache_paged_get_cells(kvrt_cache cache, int32_t seq, uint32_t first, uint32_t max_cells,
                                                 uint32_t* out_cells, uint32_t* out_n_tokens) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve(cache, &c, "cache"));
         cache::PagedLayout* layout = nullptr;
-        KVRT_TRY(cache->cache->paged_layout("kvrt_cache_paged_get_cells", &layout));
+        KVRT_TRY(c->cache->paged_layout("kvrt_cache_paged_get_cells", &layout));
         return layout->get_cells(seq, first, max_cells, out_cells, out_n_tokens);
     });
 }

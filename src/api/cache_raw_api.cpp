@@ -12,15 +12,15 @@ extern "C" {
 KVRT_API kvrt_result kvrt_cache_read_raw(kvrt_cache cache, int32_t layer, kvrt_kv_array array, uint32_t n_cells,
                                          const uint32_t* cells, void* out, uint64_t out_bytes) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(cache, Kind::Cache, "cache"));
-        KVRT_TRY(check_context(cache->owner, "the cache's context"));
+        CacheObj* c = nullptr;
+        KVRT_TRY(resolve_usable(cache, &c, "cache"));
         // Any int may arrive as `array`: compared as an integer.
         const int32_t a = raw_enum(array);
         if (a != KVRT_KV_ARRAY_K && a != KVRT_KV_ARRAY_V)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "array %d is not KVRT_KV_ARRAY_K or KVRT_KV_ARRAY_V",
                         static_cast<int>(a));
-        return cache->cache->read_raw(layer, a == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V, n_cells, cells,
-                                      out, out_bytes);
+        return c->cache->read_raw(layer, a == KVRT_KV_ARRAY_K ? cache::Array::K : cache::Array::V, n_cells, cells, out,
+                                  out_bytes);
     });
 }
 

@@ -33,10 +33,10 @@ Result read_context_desc(const kvrt_context_desc* desc, vk::ContextOptions* out,
 }
 
 Result finish_context(std::unique_ptr<vk::Context> ctx, kvrt_context* out) {
-    auto handle = std::make_unique<kvrt_context_T>();
-    handle->ctx = std::move(ctx);
-    register_handle(handle.get(), Kind::Context);
-    *out = handle.release();
+    auto obj = std::make_unique<ContextObj>();
+    obj->ctx = std::move(ctx);
+    KVRT_TRY(publish(obj.get()));
+    *out = obj.release()->handle;
     return KVRT_SUCCESS;
 }
 
@@ -99,29 +99,32 @@ KVRT_API kvrt_result kvrt_context_import_vulkan(const kvrt_context_desc* desc, c
 
 KVRT_API void kvrt_context_destroy(kvrt_context context) {
     guarded_void([&]() {
-        if (!context || !is_live(context, Kind::Context)) return;
-        unregister_handle(context);
-        context->children.destroy_all();
-        delete context;  // waits for the device, then releases everything
+        ContextObj* c = lookup(context);
+        if (!c) return;
+        unpublish(c);
+        c->children.destroy_all();
+        delete c;  // waits for the device, then releases everything
     });
 }
 
 KVRT_API kvrt_result kvrt_context_get_device_info(kvrt_context context, kvrt_device_info* info) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(context, Kind::Context, "context"));
+        ContextObj* c = nullptr;
+        KVRT_TRY(resolve(context, &c, "context"));
         KVRT_TRY(check_struct("info", info, KVRT_STRUCT_TYPE_DEVICE_INFO));
-        vk::fill_device_info(context->ctx->info(), context->ctx->enabled(), info);
+        vk::fill_device_info(c->ctx->info(), c->ctx->enabled(), info);
         return KVRT_SUCCESS;
     });
 }
 
 KVRT_API kvrt_result kvrt_context_get_stats(kvrt_context context, kvrt_context_stats* stats) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(context, Kind::Context, "context"));
+        ContextObj* c = nullptr;
+        KVRT_TRY(resolve(context, &c, "context"));
         KVRT_TRY(check_struct("stats", stats, KVRT_STRUCT_TYPE_CONTEXT_STATS));
         // Memory whose last use the device has finished counts as freed.
-        context->ctx->retire();
-        context->ctx->fill_stats(stats);
+        c->ctx->retire();
+        c->ctx->fill_stats(stats);
         return KVRT_SUCCESS;
     });
 }

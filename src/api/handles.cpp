@@ -2,63 +2,8 @@
 
 #include <algorithm>
 #include <mutex>
-#include <shared_mutex>
-#include <unordered_map>
 
 namespace kvrt::api {
-
-namespace {
-
-// Function-local statics: constructed on first use, so handle checks work
-// during static initialization of an application too.
-std::shared_mutex& registry_mutex() {
-    static std::shared_mutex m;
-    return m;
-}
-
-// Every handle ever registered: live ones, and destroyed ones as tombstones
-// (their storage is never freed, so the address never comes back). The map
-// also keeps the tombstones' storage reachable for leak checkers.
-struct Entry {
-    Kind kind;
-    bool live;
-};
-
-std::unordered_map<const void*, Entry>& registry() {
-    static auto* r = new std::unordered_map<const void*, Entry>();  // never destroyed: safe at exit
-    return *r;
-}
-
-}  // namespace
-
-void* handle_alloc(std::size_t size) { return ::operator new(size); }
-
-void handle_free(void* p) noexcept {
-    if (!p) return;
-    {
-        std::shared_lock<std::shared_mutex> lock(registry_mutex());
-        // Given out as a handle once: a tombstone for good.
-        if (registry().count(p)) return;
-    }
-    ::operator delete(p);  // never registered (creation failed): nobody holds it
-}
-
-void register_handle(const void* handle, Kind kind) {
-    std::unique_lock<std::shared_mutex> lock(registry_mutex());
-    registry()[handle] = Entry{kind, true};
-}
-
-void unregister_handle(const void* handle) {
-    std::unique_lock<std::shared_mutex> lock(registry_mutex());
-    auto it = registry().find(handle);
-    if (it != registry().end()) it->second.live = false;
-}
-
-bool is_live(const void* handle, Kind kind) {
-    std::shared_lock<std::shared_mutex> lock(registry_mutex());
-    auto it = registry().find(handle);
-    return it != registry().end() && it->second.live && it->second.kind == kind;
-}
 
 const char* kind_name(Kind kind) {
     switch (kind) {
@@ -71,14 +16,14 @@ const char* kind_name(Kind kind) {
     return "kvrt handle";
 }
 
-void ChildList::add(void* handle, void (*destroy)(void*)) {
+void ChildList::add(void* object, void (*destroy)(void*)) {
     std::lock_guard<std::mutex> lock(mutex_);
-    entries_.push_back({handle, destroy});
+    entries_.push_back({object, destroy});
 }
 
-void ChildList::remove(void* handle) {
+void ChildList::remove(void* object) {
     std::lock_guard<std::mutex> lock(mutex_);
-    entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [handle](const Entry& e) { return e.handle == handle; }),
+    entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [object](const Entry& e) { return e.object == object; }),
                    entries_.end());
 }
 
@@ -93,31 +38,37 @@ void ChildList::destroy_all() {
             e = entries_.back();
             entries_.pop_back();
         }
-        e.destroy(e.handle);
+        e.destroy(e.object);
     }
 }
 
-Result check_context(kvrt_context_T* ctx, const char* arg) {
-    KVRT_TRY(check_handle(ctx, Kind::Context, arg));
+Result check_context(const ContextObj* ctx) {
     if (ctx->ctx->lost()) return fail(KVRT_ERROR_DEVICE_LOST, "the context's device was lost; destroy the context");
     return KVRT_SUCCESS;
 }
 
-Result resolve_stream(kvrt_context_T* owner, kvrt_stream_T* s, vk::Stream** out) {
+Result resolve_context(kvrt_context handle, ContextObj** out, const char* arg) {
+    KVRT_TRY(resolve(handle, out, arg));
+    return check_context(*out);
+}
+
+Result resolve_stream(const ContextObj* owner, kvrt_stream s, vk::Stream** out) {
     *out = nullptr;
     if (!s) return KVRT_SUCCESS;
-    KVRT_TRY(check_handle(s, Kind::Stream, "stream"));
-    if (s->owner != owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "stream belongs to another context");
-    *out = s->stream.get();
+    StreamObj* obj = nullptr;
+    KVRT_TRY(resolve(s, &obj, "stream"));
+    if (obj->owner != owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "stream belongs to another context");
+    *out = obj->stream.get();
     return KVRT_SUCCESS;
 }
 
-Result resolve_buffer(kvrt_context_T* owner, const char* what, kvrt_buffer_T* b, const vk::Buffer** out) {
+Result resolve_buffer(const ContextObj* owner, const char* what, kvrt_buffer b, const vk::Buffer** out) {
     *out = nullptr;
     if (!b) return KVRT_SUCCESS;
-    KVRT_TRY(check_handle(b, Kind::Buffer, what));
-    if (b->owner != owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s's buffer belongs to another context", what);
-    *out = b->buffer.get();
+    BufferObj* obj = nullptr;
+    KVRT_TRY(resolve(b, &obj, what));
+    if (obj->owner != owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s's buffer belongs to another context", what);
+    *out = obj->buffer.get();
     return KVRT_SUCCESS;
 }
 

@@ -17,9 +17,9 @@ using namespace kvrt::api;
 
 namespace {
 
-void destroy_memory(void* h) {
-    auto* m = static_cast<kvrt_memory_T*>(h);
-    unregister_handle(m);
+void destroy_memory(void* object) {
+    auto* m = static_cast<MemoryObj*>(object);
+    unpublish(m);
     delete m;
 }
 
@@ -94,22 +94,17 @@ Result read_desc(const kvrt_memory_desc* desc, memory::Memory::Params* out) {
 }
 
 // The buffer of an initial-data description: live, of `ctx`, range inside.
-Result resolve_init_buffer(kvrt_context_T* ctx, const kvrt_memory_init* in, const char* name, uint64_t values,
+Result resolve_init_buffer(const ContextObj* ctx, const kvrt_memory_init* in, const char* name, uint64_t values,
                            memory::MemoryInit* out) {
     if (out->source != memory::MemorySource::Buffer) return KVRT_SUCCESS;
-    KVRT_TRY(check_handle(in->buffer, Kind::Buffer, name));
-    if (in->buffer->owner != ctx)
-        return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the buffer belongs to another context", name);
+    BufferObj* b = nullptr;
+    KVRT_TRY(resolve(in->buffer, &b, name));
+    if (b->owner != ctx) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the buffer belongs to another context", name);
     uint64_t bytes = 0;
-    if (!checked_mul(values, out->f16 ? 2 : 4, &bytes) || !range_inside(in->offset, bytes, in->buffer->buffer->size()))
+    if (!checked_mul(values, out->f16 ? 2 : 4, &bytes) || !range_inside(in->offset, bytes, b->buffer->size()))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: the initial data is outside the buffer", name);
-    out->buffer = in->buffer->buffer.get();
+    out->buffer = b->buffer.get();
     return KVRT_SUCCESS;
-}
-
-Result check_memory(kvrt_memory_T* m) {
-    KVRT_TRY(check_handle(m, Kind::Memory, "memory"));
-    return check_context(m->owner, "the memory's context");
 }
 
 // The strides of a memory's tensor: 0 or exactly the packed ones (heads of
@@ -132,7 +127,7 @@ Result check_packed(const char* name, uint64_t head_stride, uint64_t row_stride,
 
 // One input of a batch: NULL (missing; the memory reports it when needed) or
 // a checked kvrt_tensor_ref.
-Result resolve_input(kvrt_memory_T* m, const kvrt_tensor_ref* ref, const char* name, uint32_t n_tokens, uint32_t dim,
+Result resolve_input(const MemoryObj* m, const kvrt_tensor_ref* ref, const char* name, uint32_t n_tokens, uint32_t dim,
                      memory::MemoryData* out) {
     *out = memory::MemoryData{};
     if (!ref) return KVRT_SUCCESS;
@@ -153,7 +148,7 @@ Result resolve_input(kvrt_memory_T* m, const kvrt_tensor_ref* ref, const char* n
     return KVRT_SUCCESS;
 }
 
-Result resolve_output(kvrt_memory_T* m, const kvrt_output_ref* ref, uint32_t n_tokens, memory::MemoryData* out) {
+Result resolve_output(const MemoryObj* m, const kvrt_output_ref* ref, uint32_t n_tokens, memory::MemoryData* out) {
     *out = memory::MemoryData{};
     if (!ref) return KVRT_SUCCESS;
     KVRT_TRY(check_struct("out", ref, KVRT_STRUCT_TYPE_OUTPUT_REF));
@@ -172,7 +167,7 @@ Result resolve_output(kvrt_memory_T* m, const kvrt_output_ref* ref, uint32_t n_t
 
 // The batch and the tensors the operation uses (the others are ignored, not
 // even read).
-Result resolve_batch(kvrt_memory_T* m, const kvrt_memory_batch* in, memory::MemoryOp op, memory::MemoryBatch* out) {
+Result resolve_batch(const MemoryObj* m, const kvrt_memory_batch* in, memory::MemoryOp op, memory::MemoryBatch* out) {
     KVRT_TRY(check_struct("batch", in, KVRT_STRUCT_TYPE_MEMORY_BATCH));
     out->n_tokens = in->n_tokens;
     out->seq_ids = in->seq_ids;
@@ -192,16 +187,17 @@ Result resolve_batch(kvrt_memory_T* m, const kvrt_memory_batch* in, memory::Memo
 
 kvrt_result run(kvrt_memory memory, kvrt_stream stream, const kvrt_memory_batch* batch, memory::MemoryOp op) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_memory(memory));
+        MemoryObj* m = nullptr;
+        KVRT_TRY(resolve_usable(memory, &m, "memory"));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(memory->owner, stream, &s));
+        KVRT_TRY(resolve_stream(m->owner, stream, &s));
         memory::MemoryBatch b;
-        KVRT_TRY(resolve_batch(memory, batch, op, &b));
-        return memory->memory->run(s, op, b);
+        KVRT_TRY(resolve_batch(m, batch, op, &b));
+        return m->memory->run(s, op, b);
     });
 }
 
-Result check_seq(const kvrt_memory_T* m, int32_t seq, bool allow_all, const char* name) {
+Result check_seq(const MemoryObj* m, int32_t seq, bool allow_all, const char* name) {
     const uint32_t n = m->memory->geometry().max_seqs;
     if ((seq < 0 && !allow_all) || (seq >= 0 && static_cast<uint32_t>(seq) >= n))
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s %d is not a sequence of this memory (0..%u)", name, seq, n - 1);
@@ -218,8 +214,9 @@ KVRT_API kvrt_result kvrt_memory_estimate_size(kvrt_context context, const kvrt_
         KVRT_TRY(check_struct("out", out, KVRT_STRUCT_TYPE_MEMORY_ESTIMATE));
         uint64_t cap = kv::kMemoryPieceCap;
         if (context) {
-            KVRT_TRY(check_handle(context, Kind::Context, "context"));
-            cap = memory::Memory::piece_cap(*context->ctx);
+            ContextObj* c = nullptr;
+            KVRT_TRY(resolve(context, &c, "context"));
+            cap = memory::Memory::piece_cap(*c->ctx);
         }
         memory::Memory::Params params;
         KVRT_TRY(read_desc(desc, &params));
@@ -240,7 +237,8 @@ KVRT_API kvrt_result kvrt_memory_create(kvrt_context context, const kvrt_memory_
     return guarded([&]() -> Result {
         if (!out_memory) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_memory is NULL");
         *out_memory = nullptr;
-        KVRT_TRY(check_context(context, "context"));
+        ContextObj* c = nullptr;
+        KVRT_TRY(resolve_context(context, &c, "context"));
         memory::Memory::Params params;
         KVRT_TRY(read_desc(desc, &params));
         const kv::MemoryGeometry& geo = params.geo;
@@ -250,23 +248,23 @@ KVRT_API kvrt_result kvrt_memory_create(kvrt_context context, const kvrt_memory_
         uint64_t key_values = 0, value_values = 0;
         if (!checked_mul(per_dim, geo.e, &key_values) || !checked_mul(per_dim, geo.d, &value_values))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "the memory's sizes overflow 64 bits");
-        KVRT_TRY(resolve_init_buffer(context, desc->keys, "desc->keys", key_values, &params.keys));
-        KVRT_TRY(resolve_init_buffer(context, desc->values, "desc->values", value_values, &params.values));
-        auto handle = std::make_unique<kvrt_memory_T>();
-        handle->owner = context;
-        KVRT_TRY(memory::Memory::create(*context->ctx, params, &handle->memory));
-        context->children.add(handle.get(), &destroy_memory);
-        register_handle(handle.get(), Kind::Memory);
-        *out_memory = handle.release();
+        KVRT_TRY(resolve_init_buffer(c, desc->keys, "desc->keys", key_values, &params.keys));
+        KVRT_TRY(resolve_init_buffer(c, desc->values, "desc->values", value_values, &params.values));
+        auto obj = std::make_unique<MemoryObj>();
+        obj->owner = c;
+        KVRT_TRY(memory::Memory::create(*c->ctx, params, &obj->memory));
+        KVRT_TRY(adopt(c, obj.get(), &destroy_memory));
+        *out_memory = obj.release()->handle;
         return KVRT_SUCCESS;
     });
 }
 
 KVRT_API void kvrt_memory_destroy(kvrt_memory memory) {
     guarded_void([&]() {
-        if (!memory || !is_live(memory, Kind::Memory)) return;
-        memory->owner->children.remove(memory);
-        destroy_memory(memory);
+        MemoryObj* m = lookup(memory);
+        if (!m) return;
+        m->owner->children.remove(m);
+        destroy_memory(m);
     });
 }
 
@@ -285,31 +283,34 @@ KVRT_API kvrt_result kvrt_memory_update_read(kvrt_memory memory, kvrt_stream str
 
 KVRT_API kvrt_result kvrt_memory_seq_rm(kvrt_memory memory, kvrt_stream stream, int32_t seq) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_memory(memory));
+        MemoryObj* m = nullptr;
+        KVRT_TRY(resolve_usable(memory, &m, "memory"));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(memory->owner, stream, &s));
-        KVRT_TRY(check_seq(memory, seq, true, "seq"));
-        return memory->memory->seq_rm(s, seq);
+        KVRT_TRY(resolve_stream(m->owner, stream, &s));
+        KVRT_TRY(check_seq(m, seq, true, "seq"));
+        return m->memory->seq_rm(s, seq);
     });
 }
 
 KVRT_API kvrt_result kvrt_memory_seq_cp(kvrt_memory memory, kvrt_stream stream, int32_t src, int32_t dst) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_memory(memory));
+        MemoryObj* m = nullptr;
+        KVRT_TRY(resolve_usable(memory, &m, "memory"));
         vk::Stream* s = nullptr;
-        KVRT_TRY(resolve_stream(memory->owner, stream, &s));
-        KVRT_TRY(check_seq(memory, src, false, "src"));
-        KVRT_TRY(check_seq(memory, dst, false, "dst"));
-        return memory->memory->seq_cp(s, static_cast<uint32_t>(src), static_cast<uint32_t>(dst));
+        KVRT_TRY(resolve_stream(m->owner, stream, &s));
+        KVRT_TRY(check_seq(m, src, false, "src"));
+        KVRT_TRY(check_seq(m, dst, false, "dst"));
+        return m->memory->seq_cp(s, static_cast<uint32_t>(src), static_cast<uint32_t>(dst));
     });
 }
 
 KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int32_t layer, float* out,
                                            uint64_t out_bytes) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_memory(memory));
-        KVRT_TRY(check_seq(memory, seq, false, "seq"));
-        const kv::MemoryGeometry& geo = memory->memory->geometry();
+        MemoryObj* m = nullptr;
+        KVRT_TRY(resolve_usable(memory, &m, "memory"));
+        KVRT_TRY(check_seq(m, seq, false, "seq"));
+        const kv::MemoryGeometry& geo = m->memory->geometry();
         if (layer < 0 || static_cast<uint32_t>(layer) >= geo.n_layers)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "layer %d is outside 0..%u", layer, geo.n_layers - 1);
         if (!out) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out is NULL");
@@ -319,7 +320,7 @@ KVRT_API kvrt_result kvrt_memory_get_state(kvrt_memory memory, int32_t seq, int3
                         "out_bytes %llu is below %u heads of %u slots of %u floats (%llu bytes)",
                         static_cast<unsigned long long>(out_bytes), geo.n_heads, geo.m, geo.d,
                         static_cast<unsigned long long>(need));
-        return memory->memory->get_state(static_cast<uint32_t>(seq), static_cast<uint32_t>(layer), out);
+        return m->memory->get_state(static_cast<uint32_t>(seq), static_cast<uint32_t>(layer), out);
     });
 }
 

@@ -16,17 +16,19 @@ extern "C" {
 
 KVRT_API kvrt_result kvrt_context_get_pipeline_cache(kvrt_context context, void* data, uint64_t* size) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(context, Kind::Context, "context"));
+        ContextObj* c = nullptr;
+        KVRT_TRY(resolve(context, &c, "context"));
         if (!size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "size is NULL");
-        return context->ctx->pipelines().get_data(data, size);
+        return c->ctx->pipelines().get_data(data, size);
     });
 }
 
 KVRT_API kvrt_result kvrt_context_get_tuning(kvrt_context context, char* text, uint64_t* size) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(context, Kind::Context, "context"));
+        ContextObj* c = nullptr;
+        KVRT_TRY(resolve(context, &c, "context"));
         if (!size) return fail(KVRT_ERROR_INVALID_ARGUMENT, "size is NULL");
-        const vk::Context& ctx = *context->ctx;
+        const vk::Context& ctx = *c->ctx;
         const std::string s = ops::Tuning::of(ctx).describe(ctx);
         const uint64_t need = s.size() + 1;
         const uint64_t room = *size;

@@ -14,21 +14,18 @@ using namespace kvrt::api;
 
 namespace {
 
-void destroy_stream(void* h) {
-    auto* s = static_cast<kvrt_stream_T*>(h);
-    unregister_handle(s);
+void destroy_stream(void* object) {
+    auto* s = static_cast<StreamObj*>(object);
+    unpublish(s);
     delete s;
-}
-
-Result check_stream(kvrt_stream_T* s) {
-    KVRT_TRY(check_handle(s, Kind::Stream, "stream"));
-    return check_context(s->owner, "the stream's context");
 }
 
 // A buffer argument of a command: live, of the stream's context, and the range
 // inside it and 4-byte aligned.
-Result check_cmd_buffer(kvrt_stream_T* s, kvrt_buffer_T* b, const char* arg, uint64_t offset, uint64_t size) {
-    KVRT_TRY(check_handle(b, Kind::Buffer, arg));
+Result check_cmd_buffer(const StreamObj* s, kvrt_buffer handle, const char* arg, uint64_t offset, uint64_t size,
+                        BufferObj** out) {
+    KVRT_TRY(resolve(handle, out, arg));
+    const BufferObj* b = *out;
     if (b->owner != s->owner) return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s belongs to another context", arg);
     if (offset % 4 || size % 4)
         return fail(KVRT_ERROR_INVALID_ARGUMENT, "%s: offset and size must be multiples of 4", arg);
@@ -47,56 +44,60 @@ KVRT_API kvrt_result kvrt_stream_create(kvrt_context context, const kvrt_stream_
     return guarded([&]() -> Result {
         if (!out_stream) return fail(KVRT_ERROR_INVALID_ARGUMENT, "out_stream is NULL");
         *out_stream = nullptr;
-        KVRT_TRY(check_context(context, "context"));
+        ContextObj* c = nullptr;
+        KVRT_TRY(resolve_context(context, &c, "context"));
         KVRT_TRY(check_optional_struct("desc", desc, KVRT_STRUCT_TYPE_STREAM_DESC));
         kvrt_stream_desc d = KVRT_STREAM_DESC_INIT;
         if (desc) d = *desc;
         if (d.flags & ~static_cast<kvrt_flags>(KVRT_STREAM_TIMESTAMPS))
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "unknown stream flags 0x%x", static_cast<unsigned>(d.flags));
         if (d.max_timings > 65536) return fail(KVRT_ERROR_INVALID_ARGUMENT, "max_timings above 65536");
-        auto handle = std::make_unique<kvrt_stream_T>();
-        handle->owner = context;
-        KVRT_TRY(vk::Stream::create(*context->ctx, d.flags & KVRT_STREAM_TIMESTAMPS, d.max_timings, d.label,
-                                    &handle->stream));
-        context->children.add(handle.get(), &destroy_stream);
-        register_handle(handle.get(), Kind::Stream);
-        *out_stream = handle.release();
+        auto obj = std::make_unique<StreamObj>();
+        obj->owner = c;
+        KVRT_TRY(vk::Stream::create(*c->ctx, d.flags & KVRT_STREAM_TIMESTAMPS, d.max_timings, d.label, &obj->stream));
+        KVRT_TRY(adopt(c, obj.get(), &destroy_stream));
+        *out_stream = obj.release()->handle;
         return KVRT_SUCCESS;
     });
 }
 
 KVRT_API void kvrt_stream_destroy(kvrt_stream stream) {
     guarded_void([&]() {
-        if (!stream || !is_live(stream, Kind::Stream)) return;
-        stream->owner->children.remove(stream);
-        destroy_stream(stream);
+        StreamObj* s = lookup(stream);
+        if (!s) return;
+        s->owner->children.remove(s);
+        destroy_stream(s);
     });
 }
 
 KVRT_API kvrt_result kvrt_stream_begin(kvrt_stream stream) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_stream(stream));
-        return stream->stream->begin();
+        StreamObj* s = nullptr;
+        KVRT_TRY(resolve_usable(stream, &s, "stream"));
+        return s->stream->begin();
     });
 }
 
 KVRT_API kvrt_result kvrt_stream_submit(kvrt_stream stream) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_stream(stream));
-        return stream->stream->submit();
+        StreamObj* s = nullptr;
+        KVRT_TRY(resolve_usable(stream, &s, "stream"));
+        return s->stream->submit();
     });
 }
 
 KVRT_API kvrt_result kvrt_stream_wait(kvrt_stream stream, uint64_t timeout_ns) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(stream, Kind::Stream, "stream"));
-        return stream->stream->wait(timeout_ns);
+        StreamObj* s = nullptr;
+        KVRT_TRY(resolve(stream, &s, "stream"));
+        return s->stream->wait(timeout_ns);
     });
 }
 
 KVRT_API kvrt_result kvrt_stream_get_timings(kvrt_stream stream, kvrt_timing* timings, uint32_t* count) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(stream, Kind::Stream, "stream"));
+        StreamObj* s = nullptr;
+        KVRT_TRY(resolve(stream, &s, "stream"));
         if (!count) return fail(KVRT_ERROR_INVALID_ARGUMENT, "count is NULL");
         if (timings) {
             for (uint32_t i = 0; i < *count; ++i) {
@@ -106,7 +107,7 @@ KVRT_API kvrt_result kvrt_stream_get_timings(kvrt_stream stream, kvrt_timing* ti
             }
         }
         uint32_t n = 0;
-        KVRT_TRY(stream->stream->timings(nullptr, &n));
+        KVRT_TRY(s->stream->timings(nullptr, &n));
         if (!timings) {
             *count = n;
             return KVRT_SUCCESS;
@@ -118,7 +119,7 @@ KVRT_API kvrt_result kvrt_stream_get_timings(kvrt_stream stream, kvrt_timing* ti
             return KVRT_SUCCESS;
         }
         std::vector<kvrt_timing> got(n);
-        KVRT_TRY(stream->stream->timings(got.data(), &n));
+        KVRT_TRY(s->stream->timings(got.data(), &n));
         for (uint32_t i = 0; i < n; ++i) {
             timings[i].label = got[i].label;
             timings[i].ns = got[i].ns;
@@ -131,25 +132,30 @@ KVRT_API kvrt_result kvrt_stream_get_timings(kvrt_stream stream, kvrt_timing* ti
 KVRT_API kvrt_result kvrt_cmd_fill(kvrt_stream stream, kvrt_buffer buffer, uint64_t offset, uint64_t size,
                                    uint32_t value) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_stream(stream));
-        KVRT_TRY(check_cmd_buffer(stream, buffer, "buffer", offset, size));
-        KVRT_TRY(stream->stream->require_recording());
+        StreamObj* s = nullptr;
+        BufferObj* b = nullptr;
+        KVRT_TRY(resolve_usable(stream, &s, "stream"));
+        KVRT_TRY(check_cmd_buffer(s, buffer, "buffer", offset, size, &b));
+        KVRT_TRY(s->stream->require_recording());
         if (size == 0) return KVRT_SUCCESS;
-        return ops::record_fill(*stream->stream, *buffer->buffer, offset, size, value);
+        return ops::record_fill(*s->stream, *b->buffer, offset, size, value);
     });
 }
 
 KVRT_API kvrt_result kvrt_cmd_copy(kvrt_stream stream, kvrt_buffer src, uint64_t src_offset, kvrt_buffer dst,
                                    uint64_t dst_offset, uint64_t size) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_stream(stream));
-        KVRT_TRY(check_cmd_buffer(stream, src, "src", src_offset, size));
-        KVRT_TRY(check_cmd_buffer(stream, dst, "dst", dst_offset, size));
-        if (src == dst && src_offset < dst_offset + size && dst_offset < src_offset + size)
+        StreamObj* s = nullptr;
+        BufferObj* sb = nullptr;
+        BufferObj* db = nullptr;
+        KVRT_TRY(resolve_usable(stream, &s, "stream"));
+        KVRT_TRY(check_cmd_buffer(s, src, "src", src_offset, size, &sb));
+        KVRT_TRY(check_cmd_buffer(s, dst, "dst", dst_offset, size, &db));
+        if (sb == db && src_offset < dst_offset + size && dst_offset < src_offset + size)
             return fail(KVRT_ERROR_INVALID_ARGUMENT, "source and destination ranges overlap");
-        KVRT_TRY(stream->stream->require_recording());
+        KVRT_TRY(s->stream->require_recording());
         if (size == 0) return KVRT_SUCCESS;
-        return ops::record_copy(*stream->stream, *src->buffer, src_offset, *dst->buffer, dst_offset, size);
+        return ops::record_copy(*s->stream, *sb->buffer, src_offset, *db->buffer, dst_offset, size);
     });
 }
 

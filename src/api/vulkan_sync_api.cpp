@@ -13,11 +13,6 @@ using namespace kvrt::api;
 
 namespace {
 
-Result check_stream(kvrt_stream_T* s) {
-    KVRT_TRY(check_handle(s, Kind::Stream, "stream"));
-    return check_context(s->owner, "the stream's context");
-}
-
 // Copies `count` semaphores (and their values, when given) of a submit desc
 // into `sems`/`values`, refusing NULL arrays and null handles.
 Result read_semaphores(const char* what, uint32_t count, const VkSemaphore* semaphores, const uint64_t* values,
@@ -51,9 +46,10 @@ extern "C" {
 
 KVRT_API kvrt_result kvrt_stream_submit_vulkan(kvrt_stream stream, const kvrt_vulkan_submit_desc* desc) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_stream(stream));
+        StreamObj* s = nullptr;
+        KVRT_TRY(resolve_usable(stream, &s, "stream"));
         KVRT_TRY(check_optional_struct("desc", desc, KVRT_STRUCT_TYPE_VULKAN_SUBMIT_DESC));
-        if (!desc) return stream->stream->submit();
+        if (!desc) return s->stream->submit();
         vk::SubmitSync sync;
         KVRT_TRY(read_semaphores("wait", desc->wait_count, desc->wait_semaphores, desc->wait_values, &sync.waits,
                                  &sync.wait_values));
@@ -65,22 +61,24 @@ KVRT_API kvrt_result kvrt_stream_submit_vulkan(kvrt_stream stream, const kvrt_vu
         else
             sync.wait_stages.assign(desc->wait_count,
                                     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT);
-        return stream->stream->submit(&sync);
+        return s->stream->submit(&sync);
     });
 }
 
 KVRT_API kvrt_result kvrt_stream_begin_vulkan(kvrt_stream stream, VkCommandBuffer command_buffer) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_stream(stream));
+        StreamObj* s = nullptr;
+        KVRT_TRY(resolve_usable(stream, &s, "stream"));
         if (!command_buffer) return fail(KVRT_ERROR_INVALID_ARGUMENT, "command_buffer is VK_NULL_HANDLE");
-        return stream->stream->begin_external(command_buffer);
+        return s->stream->begin_external(command_buffer);
     });
 }
 
 KVRT_API kvrt_result kvrt_stream_end_vulkan(kvrt_stream stream, const kvrt_vulkan_completion* completion) {
     return guarded([&]() -> Result {
-        KVRT_TRY(check_handle(stream, Kind::Stream, "stream"));
-        if (!completion) return stream->stream->end_external(nullptr);
+        StreamObj* s = nullptr;
+        KVRT_TRY(resolve(stream, &s, "stream"));
+        if (!completion) return s->stream->end_external(nullptr);
         KVRT_TRY(check_struct("completion", completion, KVRT_STRUCT_TYPE_VULKAN_COMPLETION));
         const bool sem = completion->semaphore != VK_NULL_HANDLE;
         const bool fence = completion->fence != VK_NULL_HANDLE;
@@ -94,7 +92,7 @@ KVRT_API kvrt_result kvrt_stream_end_vulkan(kvrt_stream stream, const kvrt_vulka
         c.semaphore = completion->semaphore;
         c.value = completion->value;
         c.fence = completion->fence;
-        return stream->stream->end_external(&c);
+        return s->stream->end_external(&c);
     });
 }
 

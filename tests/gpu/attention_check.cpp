@@ -116,7 +116,7 @@ AttnOutcome run_attention_case(kvrt_context ctx, const AttnCase& c) {
     const uint32_t qe = c.n_heads * c.dk, oe = c.n_heads * c.dv;
 
     // Reference inputs: the cells as the table sees them.
-    const auto& table = cache.get()->cache->table();
+    const auto& table = kvrt::api::cache_of(cache.get())->table();
     std::vector<kvrt::ref::AttnCell> ref_cells(c.capacity);
     for (uint32_t cell = 0; cell < c.capacity; ++cell) {
         ref_cells[cell].pos = table.cell_pos(cell);

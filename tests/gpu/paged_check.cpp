@@ -135,7 +135,7 @@ std::vector<uint8_t> seen_rows(kvrt_cache c, const Shape& sh, uint32_t n_seqs) {
 
 void verify(kvrt_cache c) {
     kvrt::cache::PagedLayout* layout = nullptr;
-    REQUIRE(c->cache->paged_layout("verify", &layout) == KVRT_SUCCESS);
+    REQUIRE(kvrt::api::cache_of(c)->paged_layout("verify", &layout) == KVRT_SUCCESS);
     const kvrt_result r = layout->verify();
     INFO(kvrt_last_error_message());
     REQUIRE(r == KVRT_SUCCESS);

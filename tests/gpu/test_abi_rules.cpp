@@ -90,7 +90,7 @@ void store(kvrt_cache c, int32_t seq, int32_t first, uint32_t n) {
 // The (position, K and V of every layer) of each token of `seq`, by
 // position, read through the cache's table.
 std::vector<std::pair<int32_t, std::vector<float>>> sequence(kvrt_cache c, int32_t seq) {
-    const auto& table = c->cache->table();
+    const auto& table = kvrt::api::cache_of(c)->table();
     std::vector<std::pair<int32_t, std::vector<float>>> out;
     for (uint32_t cell = 0; cell < table.capacity(); ++cell) {
         if (!table.cell_has_seq(cell, seq)) continue;

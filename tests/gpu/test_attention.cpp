@@ -20,7 +20,7 @@ namespace {
 // lists of cells (attention.comp OPTS bit 3, specialization constant 9).
 bool lists_ran(kvrt_context ctx, kvrt_type k) {
     const std::string prefix = std::string("attn_") + kvrt_type_name(k) + "_";
-    for (const kvrt::vk::PipelineKey& key : reinterpret_cast<kvrt_context_T*>(ctx)->ctx->pipelines().keys())
+    for (const kvrt::vk::PipelineKey& key : kvrt::api::context_of(ctx)->pipelines().keys())
         if (key.shader.rfind(prefix, 0) == 0 && key.spec.size() > 9 && (key.spec[9] & 8u) != 0u) return true;
     return false;
 }

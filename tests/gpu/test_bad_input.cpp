@@ -189,7 +189,7 @@ std::vector<uint8_t> snapshot(World& w, Target t) {
             put(&info.fragmentation, sizeof info.fragmentation);
             // The cell table itself: positions, deltas, sequence words, the
             // used count, its end and the search head.
-            const kvrt::kv::CellTable& cells_table = w.cache.get()->cache->table();
+            const kvrt::kv::CellTable& cells_table = kvrt::api::cache_of(w.cache.get())->table();
             put(cells_table.positions(), size_t{cells_table.capacity()} * sizeof(int32_t));
             put(cells_table.deltas(), size_t{cells_table.capacity()} * sizeof(int32_t));
             put(cells_table.seq_words(), size_t{cells_table.capacity()} * cells_table.words_per_cell() * sizeof(uint64_t));

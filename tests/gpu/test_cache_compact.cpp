@@ -63,7 +63,7 @@ public:
     FragmentedCache& operator=(const FragmentedCache&) = delete;
 
     kvrt_cache get() const { return cache_; }
-    const kvrt::kv::CellTable& table() const { return cache_->cache->table(); }
+    const kvrt::kv::CellTable& table() const { return kvrt::api::cache_of(cache_)->table(); }
 
     // Stores `n` tokens of `seq` at its next positions.
     void store(int32_t seq, uint32_t n) {
@@ -187,7 +187,7 @@ TEST_CASE("compaction keeps every sequence's rows, across binding pieces", "[cac
         INFO("K " << tk << ", V " << tv);
         FragmentedCache c(ctx, tk, tv);
         using F = FragmentedCache;
-        const auto& geo = c.get()->cache->geometry();
+        const auto& geo = kvrt::api::cache_of(c.get())->geometry();
         REQUIRE(geo.k.pieces > 2);
         REQUIRE(geo.v.pieces > 2);
 

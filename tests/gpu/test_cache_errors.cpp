@@ -67,7 +67,7 @@ struct Snapshot {
 };
 
 Snapshot snapshot(kvrt_cache cache) {
-    const kvrt::kv::CellTable& t = cache->cache->table();
+    const kvrt::kv::CellTable& t = kvrt::api::cache_of(cache)->table();
     Snapshot s;
     s.pos.assign(t.positions(), t.positions() + t.capacity());
     s.delta.assign(t.deltas(), t.deltas() + t.capacity());

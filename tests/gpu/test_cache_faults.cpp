@@ -181,7 +181,7 @@ public:
     kvrt_context ctx() const { return *ctx_; }
     const std::shared_ptr<GpuContext>& shared_ctx() const { return ctx_; }
     kvrt_cache cache() const { return cache_; }
-    const kvrt::kv::CellTable& table() const { return cache_->cache->table(); }
+    const kvrt::kv::CellTable& table() const { return kvrt::api::cache_of(cache_)->table(); }
 
     // The table alone (no device work: it leaves cold paths cold).
     State table_state() const {

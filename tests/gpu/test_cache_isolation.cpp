@@ -174,7 +174,7 @@ public:
     const Stats& stats() const { return stats_; }
 
 private:
-    const kvrt::kv::CellTable& table() const { return cache_->cache->table(); }
+    const kvrt::kv::CellTable& table() const { return kvrt::api::cache_of(cache_)->table(); }
 
     // Stores 1-8 tokens at positions their sequences do not have yet.
     void op_store() {
@@ -490,7 +490,7 @@ private:
             stats_.worst_nmse = std::max(stats_.worst_nmse, e);
         }
         ++stats_.attention_checks;
-        if (cache_->cache->current_lists() > 0) ++stats_.listed_checks;
+        if (kvrt::api::cache_of(cache_)->current_lists() > 0) ++stats_.listed_checks;
     }
 
     kvrt_context ctx_ = nullptr;

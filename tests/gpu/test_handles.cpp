@@ -1,8 +1,10 @@
 // Stale handles: a destroyed handle is refused by every call, also after new
-// objects of the same kind were created (its address is never reused).
+// objects of the same kind were created (its value is never given out again),
+// and a destroyed object leaves nothing behind.
 #include <set>
 #include <vector>
 
+#include "core/handle_table.hpp"
 #include "gpu_test.hpp"
 
 using namespace kvrt_test;
@@ -168,4 +170,38 @@ TEST_CASE("a destroyed context handle stays invalid after new contexts are creat
     REQUIRE(kvrt_buffer_create(old, &d, &b) == KVRT_ERROR_INVALID_HANDLE);
     REQUIRE(b == nullptr);
     kvrt_context_destroy(old);
+}
+
+TEST_CASE("destroyed objects leave no handle memory behind", "[handles]") {
+    // Every kind created and destroyed thousands of times: the handle table
+    // reuses its slots (a new generation each time), so it holds no more
+    // slots than a chunk and every destroyed handle is gone from it.
+    GpuContext ctx;
+    const kvrt_cache_desc cd = small_cache();
+    const kvrt::HandleTable& table = kvrt::HandleTable::global();
+    const kvrt::HandleTable::Stats before = table.stats();
+    std::set<kvrt_stream> seen;
+    kvrt_buffer_desc bd = KVRT_BUFFER_DESC_INIT;
+    bd.size = 256;
+    for (int i = 0; i < 3000; ++i) {
+        kvrt_stream s = nullptr;
+        KVRT_REQUIRE_OK(kvrt_stream_create(ctx, nullptr, &s));
+        REQUIRE(seen.insert(s).second);  // never a value given out before
+        kvrt_buffer b = nullptr;
+        KVRT_REQUIRE_OK(kvrt_buffer_create(ctx, &bd, &b));
+        kvrt_stream_destroy(s);
+        kvrt_buffer_destroy(b);
+        if (i % 10 == 0) {
+            kvrt_cache c = nullptr;
+            KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &cd, &c));
+            kvrt_cache_destroy(c);
+        }
+    }
+    const kvrt::HandleTable::Stats after = table.stats();
+    CHECK(after.live == before.live);
+    CHECK(after.slots - before.slots <= 256);
+    CHECK(after.slot_bytes - before.slot_bytes <= 8192);
+    // The oldest handles are still refused.
+    uint32_t timings = 0;
+    for (kvrt_stream s : seen) REQUIRE(kvrt_stream_get_timings(s, nullptr, &timings) == KVRT_ERROR_INVALID_HANDLE);
 }

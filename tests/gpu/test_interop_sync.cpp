@@ -179,7 +179,7 @@ TEST_CASE("timeline semaphores: kvrt waits for a value not yet signalled, and si
     const AppBuffer& in = app.buffer(kInputBytes);
     const AppBuffer& result = app.buffer(kOutBytes);
     kvrt_context ctx = import_context(app, true);
-    CHECK(ctx->ctx->timeline() == app.timeline);
+    CHECK(kvrt::api::context_of(ctx)->timeline() == app.timeline);
     {
         Scene scene(ctx, in);
         Stream s(ctx);
@@ -250,7 +250,7 @@ TEST_CASE("timeline semaphores: kvrt waits for a value not yet signalled, and si
 TEST_CASE("semaphore values without timeline semaphores are refused and change nothing", "[interop_sync]") {
     AppVulkan app(interop_options());
     kvrt_context ctx = import_context(app, false);  // the feature is hidden from kvrt
-    CHECK_FALSE(ctx->ctx->timeline());
+    CHECK_FALSE(kvrt::api::context_of(ctx)->timeline());
     {
         Buffer buf(ctx, 4096);
         Stream s(ctx);
@@ -491,6 +491,6 @@ TEST_CASE("interop entry points refuse bad input", "[interop_sync]") {
     KVRT_REQUIRE_OK(kvrt_stream_begin(s));
     KVRT_REQUIRE_OK(kvrt_stream_submit_vulkan(s, nullptr));
     KVRT_REQUIRE_OK(kvrt_stream_wait(s, kLong));
-    const kvrt::vk::Context& vctx = *ctx.get()->ctx;
+    const kvrt::vk::Context& vctx = *kvrt::api::context_of(ctx.get());
     CHECK(vctx.timeline() == vctx.info().supported.timeline_semaphore);
 }

@@ -21,7 +21,7 @@ using namespace kvrt_test;
 namespace {
 
 kvrt::ops::Tuning tuning_of(kvrt_context ctx) {
-    return kvrt::ops::Tuning::of(*reinterpret_cast<kvrt_context_T*>(ctx)->ctx);
+    return kvrt::ops::Tuning::of(*kvrt::api::context_of(ctx));
 }
 
 kvrt_result create_with(kvrt_flags flags, kvrt_context* out) {
@@ -92,7 +92,7 @@ void check_options(const Check& check) {
 }
 
 std::vector<kvrt::vk::PipelineKey> pipeline_keys(kvrt_context ctx) {
-    return reinterpret_cast<kvrt_context_T*>(ctx)->ctx->pipelines().keys();
+    return kvrt::api::context_of(ctx)->pipelines().keys();
 }
 
 }  // namespace
@@ -188,7 +188,7 @@ TEST_CASE("the portable kernel's wide loads match the reference wherever rows al
         // kvrt's own pick on CPU drivers with shaderInt64, never when the
         // context asks for portable kernels.
         GpuContext probe;
-        const kvrt::vk::Context& vc = *reinterpret_cast<kvrt_context_T*>(static_cast<kvrt_context>(probe))->ctx;
+        const kvrt::vk::Context& vc = *kvrt::api::context_of(static_cast<kvrt_context>(probe));
         const bool expected =
             vc.info().props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && vc.enabled().shader_int64;
         CHECK(tuning_of(probe).attn_wide == expected);

@@ -43,7 +43,7 @@ Shape shape() {
     return sh;
 }
 
-kvrt::cache::Cache& impl(kvrt_cache c) { return *c->cache; }
+kvrt::cache::Cache& impl(kvrt_cache c) { return *kvrt::api::cache_of(c); }
 
 void verify_group(kvrt_cache c) {
     verify(c);

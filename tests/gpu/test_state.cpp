@@ -79,7 +79,7 @@ public:
         KVRT_REQUIRE_OK(kvrt_cache_create(ctx, &d, c_.out()));
     }
     operator kvrt_cache() const { return c_; }
-    const kvrt::kv::CellTable& table() const { return c_->cache->table(); }
+    const kvrt::kv::CellTable& table() const { return kvrt::api::cache_of(c_)->table(); }
     const Spec& spec() const { return spec_; }
 
 private:

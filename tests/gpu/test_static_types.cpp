@@ -105,15 +105,15 @@ struct StaticCache {
     // The device buffer of one (layer, array) and the byte offset of a cell's
     // row in its address space, through the cache's internals.
     kvrt::vk::Buffer& buffer(bool v, uint32_t layer) const {
-        const auto at = cache->cache->arena().locate(v ? kvrt::cache::Array::V : kvrt::cache::Array::K, layer, 0);
+        const auto at = kvrt::api::cache_of(cache)->arena().locate(v ? kvrt::cache::Array::V : kvrt::cache::Array::K, layer, 0);
         return *const_cast<kvrt::vk::Buffer*>(at.buffer);
     }
     uint64_t row_offset(bool v, uint32_t layer, uint32_t cell) const {
-        const auto at = cache->cache->arena().locate(v ? kvrt::cache::Array::V : kvrt::cache::Array::K, layer, cell);
+        const auto at = kvrt::api::cache_of(cache)->arena().locate(v ? kvrt::cache::Array::V : kvrt::cache::Array::K, layer, cell);
         return at.piece * at.buffer->piece_bytes() + at.offset;
     }
     uint64_t stride(bool v) const {
-        const auto& g = cache->cache->geometry();
+        const auto& g = kvrt::api::cache_of(cache)->geometry();
         return (v ? g.v : g.k).stride;
     }
 };

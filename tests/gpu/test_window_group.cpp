@@ -73,7 +73,7 @@ kvrt_result store(kvrt_cache c, uint32_t layers, const std::vector<uint32_t>& to
     return r;
 }
 
-kvrt::cache::Cache& impl(kvrt_cache c) { return *c->cache; }
+kvrt::cache::Cache& impl(kvrt_cache c) { return *kvrt::api::cache_of(c); }
 
 }  // namespace
 

@@ -112,7 +112,7 @@ public:
     }
 
 private:
-    static kvrt::cache::Cache& impl(kvrt_cache c) { return *c->cache; }
+    static kvrt::cache::Cache& impl(kvrt_cache c) { return *kvrt::api::cache_of(c); }
     Cache grouped_, plain_;
     uint32_t next_token_ = 1;
 };
@@ -120,7 +120,7 @@ private:
 void both(const Pair& p, const std::function<kvrt_result(kvrt_cache)>& op) {
     REQUIRE(op(p.grouped()) == KVRT_SUCCESS);
     REQUIRE(op(p.plain()) == KVRT_SUCCESS);
-    REQUIRE(p.grouped()->cache->window_verify() == KVRT_SUCCESS);
+    REQUIRE(kvrt::api::cache_of(p.grouped())->window_verify() == KVRT_SUCCESS);
 }
 
 std::vector<int32_t> range(int32_t first, int32_t n) {
@@ -173,7 +173,7 @@ TEST_CASE("window group: context shifts, shared shifts, seq_div and compaction",
     REQUIRE(kvrt_cache_compact(p.grouped(), nullptr, 0.0f, 0, &moved_a) == KVRT_SUCCESS);
     REQUIRE(kvrt_cache_compact(p.plain(), nullptr, 0.0f, 0, &moved_b) == KVRT_SUCCESS);
     CHECK(moved_a > 0);
-    REQUIRE(p.grouped()->cache->window_verify() == KVRT_SUCCESS);
+    REQUIRE(kvrt::api::cache_of(p.grouped())->window_verify() == KVRT_SUCCESS);
     int32_t last = 0;
     REQUIRE(kvrt_cache_seq_pos_max(p.plain(), 0, &last) == KVRT_SUCCESS);
     p.store({last + 1}, {0});
@@ -226,12 +226,12 @@ TEST_CASE("window group: token trees", "[window]") {
         tb.next = &tt;
         REQUIRE(kvrt_cache_tree_accept(which == 0 ? p.grouped() : p.plain(), &tb, 1, &leaf) == KVRT_SUCCESS);
     }
-    REQUIRE(p.grouped()->cache->window_verify() == KVRT_SUCCESS);
+    REQUIRE(kvrt::api::cache_of(p.grouped())->window_verify() == KVRT_SUCCESS);
     // The cache keeps 0..19 and the branch's 20, 21', 22'; the group the
     // sinks 0 and 1, 9..19 (the tree's lowest position 20 dropped 2..8) and
     // the branch.
-    CHECK(p.grouped()->cache->table().seq_cell_count(0) == 23);
-    CHECK(p.grouped()->cache->window_group()->table().seq_cell_count(0) == 16);
+    CHECK(kvrt::api::cache_of(p.grouped())->table().seq_cell_count(0) == 23);
+    CHECK(kvrt::api::cache_of(p.grouped())->window_group()->table().seq_cell_count(0) == 16);
     p.store({23}, {0});
     CHECK(p.compare({0}) == 2);
 }
@@ -242,7 +242,7 @@ TEST_CASE("window group: a failed store changes neither group", "[window]") {
     wl.cells = 32;
     wl.n_keep = 2;  // with windows of 12, positions up to 13 drop nothing
     Cache c = spec().group(wl.cells, wl.n_keep).create(ctx);
-    const kvrt::cache::Cache& impl = *c->cache;
+    const kvrt::cache::Cache& impl = *kvrt::api::cache_of(c);
     const std::vector<int32_t> pos0 = range(0, 10), seq0(10, 0);
     std::vector<float> k(size_t{kLayers} * 10 * kRow, 0.5f), v = k;
     kvrt_tensor_ref kt = host_tensor(k.data()), vt = host_tensor(v.data());
@@ -364,8 +364,8 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     wl.n_keep = 2;
     Cache loaded = spec().group(wl.cells, wl.n_keep).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(loaded, -1, state.data(), state.size()));
-    REQUIRE(loaded->cache->window_verify() == KVRT_SUCCESS);
-    CHECK(loaded->cache->window_group()->table().used() == g->cache->window_group()->table().used());
+    REQUIRE(kvrt::api::cache_of(loaded)->window_verify() == KVRT_SUCCESS);
+    CHECK(kvrt::api::cache_of(loaded)->window_group()->table().used() == kvrt::api::cache_of(g)->window_group()->table().used());
     for (int32_t s = 0; s < 3; ++s) {
         int32_t a = -1, b = -2;
         KVRT_REQUIRE_OK(kvrt_cache_seq_window_pos_min(g, s, &a));
@@ -394,7 +394,7 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     KVRT_REQUIRE_OK(kvrt_cache_seq_pos_max(g, 1, &last));
     CHECK(last == -1);
     KVRT_REQUIRE_OK(kvrt_cache_seq_swap_in(g, 1, swapped.data(), swapped.size()));
-    REQUIRE(g->cache->window_verify() == KVRT_SUCCESS);
+    REQUIRE(kvrt::api::cache_of(g)->window_verify() == KVRT_SUCCESS);
     CHECK(same_attention(g, loaded, grid(40)) > 20);
 
     // A state without a group loads into a cache with one: the group takes
@@ -413,7 +413,7 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     big.cells = 128;
     Cache roomy = spec().group(big.cells, big.n_keep).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(roomy, -1, plain_state.data(), plain_state.size()));
-    REQUIRE(roomy->cache->window_verify() == KVRT_SUCCESS);
+    REQUIRE(kvrt::api::cache_of(roomy)->window_verify() == KVRT_SUCCESS);
     CHECK(same_attention(p.plain(), roomy, grid(40)) > 60);
 
     // A group's state needs a cache with the same group.
@@ -428,21 +428,21 @@ TEST_CASE("window group: state save and load keep exactly what the group holds",
     };
     uint32_t failures = 0;
     for (uint64_t n = 1;; ++n) {
-        const auto main_before = snapshot(roomy->cache->table());
-        const auto group_before = snapshot(roomy->cache->window_group()->table());
+        const auto main_before = snapshot(kvrt::api::cache_of(roomy)->table());
+        const auto group_before = snapshot(kvrt::api::cache_of(roomy)->window_group()->table());
         kvrt::fault::arm(n);
         const kvrt_result r = kvrt_cache_state_load(roomy, -1, state.data(), state.size());
         kvrt::fault::arm(0);
         if (r == KVRT_SUCCESS || r == KVRT_ERROR_TIMEOUT) break;
         INFO("fault point " << n << ": " << kvrt_last_error_message());
         ++failures;
-        REQUIRE(snapshot(roomy->cache->table()) == main_before);
-        REQUIRE(snapshot(roomy->cache->window_group()->table()) == group_before);
-        REQUIRE(roomy->cache->window_verify() == KVRT_SUCCESS);
+        REQUIRE(snapshot(kvrt::api::cache_of(roomy)->table()) == main_before);
+        REQUIRE(snapshot(kvrt::api::cache_of(roomy)->window_group()->table()) == group_before);
+        REQUIRE(kvrt::api::cache_of(roomy)->window_verify() == KVRT_SUCCESS);
         REQUIRE(n < 200);
     }
     CHECK(failures > 0);
-    REQUIRE(roomy->cache->window_verify() == KVRT_SUCCESS);
+    REQUIRE(kvrt::api::cache_of(roomy)->window_verify() == KVRT_SUCCESS);
     // (The state is from before the store at 38 and the swap.)
     Cache again = spec().group(wl.cells, wl.n_keep).create(ctx);
     KVRT_REQUIRE_OK(kvrt_cache_state_load(again, -1, state.data(), state.size()));
