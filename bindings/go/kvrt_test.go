@@ -3,6 +3,7 @@ package kvrt_test
 import (
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -956,4 +957,39 @@ func TestTreeAttention(t *testing.T) {
 	if p, _ := c.SeqPosMax(0); p != 4 {
 		t.Fatalf("SeqPosMax after TreeAccept = %d", p)
 	}
+}
+
+// Handles are pointer-typed values that Go keeps in its heap (unsafe.Pointer
+// fields): the collector must never take one for a pointer of its own. kvrt
+// gives out addresses in space it reserved and never maps, so collections
+// with many live and many destroyed handles pass, and every live handle
+// still works afterwards.
+func TestHandlesAndTheCollector(t *testing.T) {
+	ctx := newContext(t)
+	var live []*kvrt.Buffer
+	for round := 0; round < 20; round++ {
+		var batch []*kvrt.Buffer
+		for i := 0; i < 100; i++ {
+			b, err := ctx.NewBuffer(kvrt.BufferOptions{Size: 64})
+			must(t, err)
+			batch = append(batch, b)
+		}
+		for _, b := range batch[:90] {
+			must(t, b.Close())
+		}
+		live = append(live, batch[90:]...)
+		runtime.GC()
+	}
+	word := []byte{1, 2, 3, 4}
+	for i, b := range live {
+		word[0] = byte(i)
+		must(t, b.Upload(0, word))
+		got := make([]byte, 4)
+		must(t, b.Download(0, got))
+		if got[0] != byte(i) || got[3] != 4 {
+			t.Fatalf("buffer %d reads %v", i, got)
+		}
+		must(t, b.Close())
+	}
+	runtime.GC()
 }
