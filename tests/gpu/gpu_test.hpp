@@ -132,8 +132,6 @@ public:
     // A temporary owner would destroy the handle at once: no conversion.
     operator H() && = delete;
     H get() const { return h_; }
-    // The handle's members, for the tests that look inside it (api/handles.hpp).
-    H operator->() const { return h_; }
     // Where a create call writes the new handle (the old one is destroyed first).
     H* out() {
         reset();
