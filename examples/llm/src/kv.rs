@@ -1,11 +1,15 @@
 //! The model's KV cache: a kvrt cache, cell, static or paged layout. The
-//! engine places each batch once, then writes every layer's K and V into
-//! those cells and runs that layer's attention, all through kvrt.
+//! engine places each batch once, then for every layer records the write of
+//! its K and V into those cells and its attention into one stream: one
+//! submission and one wait per layer, the output read once.
+
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use kvrt::{
-    AttentionParams, Batch, Cache, CacheDesc, Context, ElementType, Layers, Layout, OutputRef,
-    PagedLayoutDesc, RopeDesc, RopeMode, StaticLayoutDesc, TensorRef,
+    AttentionParams, Batch, Buffer, Cache, CacheDesc, Context, ElementType, Layers, Layout,
+    OutputRef, PagedLayoutDesc, RopeDesc, RopeMode, StaticLayoutDesc, Stream, StreamDesc,
+    TensorRef,
 };
 
 use crate::model::Hparams;
@@ -29,6 +33,11 @@ pub struct Kv {
     pub cache: Cache,
     cells: Vec<u32>,
     params: AttentionParams,
+    ctx: Context,
+    /// Each layer's write and attention, one submission per layer.
+    stream: Stream,
+    /// Where attention writes; grown to the largest batch.
+    out: Option<Buffer>,
     /// Context shifts done (each over one sequence).
     pub shifts: u32,
 }
@@ -77,6 +86,9 @@ impl Kv {
             cache: ctx.create_cache(&desc)?,
             cells: Vec::new(),
             params: AttentionParams::default(),
+            ctx: ctx.clone(),
+            stream: ctx.create_stream(&StreamDesc::default())?,
+            out: None,
             shifts: 0,
         })
     }
@@ -87,36 +99,57 @@ impl Kv {
         Ok(())
     }
 
-    /// Writes one layer's K and V ([tokens, kv_heads, head_dim], f32) of the
-    /// placed batch.
-    pub fn write(&mut self, layer: u32, k: &[f32], v: &[f32]) -> Result<()> {
-        self.cache.write(
+    /// Writes one layer's K and V ([tokens, kv_heads, head_dim], f32) into
+    /// the placed batch's cells and runs that layer's attention of the
+    /// batch's queries `q` ([tokens, heads, head_dim], f32, after RoPE) into
+    /// `out` (same shape). Both are recorded into one stream: one
+    /// submission, one wait, the output read once. Returns the time spent
+    /// recording (staging the host data, recording the dispatches) and the
+    /// time spent submitting, waiting and reading.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_attention(
+        &mut self,
+        layer: u32,
+        k: &[f32],
+        v: &[f32],
+        positions: &[i32],
+        seqs: &[i32],
+        q: &[f32],
+        out: &mut [f32],
+    ) -> Result<(Duration, Duration)> {
+        let bytes = std::mem::size_of_val(out) as u64;
+        if self.out.as_ref().is_none_or(|b| b.size() < bytes) {
+            let size = bytes.next_power_of_two().max(4096);
+            self.out = Some(
+                self.ctx
+                    .create_buffer_labeled(size, Some("attention output"))?,
+            );
+        }
+        let Some(buf) = self.out.as_ref() else {
+            bail!("no attention output buffer");
+        };
+        let t = Instant::now();
+        let mut rec = self.stream.begin()?;
+        rec.write(
+            &self.cache,
             &self.cells,
             Layers::One(layer),
             &TensorRef::host_f32(k),
             &TensorRef::host_f32(v),
         )?;
-        Ok(())
-    }
-
-    /// Attention of the batch's queries ([tokens, heads, head_dim], f32,
-    /// after RoPE) over `layer`; the result goes to `out`, same shape.
-    pub fn attention(
-        &mut self,
-        layer: u32,
-        positions: &[i32],
-        seqs: &[i32],
-        q: &[f32],
-        out: &mut [f32],
-    ) -> Result<()> {
-        self.cache.attention(
+        rec.attention(
+            &self.cache,
             layer,
             &Batch::new(positions, seqs)?,
             &TensorRef::host_f32(q),
-            &mut OutputRef::host_f32(out),
+            &mut OutputRef::buffer(buf, ElementType::F32),
             &self.params,
         )?;
-        Ok(())
+        let recorded = t.elapsed();
+        rec.submit()?;
+        self.stream.wait(Duration::MAX)?;
+        buf.download(0, out)?;
+        Ok((recorded, t.elapsed() - recorded))
     }
 
     /// Free cells (cell layout).

@@ -348,7 +348,7 @@ fn report_json(args: &Args, r: &Report, t: model::TimeSplit) -> serde_json::Valu
         "decode_tokens": r.decode_tokens, "decode_seconds": r.decode_time.as_secs_f64(),
         "reference_seconds": r.reference_time.as_secs_f64(),
         "cpu_seconds": t.cpu.as_secs_f64(), "kvrt_seconds": t.kv.as_secs_f64(),
-        "kvrt_write_seconds": t.kv_write.as_secs_f64(), "kvrt_attention_seconds": t.kv_attention.as_secs_f64(),
+        "kvrt_record_seconds": t.kv_record.as_secs_f64(), "kvrt_wait_seconds": t.kv_wait.as_secs_f64(),
         "sequences": r.seqs.iter().map(seq_json).collect::<Vec<_>>(),
     });
     if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
@@ -372,14 +372,14 @@ fn summary(args: &Args, r: &Report, t: model::TimeSplit) {
         (r.decode_tokens + r.seqs.len()) as f64 / decode_s,
     );
     eprintln!(
-        "kvrt-llm: time: CPU ({} matmuls and the rest) {:.2} s ({:.0} %), kvrt {:.2} s ({:.0} %: K/V writes {:.2} s, attention {:.2} s)",
+        "kvrt-llm: time: CPU ({} matmuls and the rest) {:.2} s ({:.0} %), kvrt {:.2} s ({:.0} %: recording {:.2} s, submit, wait and read {:.2} s)",
         matmul_kind(),
         t.cpu.as_secs_f64(),
         100.0 * t.cpu.as_secs_f64() / total,
         t.kv.as_secs_f64(),
         100.0 * t.kv.as_secs_f64() / total,
-        t.kv_write.as_secs_f64(),
-        t.kv_attention.as_secs_f64()
+        t.kv_record.as_secs_f64(),
+        t.kv_wait.as_secs_f64()
     );
     eprintln!(
         "kvrt-llm: cache: {} layout, K/V {}, capacity {}, {:.2} MiB of device memory, {} context shifts{}",

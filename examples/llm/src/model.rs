@@ -118,11 +118,12 @@ pub struct TimeSplit {
     pub cpu: Duration,
     /// kvrt calls: placement, K/V writes, attention (and the shifts they apply).
     pub kv: Duration,
-    /// Of `kv`: the K/V writes (`Cache::write`, every layer).
-    pub kv_write: Duration,
-    /// Of `kv`: attention (`Cache::attention`, every layer, with the RoPE
-    /// shifts it applies first).
-    pub kv_attention: Duration,
+    /// Of `kv`: recording each layer's K/V write and attention (staging the
+    /// host data, recording the dispatches).
+    pub kv_record: Duration,
+    /// Of `kv`: submitting each layer's one submission, waiting for it and
+    /// reading its output (the device's work and its latency).
+    pub kv_wait: Duration,
 }
 
 /// The model's weights and RoPE tables.
@@ -285,13 +286,11 @@ impl Model {
             let v = v.flatten_all()?.to_vec1::<f32>()?;
 
             let t = Instant::now();
-            kv.write(l as u32, &k, &v)?;
-            let t_write = t.elapsed();
-            kv.attention(l as u32, positions, seqs, &q, &mut attn_out)?;
-            let t_all = t.elapsed();
-            kv_time += t_all;
-            self.time.kv_write += t_write;
-            self.time.kv_attention += t_all - t_write;
+            let (recorded, waited) =
+                kv.write_attention(l as u32, &k, &v, positions, seqs, &q, &mut attn_out)?;
+            kv_time += t.elapsed();
+            self.time.kv_record += recorded;
+            self.time.kv_wait += waited;
 
             let a = Tensor::from_slice(&attn_out, (n, nh * hd), &dev)?;
             let x1 = (layer.wo.forward(&a)? + &x)?;
