@@ -72,8 +72,9 @@ build: setup $(BUILD)/build.ninja
 # debug information (UBSan's checks of the tests' templates made each large
 # test file a minute and a half). Reconfigured when this Makefile changes.
 ASAN_FLAGS := -O1 -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-$(ASAN_BUILD)/build.ninja: Makefile | setup
+$(ASAN_BUILD)/build.ninja: Makefile | setup $(BUILD)/build.ninja
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVRT_UNIT_TESTS_ONLY=OFF -DKVRT_TESTS_ONLY=ON \
+	  -DKVRT_SPIRV_FROM=$(abspath $(BUILD)) \
 	  -DKVRT_BUILD_TOOLS=OFF -DKVRT_BUILD_EXAMPLES=OFF \
 	  "-DCMAKE_CXX_FLAGS=$(ASAN_FLAGS)" "-DCMAKE_C_FLAGS=$(ASAN_FLAGS)" \
 	  -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 >/dev/null
@@ -96,6 +97,7 @@ ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1 \
 
 # The unit and GPU tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan: setup $(ASAN_BUILD)/build.ninja
+	@cmake --build $(BUILD) -j $(JOBS) --target kvrt_spirv
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure --timeout 900 -j $(JOBS) -E '$(ASAN_SKIP)'
 
@@ -105,8 +107,9 @@ unit-asan: test-asan
 # The ThreadSanitizer build: the library and tests/gpu/test_threads.cpp only
 # (KVRT_THREAD_TESTS_ONLY), so it stays quick to build.
 TSAN_FLAGS := -O1 -g -fsanitize=thread
-$(TSAN_BUILD)/build.ninja: Makefile | setup
+$(TSAN_BUILD)/build.ninja: Makefile | setup $(BUILD)/build.ninja
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVRT_THREAD_TESTS_ONLY=ON \
+	  -DKVRT_SPIRV_FROM=$(abspath $(BUILD)) \
 	  -DKVRT_BUILD_TOOLS=OFF -DKVRT_BUILD_EXAMPLES=OFF \
 	  "-DCMAKE_CXX_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_C_FLAGS=$(TSAN_FLAGS)" >/dev/null
 
@@ -118,6 +121,7 @@ TSAN_ENV := KVRT_VALIDATION=1 \
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp"
 
 test-tsan: setup $(TSAN_BUILD)/build.ninja
+	@cmake --build $(BUILD) -j $(JOBS) --target kvrt_spirv
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target kvrt_thread_tests
 	@$(TSAN_ENV) $(TSAN_BUILD)/bin/kvrt_thread_tests
 

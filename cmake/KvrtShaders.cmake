@@ -10,14 +10,45 @@
 # only its own generated files (glslc's depfile tracks #includes); the embedding
 # runs as a CMake script, with no host-compiled generator, so cross builds
 # (Android NDK) need nothing extra.
+#
+# KVRT_SPIRV_FROM=<build dir> takes the SPIR-V another build of the same tree
+# compiled (its generated/spirv/<symbol>.spv) instead of compiling it again:
+# SPIR-V does not depend on the target, the compiler or the sanitizers, so the
+# sanitizer and cross builds of make test share the main build's (glslc is
+# most of the time a build spends on shaders). That build's shader options must
+# be these (checked at configure time: generated/spirv/options.txt), and it
+# is brought up to date first: the Makefile and tests/android/qemu_tests.sh
+# build its kvrt_spirv target before this build. A copy older than its source
+# or any file the source includes (glslc's depfile there) fails the build
+# (cmake/copy_spirv.cmake): a stale module is never embedded.
 
-find_program(KVRT_GLSLC glslc REQUIRED)
-find_program(KVRT_SPIRV_VAL spirv-val REQUIRED)
+set(KVRT_SPIRV_FROM "" CACHE PATH "Build directory whose compiled SPIR-V to embed instead of compiling the shaders (same tree, same shader options)")
+# The options that change the SPIR-V: written beside it, compared by builds
+# that take it from here.
+set(kvrt_spirv_options "glslc --target-env=vulkan1.1 -O -Werror")
+if(KVRT_SPEC_MIN_PRECISION)
+  string(APPEND kvrt_spirv_options " -DKVRT_SPEC_MIN")
+endif()
+if(KVRT_SPIRV_FROM)
+  get_filename_component(kvrt_spirv_from_dir "${KVRT_SPIRV_FROM}/generated/spirv" ABSOLUTE)
+  if(NOT EXISTS "${kvrt_spirv_from_dir}/options.txt")
+    message(FATAL_ERROR "KVRT_SPIRV_FROM: ${KVRT_SPIRV_FROM} has no compiled shaders (build its kvrt_spirv target first)")
+  endif()
+  file(READ "${kvrt_spirv_from_dir}/options.txt" kvrt_spirv_from_options)
+  if(NOT kvrt_spirv_from_options STREQUAL kvrt_spirv_options)
+    message(FATAL_ERROR "KVRT_SPIRV_FROM: ${KVRT_SPIRV_FROM} compiled its shaders with '${kvrt_spirv_from_options}', "
+                        "this build needs '${kvrt_spirv_options}'")
+  endif()
+else()
+  find_program(KVRT_GLSLC glslc REQUIRED)
+  find_program(KVRT_SPIRV_VAL spirv-val REQUIRED)
+endif()
 
 set_property(GLOBAL PROPERTY KVRT_SHADER_NAMES "")
 set_property(GLOBAL PROPERTY KVRT_SHADER_SOURCES "")
 set(KVRT_SHADER_GEN_DIR ${CMAKE_BINARY_DIR}/generated/spirv)
 set(KVRT_EMBED_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/embed_spirv.cmake)
+set(KVRT_COPY_SPIRV_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/copy_spirv.cmake)
 
 function(kvrt_add_shader)
   cmake_parse_arguments(S "" "NAME;SOURCE" "DEFINES" ${ARGN})
@@ -45,6 +76,16 @@ function(kvrt_add_shader)
     list(APPEND defs "-D${d}")
   endforeach()
 
+  if(KVRT_SPIRV_FROM)
+    add_custom_command(
+      OUTPUT ${spv}
+      COMMAND ${CMAKE_COMMAND} -DFROM=${kvrt_spirv_from_dir}/${S_NAME} -DTO=${KVRT_SHADER_GEN_DIR}/${S_NAME}
+              -P ${KVRT_COPY_SPIRV_SCRIPT}
+      DEPENDS ${src} ${kvrt_spirv_from_dir}/${S_NAME}.spv ${KVRT_COPY_SPIRV_SCRIPT}
+      DEPFILE ${dep}
+      COMMENT "SPIR-V ${S_NAME} from ${KVRT_SPIRV_FROM}"
+      VERBATIM)
+  else()
   add_custom_command(
     OUTPUT ${spv}
     COMMAND ${KVRT_GLSLC} --target-env=vulkan1.1 -O -Werror
@@ -55,6 +96,7 @@ function(kvrt_add_shader)
     DEPFILE ${dep}
     COMMENT "glslc ${S_NAME}"
     VERBATIM)
+  endif()
   add_custom_command(
     OUTPUT ${cpp}
     COMMAND ${CMAKE_COMMAND} -DNAME=${S_NAME} -DINPUT=${spv} -DOUTPUT=${cpp} -P ${KVRT_EMBED_SCRIPT}
@@ -63,6 +105,7 @@ function(kvrt_add_shader)
     VERBATIM)
 
   set_property(GLOBAL APPEND PROPERTY KVRT_SHADER_NAMES ${S_NAME})
+  set_property(GLOBAL APPEND PROPERTY KVRT_SHADER_SPIRV ${spv})
   set_property(GLOBAL APPEND PROPERTY KVRT_SHADER_SOURCES ${cpp})
 endfunction()
 
@@ -100,5 +143,18 @@ const size_t kShaderCount = ${n_names};
   if(NOT old STREQUAL content)
     file(WRITE ${reg} "${content}")
   endif()
+  # kvrt_spirv: every module compiled (or copied), and the options they were
+  # compiled with, for builds that take them from here (KVRT_SPIRV_FROM).
+  get_property(spirv GLOBAL PROPERTY KVRT_SHADER_SPIRV)
+  set(opts ${KVRT_SHADER_GEN_DIR}/options.txt)
+  if(NOT EXISTS ${opts})
+    set(old_opts "")
+  else()
+    file(READ ${opts} old_opts)
+  endif()
+  if(NOT old_opts STREQUAL kvrt_spirv_options)
+    file(WRITE ${opts} "${kvrt_spirv_options}")
+  endif()
+  add_custom_target(kvrt_spirv DEPENDS ${spirv})
   set(${out_var} ${sources} ${reg} PARENT_SCOPE)
 endfunction()

@@ -51,6 +51,18 @@ declare -A GPU_QEMU_CPU=([armhf]=cortex-r5f)
 GPU_TEST_FILES=${GPU_TEST_FILES:-"test_context;test_device_faults;test_cache_store;test_attention;\
 test_kernel_variants;test_rope_shift;test_static_layout"}
 
+# The SPIR-V of the main build (make build), when there is one: SPIR-V is the
+# same for every target, so the ARM builds embed it instead of compiling every
+# shader again (KVRT_SPIRV_FROM, cmake/KvrtShaders.cmake). KVRT_SPIRV_FROM=""
+# compiles them here.
+spirv_from=${KVRT_SPIRV_FROM-$PWD/build}
+if [ -n "$spirv_from" ] && [ -f "$spirv_from/build.ninja" ]; then
+  cmake --build "$spirv_from" -j "${JOBS:-2}" --target kvrt_spirv >/dev/null ||
+    { echo "qemu_tests: could not bring the SPIR-V of $spirv_from up to date" >&2; exit 1; }
+else
+  spirv_from=
+fi
+
 for arch in "${arches[@]}"; do
   t=${triple[$arch]} build=build-cross-$arch
   command -v "$t-g++" >/dev/null || { echo "qemu_tests: $t-g++ not found (run tools/android/setup-cross.sh)" >&2; exit 1; }
@@ -62,7 +74,7 @@ for arch in "${arches[@]}"; do
   # Configured every time, so that a changed GPU_TEST_FILES takes effect (the
   # toolchain only the first time: CMake keeps it).
   cfg=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVRT_TESTS_ONLY=ON -DKVRT_BUILD_TOOLS=OFF -DKVRT_BUILD_EXAMPLES=OFF
-    "-DKVRT_GPU_TEST_FILES=$GPU_TEST_FILES")
+    "-DKVRT_GPU_TEST_FILES=$GPU_TEST_FILES" "-DKVRT_SPIRV_FROM=$spirv_from")
   [ -f "$build/build.ninja" ] ||
     cfg+=(-G Ninja -DCMAKE_TOOLCHAIN_FILE="cmake/toolchains/linux-$arch.cmake")
   cmake -S . -B "$build" "${cfg[@]}" >/dev/null
