@@ -71,6 +71,19 @@ const std::vector<KernelVariant>& kernel_variants() {
     return variants;
 }
 
+bool sweep_case_runs(size_t i, const KernelVariant& variant) {
+    const char* env = std::getenv("KVRT_TEST_MATRIX");
+    const std::string mode = env ? env : "full";
+    INFO("KVRT_TEST_MATRIX=" << mode);
+    REQUIRE((mode == "full" || mode == "covering"));
+    const std::vector<KernelVariant>& all = kernel_variants();
+    if (mode == "full" || all.size() < 2) return true;
+    for (size_t v = 0; v < all.size(); ++v)
+        if (all[v].flags == variant.flags && all[v].name == variant.name) return i % all.size() == v;
+    FAIL("sweep_case_runs: " << variant.name << " is not one of the kernel variants");
+    return true;
+}
+
 std::vector<KernelVariant> pick_and_forced_variants() {
     std::vector<KernelVariant> variants{{0, "kvrt's pick"}};
     if (std::getenv("KVRT_KERNELS")) return variants;

@@ -77,6 +77,14 @@ std::vector<KernelVariant> pick_and_forced_variants();
     const ::kvrt_test::KernelVariant variant = GENERATE(from_range(::kvrt_test::kernel_variants()));      \
     INFO("kernels: " << variant.name)
 
+// The accuracy sweeps (every type and head dim in every kernel variant) run
+// their full cross product by default (make test). With KVRT_TEST_MATRIX set
+// to "covering" (CI: .ci/run), case `i` of a sweep runs in one variant only,
+// the (i mod n)-th of the n of kernel_variants(): every case still runs, in
+// one variant, and every variant runs its share of the types and dims. Any
+// other value but "full" fails the test that asks.
+bool sweep_case_runs(size_t i, const KernelVariant& variant);
+
 // A stream of `ctx` destroyed at scope exit.
 // Whether the context's device has timestamps; where it has none
 // (KVRT_DEVICE_PROFILE=mali-g710), checks that a stream asking for them is
