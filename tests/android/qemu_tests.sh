@@ -25,7 +25,8 @@ for a in "$@"; do
     *) echo "qemu_tests: unknown argument '$a'" >&2; exit 1 ;;
   esac
 done
-[ ${#arches[@]} -gt 0 ] || arches=(aarch64 armhf)
+# 32-bit ARM first: its GPU tests take longest, and run while aarch64 builds.
+[ ${#arches[@]} -gt 0 ] || arches=(armhf aarch64)
 declare -A triple=([aarch64]=aarch64-linux-gnu [armhf]=arm-linux-gnueabihf)
 declare -A qemu=([aarch64]=qemu-aarch64 [armhf]=qemu-arm)
 declare -A debarch=([aarch64]=arm64 [armhf]=armhf)
@@ -63,6 +64,55 @@ else
   spirv_from=
 fi
 
+# The tests of one architecture, built in build-cross-<arch>: the unit tests,
+# then the GPU tests with --gpu. Run in the background while the next
+# architecture builds and beside the other's tests (emulated lavapipe compiles
+# each pipeline on one core); each writes its own log, printed in order.
+run_tests() {
+  local arch=$1 t=${triple[$1]} build=build-cross-$1 q=$2 start root icd spec cpu run
+  file -L "$build/lib/libkvrt.so" 2>/dev/null | cut -d, -f1-2 || true
+  # The cross toolchain's own libraries, also where Debian's multiarch
+  # libc6:<arch> is installed (its ld.so must not meet the cross libc).
+  run=(env LD_LIBRARY_PATH="/usr/$t/lib" "$q" -L "/usr/$t")
+  echo "qemu_tests: $arch: unit tests under $(basename "$q")"
+  "${run[@]}" "$build/bin/kvrt_unit_tests" >"$build/unit.log" 2>&1 ||
+    { cat "$build/unit.log"; echo "qemu_tests: $arch: unit tests failed" >&2; return 1; }
+  tail -n 2 "$build/unit.log"
+  if [ $gpu = 1 ]; then
+    # The Vulkan loader, lavapipe, LLVM and the validation layer of the
+    # target: multiarch packages (everything from /, multiarch libc
+    # included), or the same packages unpacked into their own root. qemu
+    # looks up every absolute path in that root first, the ICD's and the
+    # layer's manifests and libraries included.
+    root=/
+    if ! icd=$(grep -l "/$t/" /usr/share/vulkan/icd.d/lvp_icd.*.json 2>/dev/null | head -n 1) || [ -z "$icd" ]; then
+      root=$roots/${debarch[$arch]}
+      icd=$(cd "$root" 2>/dev/null && ls usr/share/vulkan/icd.d/lvp_icd.*.json 2>/dev/null | head -n 1) && [ -n "$icd" ] ||
+        { echo "qemu_tests: no lavapipe for $t (run tools/android/setup-cross.sh --gpu)" >&2; return 1; }
+      icd=/$icd
+    fi
+    spec=$GPU_TESTS
+    cpu=${GPU_QEMU_CPU[$arch]:-}
+    echo "qemu_tests: $arch: GPU tests $spec on lavapipe (root $root) under $(basename "$q")${cpu:+ -cpu $cpu}"
+    start=$SECONDS
+    # The layer's manifest by its file name: a 32-bit guest cannot list the
+    # host's directories (qemu-user's 32-bit readdir fails on 64-bit
+    # directory offsets), so the loader would find no layer by searching.
+    KVRT_VALIDATION=1 VK_ICD_FILENAMES=$icd \
+      VK_LAYER_PATH=/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json \
+      "$q" ${cpu:+-cpu "$cpu"} -L "$root" "$build/bin/kvrt_gpu_tests" --durations yes "$spec" >"$build/gpu.log" 2>&1 ||
+      { cat "$build/gpu.log"; echo "qemu_tests: $arch: GPU tests failed" >&2; return 1; }
+    # What the device could not run is said in the log; show it here too.
+    grep -h "^kvrt_gpu_tests: skipped" "$build/gpu.log" | sort | uniq -c || true
+    tail -n 2 "$build/gpu.log"
+    echo "qemu_tests: $arch: GPU tests took $((SECONDS - start)) s"
+  fi
+}
+
+declare -A pids
+# A failed build stops the tests still running in the background.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+
 for arch in "${arches[@]}"; do
   t=${triple[$arch]} build=build-cross-$arch
   command -v "$t-g++" >/dev/null || { echo "qemu_tests: $t-g++ not found (run tools/android/setup-cross.sh)" >&2; exit 1; }
@@ -85,41 +135,14 @@ for arch in "${arches[@]}"; do
   if grep -q "warning:" "$log"; then
     grep -A3 "warning:" "$log"; echo "qemu_tests: $arch: the build has warnings" >&2; exit 1
   fi
-  file -L "$build/lib/libkvrt.so" 2>/dev/null | cut -d, -f1-2 || true
-  # The cross toolchain's own libraries, also where Debian's multiarch
-  # libc6:<arch> is installed (its ld.so must not meet the cross libc).
-  run=(env LD_LIBRARY_PATH="/usr/$t/lib" "$q" -L "/usr/$t")
-  echo "qemu_tests: $arch: unit tests under $(basename "$q")"
-  "${run[@]}" "$build/bin/kvrt_unit_tests" >"$build/unit.log" 2>&1 ||
-    { cat "$build/unit.log"; echo "qemu_tests: $arch: unit tests failed" >&2; exit 1; }
-  tail -n 2 "$build/unit.log"
-  if [ $gpu = 1 ]; then
-    # The Vulkan loader, lavapipe, LLVM and the validation layer of the
-    # target: multiarch packages (everything from /, multiarch libc
-    # included), or the same packages unpacked into their own root. qemu
-    # looks up every absolute path in that root first, the ICD's and the
-    # layer's manifests and libraries included.
-    root=/
-    if ! icd=$(grep -l "/$t/" /usr/share/vulkan/icd.d/lvp_icd.*.json 2>/dev/null | head -n 1) || [ -z "$icd" ]; then
-      root=$roots/${debarch[$arch]}
-      icd=$(cd "$root" 2>/dev/null && ls usr/share/vulkan/icd.d/lvp_icd.*.json 2>/dev/null | head -n 1) && [ -n "$icd" ] ||
-        { echo "qemu_tests: no lavapipe for $t (run tools/android/setup-cross.sh --gpu)" >&2; exit 1; }
-      icd=/$icd
-    fi
-    spec=$GPU_TESTS
-    cpu=${GPU_QEMU_CPU[$arch]:-}
-    echo "qemu_tests: $arch: GPU tests $spec on lavapipe (root $root) under $(basename "$q")${cpu:+ -cpu $cpu}"
-    start=$SECONDS
-    # The layer's manifest by its file name: a 32-bit guest cannot list the
-    # host's directories (qemu-user's 32-bit readdir fails on 64-bit
-    # directory offsets), so the loader would find no layer by searching.
-    KVRT_VALIDATION=1 VK_ICD_FILENAMES=$icd \
-      VK_LAYER_PATH=/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json \
-      "$q" ${cpu:+-cpu "$cpu"} -L "$root" "$build/bin/kvrt_gpu_tests" --durations yes "$spec" >"$build/gpu.log" 2>&1 ||
-      { cat "$build/gpu.log"; echo "qemu_tests: $arch: GPU tests failed" >&2; exit 1; }
-    # What the device could not run is said in the log; show it here too.
-    grep -h "^kvrt_gpu_tests: skipped" "$build/gpu.log" | sort | uniq -c || true
-    tail -n 2 "$build/gpu.log"
-    echo "qemu_tests: $arch: GPU tests took $((SECONDS - start)) s"
-  fi
+  echo "qemu_tests: $arch: tests started in the background (log: $build/qemu_tests_run.log)"
+  run_tests "$arch" "$q" >"$build/qemu_tests_run.log" 2>&1 &
+  pids[$arch]=$!
 done
+
+status=0
+for arch in "${arches[@]}"; do
+  wait "${pids[$arch]}" || status=1
+  cat "build-cross-$arch/qemu_tests_run.log"
+done
+exit $status
