@@ -44,6 +44,8 @@
 #                declarations) and tests/abi/kvrt.abi (abidw of the library)
 #
 # BUILD_TYPE=Debug make build picks another build type; JOBS sets parallelism.
+# KVRT_TEST_MATRIX=covering (set by .ci/run) runs each case of the GPU
+# accuracy sweeps in one kernel variant instead of all (docs/testing.md).
 
 comma := ,
 BUILD      ?= build
@@ -71,7 +73,9 @@ build: setup $(BUILD)/build.ninja
 # quick under instrumentation, and line tables only (-g1): reports still name
 # file and line, and the build takes a third of the time it takes with full
 # debug information (UBSan's checks of the tests' templates made each large
-# test file a minute and a half). Reconfigured when this Makefile changes.
+# test file a minute and a half). It embeds the main build's SPIR-V
+# (KVRT_SPIRV_FROM; brought up to date first) instead of compiling every
+# shader again. Reconfigured when this Makefile changes.
 ASAN_FLAGS := -O1 -g1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 $(ASAN_BUILD)/build.ninja: Makefile | setup $(BUILD)/build.ninja
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVRT_UNIT_TESTS_ONLY=OFF -DKVRT_TESTS_ONLY=ON \
@@ -106,7 +110,8 @@ test-asan: setup $(ASAN_BUILD)/build.ninja
 unit-asan: test-asan
 
 # The ThreadSanitizer build: the library and tests/gpu/test_threads.cpp only
-# (KVRT_THREAD_TESTS_ONLY), so it stays quick to build.
+# (KVRT_THREAD_TESTS_ONLY), with the main build's SPIR-V, so it stays quick
+# to build.
 TSAN_FLAGS := -O1 -g -fsanitize=thread
 $(TSAN_BUILD)/build.ninja: Makefile | setup $(BUILD)/build.ninja
 	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVRT_THREAD_TESTS_ONLY=ON \
