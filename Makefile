@@ -47,7 +47,6 @@
 # KVRT_TEST_MATRIX=covering (set by .ci/run) runs each case of the GPU
 # accuracy sweeps in one kernel variant instead of all (docs/testing.md).
 
-comma := ,
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
@@ -251,32 +250,23 @@ fuzz: setup $(FUZZ_BUILD)/build.ninja
 # lanes): real devices have 8 to 128, and a kernel must be right at each
 # size or refuse the device. SUBGROUP_TESTS (a ctest regular expression)
 # picks the tests: by default those of the kernels that split work by
-# subgroups (attention with token trees and lists of cells), in the only
-# kernels whose work depends on the subgroup size: the subgroup-shuffle
-# attention kernels (SUBGROUP_KERNELS=shuffle: KVRT_KERNELS for every context
-# whose test leaves the choice to kvrt; the portable, wide and tiled kernels
-# use no subgroup operation). test-subgroups-all runs every GPU test at both
-# sizes with kvrt's own choice and every variant the tests force. Each run
-# first checks that the device has the size asked for (other drivers ignore
-# the variable).
+# subgroups (attention in every variant, token trees, lists of cells);
+# test-subgroups-all runs every GPU test at both sizes. Each run first
+# checks that the device has the size asked for (other drivers ignore the
+# variable).
 SUBGROUP_TESTS ?= attention|tree|list|tile|prefill|GQA|queries
-SUBGROUP_KERNELS ?= shuffle
 test-subgroups: build
 	@for w in 128 512; do \
 	  lanes=$$((w / 32)); \
 	  LP_NATIVE_VECTOR_WIDTH=$$w $(BUILD)/bin/kvrt info | grep -q "subgroups *size $$lanes:" || \
 	    { echo "test-subgroups: LP_NATIVE_VECTOR_WIDTH=$$w did not give subgroups of $$lanes lanes"; exit 1; }; \
-	  $(if $(SUBGROUP_KERNELS),LP_NATIVE_VECTOR_WIDTH=$$w KVRT_KERNELS=$(SUBGROUP_KERNELS) $(BUILD)/bin/kvrt info --tuning | \
-	    grep -q "attention.kernel *$(SUBGROUP_KERNELS)$$" || \
-	    { echo "test-subgroups: KVRT_KERNELS=$(SUBGROUP_KERNELS) is not in effect"; exit 1; };) \
-	  echo "GPU tests with subgroups of $$lanes lanes (LP_NATIVE_VECTOR_WIDTH=$$w$(if $(SUBGROUP_KERNELS),$(comma) KVRT_KERNELS=$(SUBGROUP_KERNELS)))"; \
-	  (cd $(BUILD) && LP_NATIVE_VECTOR_WIDTH=$$w $(if $(SUBGROUP_KERNELS),KVRT_KERNELS=$(SUBGROUP_KERNELS)) \
-	    ctest -L gpu -R '$(SUBGROUP_TESTS)' --output-on-failure \
+	  echo "GPU tests with subgroups of $$lanes lanes (LP_NATIVE_VECTOR_WIDTH=$$w)"; \
+	  (cd $(BUILD) && LP_NATIVE_VECTOR_WIDTH=$$w ctest -L gpu -R '$(SUBGROUP_TESTS)' --output-on-failure \
 	    --timeout 2400 -j $(JOBS)) || exit 1; \
 	done
 
 test-subgroups-all:
-	@$(MAKE) --no-print-directory test-subgroups SUBGROUP_TESTS=. SUBGROUP_KERNELS=
+	@$(MAKE) --no-print-directory test-subgroups SUBGROUP_TESTS=.
 
 # The GPU tests under the device profiles of real GPUs (KVRT_DEVICE_PROFILE;
 # docs/device-profiles.md): kvrt sees each GPU's published limits and
