@@ -254,6 +254,12 @@ fuzz: setup $(FUZZ_BUILD)/build.ninja
 # test-subgroups-all runs every GPU test at both sizes. Each run first
 # checks that the device has the size asked for (other drivers ignore the
 # variable).
+# CI (.ci/run sets KVRT_CI=1) runs five of them: the sweep of every head dim
+# (the shuffle kernel's lane groups), GQA, masks, token trees and lists of
+# cells; make test runs all 30.
+ifdef KVRT_CI
+SUBGROUP_TESTS ?= attention is accurate for every K/V type|attention covers GQA|attention masks sequences|tree attention matches the reference|read their own cells from lists
+endif
 SUBGROUP_TESTS ?= attention|tree|list|tile|prefill|GQA|queries
 test-subgroups: build
 	@for w in 128 512; do \
@@ -277,6 +283,13 @@ test-subgroups-all:
 # kernel and every layout; test-profiles-all runs every GPU test under every
 # profile. The profile tests themselves ([profiles]: the rules, each
 # profile's tuning, the refusals of vulkan-minimum) run in test-main.
+# CI (KVRT_CI=1) runs three profiles that take kvrt down distinct paths: a
+# discrete GPU without mapped device memory (staging, GPU workgroups and
+# splits), a phone GPU with 128 MiB bindings (arenas in pieces, 128-lane
+# subgroups), and one without timestamps and at most 128 invocations.
+ifdef KVRT_CI
+PROFILES ?= nvidia-rtx-5080 adreno-740 mali-g710
+endif
 PROFILES ?= nvidia-rtx-5080 amd-rx-9070-xt intel-arc-a770 apple-m1 adreno-740 mali-g710
 DEFAULT_PROFILE_TESTS = attention handles mixed|attention options|tiled attention kernel matches|tree attention matches|\
   sequences stored in turns|store converts and quantizes|static-scale store gives|compaction keeps every|\
