@@ -60,7 +60,12 @@ layout(constant_id = 7) const uint NEOX = 0;
 // whose base, row stride and head offset are multiples of 16 bytes). In the
 // WIDE build, bit 2 for K and bit 3 for V: F32 and F16 rows read 32 bytes at
 // a time (multiples of 32), Q8_0 and Q4_0 blocks read as 16-byte units (the
-// bound range is whole units).
+// bound range is whole units). Bit 4: the queries read 16 bytes at a time
+// (their offset and strides multiples of 4 words). Every load and store site
+// is a loop over the SIMD lanes on llvmpipe, and their number is what its
+// compile time grows with (more than linearly): one 16-byte unit instead of
+// four or eight scalar words per octet of a query made the first call of a
+// decode with 4 rows per tile compile in about half the time.
 layout(constant_id = 8) const uint VEC4 = 0;
 // What the call uses, so that the kernel leaves out the rest (llvmpipe runs
 // both sides of every branch, a load under a false condition included):
@@ -91,6 +96,8 @@ layout(std430, set = 0, binding = 0) readonly buffer KBuf16 { u64vec2 k_u64x2[];
 layout(std430, set = 0, binding = 1) readonly buffer VBuf16 { u64vec2 v_u64x2[]; };
 #endif
 layout(std430, set = 0, binding = 2) readonly buffer QBuf { uint q_words[]; };
+// The queries as 16-byte units (Q_VEC4), and the partials as vec4.
+layout(std430, set = 0, binding = 2) readonly buffer QBuf4 { uvec4 q_vec4[]; };
 // The mirror: per cell its position (-1: empty), then seq_words words of
 // sequence bits (bit s % 32 of word s / 32: sequence s uses the cell).
 layout(std430, set = 0, binding = 3) readonly buffer CellMeta { uint cell_meta[]; };
@@ -101,6 +108,7 @@ layout(std430, set = 0, binding = 3) readonly buffer CellMeta { uint cell_meta[]
 layout(std430, set = 0, binding = 4) readonly buffer MetaWords { uint meta_words[]; };
 const uint QUERY_WORDS = 6u;  // ops::kQueryWords
 layout(std430, set = 0, binding = 5) writeonly buffer Partials { float partials[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer Partials4 { vec4 partials4[]; };
 // Per-sequence lists of cells, each in increasing cell order
 // (cell_lists.comp): a tile whose rows are all of one sequence with a list
 // walks the listed cells instead of its run (LISTS).
@@ -173,6 +181,27 @@ KVRT_DEFINE_OCTET_LOADER(load_v_words, v_words, V_FMT, v_scale, v_zp)
     }
 KVRT_DEFINE_VEC4_LOADER(load_k_vec4, k_vec4, K_FMT)
 KVRT_DEFINE_VEC4_LOADER(load_v_vec4, v_vec4, V_FMT)
+
+#define Q_VEC4 ((VEC4 & 16u) != 0u)
+
+// Octet o of a query whose first value is at `hb` (words for f32 queries,
+// halves for f16), a multiple of 4 words (Q_VEC4): one or two 16-byte units.
+void load_q_octet4(uint hb, uint o, out float x[8]) {
+#ifdef Q_F16
+    const uvec4 a = q_vec4[(hb >> 3) + o];
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        x[2u * i] = kvrt_f16_to_f32(a[i] & 0xFFFFu);
+        x[2u * i + 1u] = kvrt_f16_to_f32(a[i] >> 16);
+    }
+#else
+    const uvec4 a = q_vec4[(hb >> 2) + 2u * o];
+    const uvec4 b = q_vec4[(hb >> 2) + 2u * o + 1u];
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+        x[i] = uintBitsToFloat(a[i]);
+        x[i + 4u] = uintBitsToFloat(b[i]);
+    }
+#endif
+}
 
 // Q8_0 and Q4_0 in the portable build (a lane group of one: the octets of a
 // head in order): whole blocks, read once per 4 octets.
@@ -363,18 +392,23 @@ void main() {
 #endif
         [[unroll]] for (uint i = 0u; i < OK; ++i) {
             const uint o = lane + i * LG;
-            [[unroll]] for (uint j = 0u; j < 8u; ++j) {
-                float x = 0.0;
-                if (o < D_K / 8u) {
+            float x[8];
+            if (Q_VEC4 && o < D_K / 8u) {
+                load_q_octet4(hb, o, x);
+            } else {
+                [[unroll]] for (uint j = 0u; j < 8u; ++j) {
+                    x[j] = 0.0;
+                    if (o < D_K / 8u) {
 #ifdef Q_F16
-                    const uint e = hb + o * 8u + j;
-                    x = kvrt_f16_to_f32(q_words[e >> 1] >> ((e & 1u) * 16u));
+                        const uint e = hb + o * 8u + j;
+                        x[j] = kvrt_f16_to_f32(q_words[e >> 1] >> ((e & 1u) * 16u));
 #else
-                    x = uintBitsToFloat(q_words[hb + o * 8u + j]);
+                        x[j] = uintBitsToFloat(q_words[hb + o * 8u + j]);
 #endif
+                    }
                 }
-                q[r][i * 8u + j] = x * pc.scale;
             }
+            [[unroll]] for (uint j = 0u; j < 8u; ++j) q[r][i * 8u + j] = x[j] * pc.scale;
         }
     }
 
@@ -391,15 +425,23 @@ void main() {
                     if (o < D_K / 8u && d < N_ROT) {
                         const uint half_rot = N_ROT / 2u;
                         const bool first = NEOX != 0u ? d < half_rot : (d & 1u) == 0u;
-                        const uint partner = NEOX != 0u ? (first ? d + half_rot : d - half_rot) : (d ^ 1u);
+                        float y;  // the partner's value, scaled
+                        if (NEOX == 0u) {
+                            // Dims 2i and 2i + 1 pair up inside the octet,
+                            // already read.
+                            y = q[r][i * 8u + (j ^ 1u)];
+                        } else {
+                            const uint partner = first ? d + half_rot : d - half_rot;
 #ifdef Q_F16
-                        const uint e = (base + r_head[r] * pc.q_head_stride) * 2u + partner;
-                        x = kvrt_f16_to_f32(q_words[e >> 1] >> ((e & 1u) * 16u));
+                            const uint e = (base + r_head[r] * pc.q_head_stride) * 2u + partner;
+                            y = kvrt_f16_to_f32(q_words[e >> 1] >> ((e & 1u) * 16u)) * pc.scale;
 #else
-                        x = uintBitsToFloat(q_words[base + r_head[r] * pc.q_head_stride + partner]);
+                            y = uintBitsToFloat(q_words[base + r_head[r] * pc.q_head_stride + partner]) * pc.scale;
 #endif
-                        // k_a weighs q_a c + q_b s; k_b weighs q_b c - q_a s.
-                        x *= first ? pc.scale : -pc.scale;
+                        }
+                        // k_a weighs q_a c + q_b s; k_b weighs q_b c - q_a s
+                        // (negation is exact: as the value times -scale).
+                        x = first ? y : -y;
                     }
                     qp[r][i * 8u + j] = x;
                 }
@@ -575,7 +617,7 @@ void main() {
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         if (!r_live[r]) continue;
         const uint row = r_query[r] * pc.n_heads + r_head[r];
-        const uint base = pc.partials_offset + (row * pc.splits_total + pc.split_base + split) * (D_V + 2u);
+        const uint base = pc.partials_offset + (row * pc.splits_total + pc.split_base + split) * (D_V + KVRT_PARTIAL_HEAD);
         if (lane == 0u) {
             partials[base] = m[r];
             partials[base + 1u] = l[r];
@@ -583,7 +625,10 @@ void main() {
         [[unroll]] for (uint i = 0u; i < OV; ++i) {
             const uint o = lane + i * LG;
             if (o >= D_V / 8u) break;
-            [[unroll]] for (uint j = 0u; j < 8u; ++j) partials[base + 2u + o * 8u + j] = acc[r][i * 8u + j];
+            const uint u = (base + KVRT_PARTIAL_HEAD + o * 8u) >> 2;  // base and D_V are multiples of 4
+            const uint a = i * 8u;
+            partials4[u] = vec4(acc[r][a], acc[r][a + 1u], acc[r][a + 2u], acc[r][a + 3u]);
+            partials4[u + 1u] = vec4(acc[r][a + 4u], acc[r][a + 5u], acc[r][a + 6u], acc[r][a + 7u]);
         }
     }
 }

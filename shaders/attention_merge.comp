@@ -30,15 +30,15 @@ void main() {
     for (uint row = gl_WorkGroupID.x; row < pc.n_rows; row += gl_NumWorkGroups.x) {
         const uint head = row % pc.n_heads;
         const uint query = row / pc.n_heads;
-        const uint base = pc.partials_offset + row * pc.splits * (D_V + 2u);
+        const uint base = pc.partials_offset + row * pc.splits * (D_V + KVRT_PARTIAL_HEAD);
         float big = -1.0 / 0.0;
-        for (uint s = 0u; s < pc.splits; ++s) big = max(big, partials[base + s * (D_V + 2u)]);
+        for (uint s = 0u; s < pc.splits; ++s) big = max(big, partials[base + s * (D_V + KVRT_PARTIAL_HEAD)]);
         const bool seen = big > -1.0 / 0.0;
         float sum = 0.0;
         if (seen) {
             if (pc.has_sinks != 0u) big = max(big, sinks[pc.sinks_offset + head]);
             for (uint s = 0u; s < pc.splits; ++s) {
-                const uint p = base + s * (D_V + 2u);
+                const uint p = base + s * (D_V + KVRT_PARTIAL_HEAD);
                 const float ms = partials[p];
                 if (ms > -1.0 / 0.0) sum += partials[p + 1u] * exp(ms - big);
             }
@@ -53,9 +53,9 @@ void main() {
                 const uint d = 2u * w + k;
                 if (seen) {
                     for (uint s = 0u; s < pc.splits; ++s) {
-                        const uint p = base + s * (D_V + 2u);
+                        const uint p = base + s * (D_V + KVRT_PARTIAL_HEAD);
                         const float ms = partials[p];
-                        if (ms > -1.0 / 0.0) a += partials[p + 2u + d] * exp(ms - big);
+                        if (ms > -1.0 / 0.0) a += partials[p + KVRT_PARTIAL_HEAD + d] * exp(ms - big);
                     }
                     a = KVRT_FDIV(a, sum);
                 }
@@ -68,9 +68,9 @@ void main() {
             float a = 0.0;
             if (seen) {
                 for (uint s = 0u; s < pc.splits; ++s) {
-                    const uint p = base + s * (D_V + 2u);
+                    const uint p = base + s * (D_V + KVRT_PARTIAL_HEAD);
                     const float ms = partials[p];
-                    if (ms > -1.0 / 0.0) a += partials[p + 2u + d] * exp(ms - big);
+                    if (ms > -1.0 / 0.0) a += partials[p + KVRT_PARTIAL_HEAD + d] * exp(ms - big);
                 }
                 a = KVRT_FDIV(a, sum);
             }

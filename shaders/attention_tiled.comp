@@ -287,8 +287,8 @@ void main() {
 
     if (!live) return;
     const uint row = query * pc.n_heads + head;
-    const uint base = pc.partials_offset + (row * pc.splits_total + pc.split_base + split) * (D_V + 2u);
+    const uint base = pc.partials_offset + (row * pc.splits_total + pc.split_base + split) * (D_V + KVRT_PARTIAL_HEAD);
     partials[base] = m;
     partials[base + 1u] = l;
-    [[unroll]] for (uint d = 0u; d < D_V; ++d) partials[base + 2u + d] = acc[d];
+    [[unroll]] for (uint d = 0u; d < D_V; ++d) partials[base + KVRT_PARTIAL_HEAD + d] = acc[d];
 }

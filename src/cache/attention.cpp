@@ -302,11 +302,11 @@ Result CellStore::record_attention(vk::Stream& s, uint32_t layer, uint32_t n_que
     // The partial results of a pass must fit one binding: passes over as
     // many queries as fit (long prefill chunks, small-binding devices).
     uint64_t partial_bytes_per_query =
-        uint64_t{geo_.n_heads} * std::max<uint32_t>(1, splits_total) * (geo_.v.head_dim + 2) * 4;
+        uint64_t{geo_.n_heads} * std::max<uint32_t>(1, splits_total) * (geo_.v.head_dim + ops::kPartialHead) * 4;
     if (partial_bytes_per_query > ctx_.max_binding_bytes()) {
         // Fewer splits: one per segment.
         for (ops::AttnSegment& seg : segments) seg.splits = 1;
-        partial_bytes_per_query = uint64_t{geo_.n_heads} * std::max<size_t>(1, segments.size()) * (geo_.v.head_dim + 2) * 4;
+        partial_bytes_per_query = uint64_t{geo_.n_heads} * std::max<size_t>(1, segments.size()) * (geo_.v.head_dim + ops::kPartialHead) * 4;
     }
     uint64_t per_pass = ctx_.max_binding_bytes() / partial_bytes_per_query;
     if (per_pass == 0)

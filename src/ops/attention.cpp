@@ -168,7 +168,7 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     }
     KVRT_TRY(stream.upload(words.data(), words.size() * 4, &words_use));
 
-    const uint64_t row_floats = uint64_t{shape.head_dim_v} + 2;
+    const uint64_t row_floats = uint64_t{shape.head_dim_v} + kPartialHead;
     const uint64_t n_rows = uint64_t{shape.n_queries} * shape.n_heads;
     vk::BufferUse partials{};
     KVRT_TRY(stream.scratch(n_rows * splits_total * row_floats * 4, &partials));
@@ -203,6 +203,11 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     if (!plan.tiled && tuning.attn_wide)
         vec4 |= (wide_ok(shape.k_type, shape.k_head_bytes, true) ? 4u : 0u) |
                 (wide_ok(shape.v_type, shape.v_head_bytes, false) ? 8u : 0u);
+    // The row-tile kernel reads each octet of a query as 16-byte units where
+    // every query and head starts at a multiple of 4 words (one site instead
+    // of four or eight: it compiles faster on llvmpipe, and loads fewer times).
+    if (!plan.tiled && io.q_offset_words % 4 == 0 && io.q_stride_words % 4 == 0 && io.q_head_words % 4 == 0)
+        vec4 |= 16u;
     const char* kind = plan.tiled             ? "_tiled"
                        : (vec4 & 12u) != 0u   ? "_wide"
                        : tuning.attn_portable ? "_portable"

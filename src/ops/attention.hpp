@@ -96,6 +96,10 @@ struct AttnOptions {
 
 // Words per query in record_attention's `queries`.
 constexpr uint32_t kQueryWords = 6;
+// Floats before the weighted V in a row's partial result of one split: max,
+// sum and two zeros, so that the weighted V is 16-byte aligned (KVRT_PARTIAL_HEAD
+// of shaders/include/common.glsl).
+constexpr uint32_t kPartialHead = 4;
 
 // Records both passes over the cells of `segments`. `queries` holds
 // kQueryWords words per query: position, sequence, a run of cells [lo, hi)
