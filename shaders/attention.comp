@@ -61,7 +61,8 @@ layout(constant_id = 7) const uint NEOX = 0;
 // WIDE build, bit 2 for K and bit 3 for V: F32 and F16 rows read 32 bytes at
 // a time (multiples of 32), Q8_0 and Q4_0 blocks read as 16-byte units (the
 // bound range is whole units). Bit 4: the queries read 16 bytes at a time
-// (their offset and strides multiples of 4 words). Every load and store site
+// (their offset and strides multiples of 4 words); bit 5 (WIDE): 32 bytes
+// at a time (multiples of 8 words). Every load and store site
 // is a loop over the SIMD lanes on llvmpipe, and their number is what its
 // compile time grows with (more than linearly): one 16-byte unit instead of
 // four or eight scalar words per octet of a query made the first call of a
@@ -94,6 +95,10 @@ layout(std430, set = 0, binding = 0) readonly buffer KBuf8 { u64vec4 k_vec8[]; }
 layout(std430, set = 0, binding = 1) readonly buffer VBuf8 { u64vec4 v_vec8[]; };
 layout(std430, set = 0, binding = 0) readonly buffer KBuf16 { u64vec2 k_u64x2[]; };
 layout(std430, set = 0, binding = 1) readonly buffer VBuf16 { u64vec2 v_u64x2[]; };
+// The queries as 32-byte units (Q_WIDE), and the partials (32-byte aligned:
+// KVRT_PARTIAL_HEAD is 8 floats).
+layout(std430, set = 0, binding = 2) readonly buffer QBuf8 { u64vec4 q_vec8[]; };
+layout(std430, set = 0, binding = 5) writeonly buffer Partials8 { u64vec4 partials8[]; };
 #endif
 layout(std430, set = 0, binding = 2) readonly buffer QBuf { uint q_words[]; };
 // The queries as 16-byte units (Q_VEC4), and the partials as vec4.
@@ -183,6 +188,11 @@ KVRT_DEFINE_VEC4_LOADER(load_k_vec4, k_vec4, K_FMT)
 KVRT_DEFINE_VEC4_LOADER(load_v_vec4, v_vec4, V_FMT)
 
 #define Q_VEC4 ((VEC4 & 16u) != 0u)
+#ifdef WIDE
+#define Q_WIDE ((VEC4 & 32u) != 0u)
+#else
+#define Q_WIDE false
+#endif
 
 // Octet o of a query whose first value is at `hb` (words for f32 queries,
 // halves for f16), a multiple of 4 words (Q_VEC4): one or two 16-byte units.
@@ -202,6 +212,17 @@ void load_q_octet4(uint hb, uint o, out float x[8]) {
     }
 #endif
 }
+
+// 32-byte unit u of the queries after unit `first` (Q_WIDE).
+#ifdef WIDE
+void load_q_unit8(uint first, uint u, out uvec4 w[2]) {
+    const u64vec4 g = q_vec8[first + u];
+    w[0] = uvec4(unpackUint2x32(g.x), unpackUint2x32(g.y));
+    w[1] = uvec4(unpackUint2x32(g.z), unpackUint2x32(g.w));
+}
+#else
+void load_q_unit8(uint first, uint u, out uvec4 w[2]) {}
+#endif
 
 // Q8_0 and Q4_0 in the portable build (a lane group of one: the octets of a
 // head in order): whole blocks, read once per 4 octets.
@@ -390,10 +411,27 @@ void main() {
 #else
         const uint hb = base + r_head[r] * pc.q_head_stride;
 #endif
+        uvec4 qu[2];  // the current 32-byte unit of the query (Q_WIDE)
         [[unroll]] for (uint i = 0u; i < OK; ++i) {
             const uint o = lane + i * LG;
             float x[8];
-            if (Q_VEC4 && o < D_K / 8u) {
+            if (Q_WIDE && o < D_K / 8u) {
+                // A lane group of one: the octets in order, a unit at the
+                // first octet it holds (f32: one, f16: two).
+#ifdef Q_F16
+                if ((o & 1u) == 0u) load_q_unit8(hb >> 4, o >> 1, qu);
+                [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+                    x[2u * k] = kvrt_f16_to_f32(qu[o & 1u][k] & 0xFFFFu);
+                    x[2u * k + 1u] = kvrt_f16_to_f32(qu[o & 1u][k] >> 16);
+                }
+#else
+                load_q_unit8(hb >> 3, o, qu);
+                [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+                    x[k] = uintBitsToFloat(qu[0][k]);
+                    x[k + 4u] = uintBitsToFloat(qu[1][k]);
+                }
+#endif
+            } else if (Q_VEC4 && o < D_K / 8u) {
                 load_q_octet4(hb, o, x);
             } else {
                 [[unroll]] for (uint j = 0u; j < 8u; ++j) {
@@ -625,10 +663,18 @@ void main() {
         [[unroll]] for (uint i = 0u; i < OV; ++i) {
             const uint o = lane + i * LG;
             if (o >= D_V / 8u) break;
-            const uint u = (base + KVRT_PARTIAL_HEAD + o * 8u) >> 2;  // base and D_V are multiples of 4
             const uint a = i * 8u;
+#ifdef WIDE
+            // One 32-byte unit per octet (base and D_V are multiples of 8).
+            uint64_t w[4];
+            [[unroll]] for (uint k = 0u; k < 4u; ++k)
+                w[k] = packUint2x32(uvec2(floatBitsToUint(acc[r][a + 2u * k]), floatBitsToUint(acc[r][a + 2u * k + 1u])));
+            partials8[(base + KVRT_PARTIAL_HEAD) / 8u + o] = u64vec4(w[0], w[1], w[2], w[3]);
+#else
+            const uint u = (base + KVRT_PARTIAL_HEAD + o * 8u) >> 2;  // base and D_V are multiples of 8
             partials4[u] = vec4(acc[r][a], acc[r][a + 1u], acc[r][a + 2u], acc[r][a + 3u]);
             partials4[u + 1u] = vec4(acc[r][a + 4u], acc[r][a + 5u], acc[r][a + 6u], acc[r][a + 7u]);
+#endif
         }
     }
 }

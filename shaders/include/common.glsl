@@ -11,11 +11,11 @@ layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 uint kvrt_grid_stride() { return gl_NumWorkGroups.x * gl_WorkGroupSize.x; }
 
 // Attention's partial result per row and split (attention.comp,
-// attention_tiled.comp, attention_merge.comp): [max, sum, 0, 0, weighted V
-// (D_V floats)], the weighted V 16-byte aligned so that it is written in
-// vec4 units (every store site is a loop over the SIMD lanes on llvmpipe).
-// ops::kPartialHead on the host.
-const uint KVRT_PARTIAL_HEAD = 4u;
+// attention_tiled.comp, attention_merge.comp): [max, sum, six zeros,
+// weighted V (D_V floats)], the weighted V 32-byte aligned so that it is
+// written in 16- or 32-byte units (every store site is a loop over the SIMD
+// lanes on llvmpipe). ops::kPartialHead on the host.
+const uint KVRT_PARTIAL_HEAD = 8u;
 
 // f16 -> f32 conversions of every kernel. KVRT_SOFT_F16 (specialization
 // constant 31, set by the context for every pipeline) picks an exact

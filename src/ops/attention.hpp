@@ -97,9 +97,9 @@ struct AttnOptions {
 // Words per query in record_attention's `queries`.
 constexpr uint32_t kQueryWords = 6;
 // Floats before the weighted V in a row's partial result of one split: max,
-// sum and two zeros, so that the weighted V is 16-byte aligned (KVRT_PARTIAL_HEAD
+// sum and six zeros, so that the weighted V is 32-byte aligned (KVRT_PARTIAL_HEAD
 // of shaders/include/common.glsl).
-constexpr uint32_t kPartialHead = 4;
+constexpr uint32_t kPartialHead = 8;
 
 // Records both passes over the cells of `segments`. `queries` holds
 // kQueryWords words per query: position, sequence, a run of cells [lo, hi)
