@@ -206,8 +206,9 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
     // The row-tile kernel reads each octet of a query as 16-byte units where
     // every query and head starts at a multiple of 4 words (one site instead
     // of four or eight: it compiles faster on llvmpipe, and loads fewer times).
-    const auto q_aligned = [&](uint32_t words) {
-        return io.q_offset_words % words == 0 && io.q_stride_words % words == 0 && io.q_head_words % words == 0;
+    const auto q_aligned = [&](uint32_t unit_words) {
+        return io.q_offset_words % unit_words == 0 && io.q_stride_words % unit_words == 0 &&
+               io.q_head_words % unit_words == 0;
     };
     if (!plan.tiled && q_aligned(4)) vec4 |= 16u;
     // The wide build: 32 bytes at a time where queries start at multiples of 8 words.
