@@ -11,7 +11,7 @@ layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 uint kvrt_grid_stride() { return gl_NumWorkGroups.x * gl_WorkGroupSize.x; }
 
 // Attention's partial result per row and split (attention.comp,
-// attention_tiled.comp, attention_merge.comp): [max, sum, six zeros,
+// attention_tiled.comp, attention_merge.comp): [max, sum, six unused floats,
 // weighted V (D_V floats)], the weighted V 32-byte aligned so that it is
 // written in 16- or 32-byte units (every store site is a loop over the SIMD
 // lanes on llvmpipe). ops::kPartialHead on the host.

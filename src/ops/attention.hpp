@@ -97,7 +97,7 @@ struct AttnOptions {
 // Words per query in record_attention's `queries`.
 constexpr uint32_t kQueryWords = 6;
 // Floats before the weighted V in a row's partial result of one split: max,
-// sum and six zeros, so that the weighted V is 32-byte aligned (KVRT_PARTIAL_HEAD
+// sum and six unused floats, so that the weighted V is 32-byte aligned (KVRT_PARTIAL_HEAD
 // of shaders/include/common.glsl).
 constexpr uint32_t kPartialHead = 8;
 
