@@ -211,8 +211,12 @@ Result record_attention(vk::Stream& stream, const AttnShape& shape, const AttnOp
                io.q_head_words % unit_words == 0;
     };
     if (!plan.tiled && q_aligned(4)) vec4 |= 16u;
-    // The wide build: 32 bytes at a time where queries start at multiples of 8 words.
-    if ((vec4 & 12u) != 0u && !plan.tiled && q_aligned(8)) vec4 |= 32u;
+    // The wide build: 32 bytes at a time where queries start at multiples of
+    // 8 words and end on a whole unit (f16 queries hold two octets per unit:
+    // an odd number of octets would read 16 bytes past the query).
+    if ((vec4 & 12u) != 0u && !plan.tiled && q_aligned(8) &&
+        (shape.q_type != KVRT_TYPE_F16 || shape.head_dim_k % 16 == 0))
+        vec4 |= 32u;
     const char* kind = plan.tiled             ? "_tiled"
                        : (vec4 & 12u) != 0u   ? "_wide"
                        : tuning.attn_portable ? "_portable"
